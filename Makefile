@@ -1,0 +1,39 @@
+# kinesis-lake: `make demo` and `make test` are the two commands a fresh clone needs.
+# Both install what they need first (scripts/bootstrap.sh says clearly what it cannot).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kinesis-lake-installed
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+
+.PHONY: setup demo test dev bench bench-full lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	PYTHON=$(PYTHON) bash scripts/bootstrap.sh
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/kinesis-lake demo
+
+test: setup
+	bash scripts/bootstrap.sh --test-tools
+	$(BIN)/python -m pytest kinesis_lake_tests
+
+dev: setup
+	$(BIN)/kinesis-lake dev
+
+bench: setup
+	$(BIN)/python -m benchmarks.run --quick
+
+bench-full: setup
+	$(BIN)/python -m benchmarks.run --full
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf .data test-output

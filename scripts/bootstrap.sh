@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs what kinesis-lake needs, or says exactly what is missing and how to get it.
+#   scripts/bootstrap.sh               Java check, virtualenv, Python packages, kinesalite
+#   scripts/bootstrap.sh --test-tools  also what only the tests need (Chromium, PostgreSQL)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+NODE_PREFIX=.local/node
+KINESALITE_VERSION=3.3.3
+
+say() { printf '[bootstrap] %s\n' "$*"; }
+fail() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_install() {
+  if can_apt; then
+    say "installing $* with apt-get"
+    if ! apt-get install -y -qq "$@" >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 || true
+      apt-get install -y -qq "$@" >/dev/null
+    fi
+  else
+    return 1
+  fi
+}
+
+java_major() {
+  java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1
+}
+
+ensure_java() {
+  local major
+  major=$(java_major 2>/dev/null || true)
+  if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+    apt_install openjdk-17-jre-headless || true
+    major=$(java_major 2>/dev/null || true)
+  fi
+  if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+    fail "Spark 4 needs Java 17 or newer and none was found. Install it (Debian/Ubuntu: \
+'sudo apt-get install openjdk-17-jre-headless'; macOS: 'brew install openjdk@17') and \
+make sure 'java -version' reports 17+."
+  fi
+  say "java $major ok"
+}
+
+ensure_python() {
+  "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null \
+    || fail "Python 3.10+ is needed as '$PYTHON' (set PYTHON=/path/to/python3.11)."
+  if [ ! -x .venv/bin/python ]; then
+    say "creating virtualenv .venv"
+    "$PYTHON" -m venv .venv || fail "could not create a virtualenv: install python3-venv."
+  fi
+  say "installing Python packages (editable, with dev tools)"
+  .venv/bin/pip install -q --upgrade pip setuptools wheel
+  # compat mode puts the repo on sys.path, so Spark's auto-registration of the
+  # top-level pyspark_kinesis module finds it.
+  .venv/bin/pip install -q -e '.[dev,aws,postgres]' --config-settings editable_mode=compat
+}
+
+ensure_kinesalite() {
+  if ! command -v node >/dev/null 2>&1; then
+    apt_install nodejs npm || true
+  fi
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    say "WARNING: Node.js/npm not found: the local Kinesis endpoint falls back to moto \
+(pure Python, slower, no correct resharding). Install Node 18+ for kinesalite."
+    return 0
+  fi
+  if [ ! -f "$NODE_PREFIX/node_modules/kinesalite/package.json" ]; then
+    say "installing kinesalite@$KINESALITE_VERSION into $NODE_PREFIX"
+    mkdir -p "$NODE_PREFIX"
+    npm install --silent --no-audit --no-fund --prefix "$NODE_PREFIX" \
+      "kinesalite@$KINESALITE_VERSION" >/dev/null
+  fi
+  say "kinesalite ok ($(node --version))"
+}
+
+ensure_test_tools() {
+  if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    apt_install chromium || true
+  fi
+  if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    say "chromium ok"
+  else
+    say "WARNING: Chromium not found and could not be installed: the browser test will \
+fail with instructions. Debian/Ubuntu: 'sudo apt-get install chromium'."
+  fi
+}
+
+if [ "${1:-}" = "--test-tools" ]; then
+  ensure_test_tools
+  exit 0
+fi
+ensure_java
+ensure_python
+ensure_kinesalite
+say "ready"
