@@ -1,0 +1,241 @@
+"""Every setting kinesis-lake reads, in one place, with its default and its check.
+
+Settings come from environment variables so that the same code runs on a laptop and on
+AWS: the profile files under ``profiles/`` are just variable assignments. Dagster
+resources take the same names through ``dg.EnvVar``; the CLI and the Spark jobs read them
+here. A bad value fails at start-up with a message naming the variable and the fix,
+instead of surfacing later as a confusing Spark or boto3 error.
+
+Credentials are deliberately absent: boto3's own chain (environment, profile, instance
+role) and pyiceberg's own catalog configuration supply them, so no secret ever passes
+through this object, its logs, or Dagster metadata.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
+ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
+
+RAW_TABLE = "raw_events"
+PARSED_TABLE = "events"
+QUARANTINE_TABLE = "events_quarantine"
+AGGREGATE_TABLE = "event_counts_per_minute"
+
+
+class SettingsError(ValueError):
+    """A setting has a value the pipeline cannot run with; the message says which and why."""
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved configuration of one kinesis-lake deployment."""
+
+    stream_name: str = "kinesis-lake-events"
+    endpoint_url: str | None = None
+    region: str | None = None
+    shard_count: int = 2
+    starting_position: str = "trim_horizon"
+    starting_timestamp: str | None = None
+    max_records_per_shard: int = 100_000
+    endpoint_kind: str = "auto"
+    data_dir: Path = field(default_factory=lambda: _repo_root() / ".data")
+    checkpoint_dir: str = ""
+    catalog_name: str = "kinesis_lake"
+    namespace: str = "kinesis_lake"
+    event_schema_path: Path = field(
+        default_factory=lambda: _repo_root() / "schemas" / "events.yaml"
+    )
+    spark_master: str = "local[2]"
+    freshness_minutes: int = 15
+    quarantine_warn_ratio: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint_dir:
+            object.__setattr__(self, "checkpoint_dir", str(self.data_dir / "checkpoints"))
+        self.validate()
+
+    def validate(self) -> None:
+        """Fail fast, naming the environment variable and the values it accepts."""
+        if not self.stream_name:
+            raise SettingsError("KINESIS_STREAM_NAME is empty: set it to the stream's name.")
+        if self.shard_count < 1:
+            raise SettingsError(
+                f"KINESIS_SHARD_COUNT={self.shard_count}: it must be a whole number >= 1."
+            )
+        if self.starting_position not in STARTING_POSITIONS:
+            raise SettingsError(
+                f"KINESIS_STARTING_POSITION={self.starting_position!r} is not allowed: "
+                f"use one of {', '.join(STARTING_POSITIONS)}."
+            )
+        if self.starting_position == "at_timestamp" and not self.starting_timestamp:
+            raise SettingsError(
+                "KINESIS_STARTING_POSITION=at_timestamp needs KINESIS_STARTING_TIMESTAMP "
+                "(ISO-8601 such as 2026-01-31T12:00:00Z, or epoch milliseconds)."
+            )
+        if self.max_records_per_shard < 1:
+            raise SettingsError(
+                "KINESIS_MAX_RECORDS_PER_SHARD must be >= 1 (default 100000), "
+                f"got {self.max_records_per_shard}."
+            )
+        if self.endpoint_kind not in ENDPOINT_KINDS:
+            raise SettingsError(
+                f"KINESIS_LAKE_ENDPOINT_KIND={self.endpoint_kind!r} is not allowed: "
+                f"use one of {', '.join(ENDPOINT_KINDS)}."
+            )
+        if not self.event_schema_path.is_file():
+            raise SettingsError(
+                f"KINESIS_LAKE_EVENT_SCHEMA={self.event_schema_path} does not exist: point it "
+                "at a YAML event schema such as schemas/events.yaml."
+            )
+        if not 0 <= self.quarantine_warn_ratio <= 1:
+            raise SettingsError(
+                "KINESIS_LAKE_QUARANTINE_WARN_RATIO must be between 0 and 1, "
+                f"got {self.quarantine_warn_ratio}."
+            )
+
+    @property
+    def raw_table(self) -> str:
+        return f"{self.namespace}.{RAW_TABLE}"
+
+    @property
+    def parsed_table(self) -> str:
+        return f"{self.namespace}.{PARSED_TABLE}"
+
+    @property
+    def quarantine_table(self) -> str:
+        return f"{self.namespace}.{QUARANTINE_TABLE}"
+
+    @property
+    def aggregate_table(self) -> str:
+        return f"{self.namespace}.{AGGREGATE_TABLE}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read every setting from ``env`` (default: the process environment)."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for spec in _ENV_SPEC:
+            raw = env.get(spec.variable)
+            if raw is None or raw == "":
+                continue
+            values[spec.attribute] = spec.parse(raw)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that make ``from_env`` rebuild these settings in a child process."""
+        return {
+            variable: "" if getattr(self, attribute) is None else str(getattr(self, attribute))
+            for variable, attribute in ENV_VARIABLES
+        }
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(variable, value, description) rows, for the README and `kinesis-lake settings`."""
+        rows = []
+        for spec in _ENV_SPEC:
+            value = getattr(self, spec.attribute)
+            rows.append((spec.variable, "" if value is None else str(value), spec.help))
+        return rows
+
+
+@dataclass(frozen=True)
+class _EnvSetting:
+    variable: str
+    attribute: str
+    kind: type
+    help: str
+
+    def parse(self, raw: str) -> object:
+        try:
+            if self.kind is Path:
+                return Path(raw).expanduser().resolve()
+            return self.kind(raw)
+        except ValueError as error:
+            raise SettingsError(
+                f"{self.variable}={raw!r} is not a valid {self.kind.__name__}: {error}"
+            ) from error
+
+
+_ENV_SPEC: tuple[_EnvSetting, ...] = (
+    _EnvSetting("KINESIS_STREAM_NAME", "stream_name", str, "Kinesis stream to ingest."),
+    _EnvSetting(
+        "KINESIS_ENDPOINT_URL",
+        "endpoint_url",
+        str,
+        "Kinesis API endpoint; unset means real AWS through boto3's region and credentials.",
+    ),
+    _EnvSetting("AWS_REGION", "region", str, "AWS region (else boto3's own resolution)."),
+    _EnvSetting(
+        "KINESIS_SHARD_COUNT", "shard_count", int, "Shards when the project creates the stream."
+    ),
+    _EnvSetting(
+        "KINESIS_STARTING_POSITION",
+        "starting_position",
+        str,
+        "Where a new ingestion query starts: trim_horizon, latest or at_timestamp.",
+    ),
+    _EnvSetting(
+        "KINESIS_STARTING_TIMESTAMP",
+        "starting_timestamp",
+        str,
+        "With at_timestamp: ISO-8601 time or epoch milliseconds to start from.",
+    ),
+    _EnvSetting(
+        "KINESIS_MAX_RECORDS_PER_SHARD",
+        "max_records_per_shard",
+        int,
+        "Kinesis records read per shard per micro-batch.",
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_ENDPOINT_KIND",
+        "endpoint_kind",
+        str,
+        "Local endpoint the project starts: auto (kinesalite if Node is there, else moto).",
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_DATA_DIR", "data_dir", Path, "Local state: catalog, warehouse, endpoint."
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_CHECKPOINT_DIR",
+        "checkpoint_dir",
+        str,
+        "Spark checkpoints and source progress (a path or s3://); default DATA_DIR/checkpoints.",
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_CATALOG",
+        "catalog_name",
+        str,
+        "pyiceberg catalog name; configure it in .pyiceberg.yaml or PYICEBERG_CATALOG__<NAME>__*.",
+    ),
+    _EnvSetting("KINESIS_LAKE_NAMESPACE", "namespace", str, "Iceberg namespace of all tables."),
+    _EnvSetting(
+        "KINESIS_LAKE_EVENT_SCHEMA",
+        "event_schema_path",
+        Path,
+        "YAML file declaring the event fields parsed from the JSON payloads.",
+    ),
+    _EnvSetting("SPARK_MASTER", "spark_master", str, "Spark master URL for ingestion jobs."),
+    _EnvSetting(
+        "KINESIS_LAKE_FRESHNESS_MINUTES",
+        "freshness_minutes",
+        int,
+        "Raw table is stale when the stream has unconsumed data older than this.",
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_QUARANTINE_WARN_RATIO",
+        "quarantine_warn_ratio",
+        float,
+        "Quarantined / raw ratio above which the quarantine check warns.",
+    ),
+)
+
+ENV_VARIABLES: tuple[tuple[str, str], ...] = tuple((s.variable, s.attribute) for s in _ENV_SPEC)
+"""(environment variable, Settings attribute) for every setting, for other front ends."""

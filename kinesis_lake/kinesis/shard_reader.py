@@ -1,0 +1,472 @@
+"""Read one shard between two positions, deterministically enough to replay.
+
+This runs on Spark executors. A Spark micro-batch must be replayable after a crash, and
+the driver cannot know where a shard will end, so the executor reads from a start position
+up to a cap (records, arrival time), reports exactly where it stopped (``ReadOutcome``),
+and a replay of that batch passes the reported last sequence number back as
+``end_sequence_number`` to get the identical records again.
+
+The reader takes a client rather than building one so the caller decides how (executors
+build their own from plain settings; nothing here needs to be pickled).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from kinesis_lake.kinesis.client import KinesisClient
+from kinesis_lake.kinesis.kpl import user_records
+from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.retry import DEFAULT_RETRY, RetryPolicy, call_with_retry, error_code
+
+_log = logging.getLogger(__name__)
+
+_ITERATOR_KINDS = (
+    "TRIM_HORIZON",
+    "LATEST",
+    "AT_TIMESTAMP",
+    "AT_SEQUENCE_NUMBER",
+    "AFTER_SEQUENCE_NUMBER",
+)
+
+# InvalidArgumentException messages that mean "this sequence number belongs to another
+# shard or stream" (a caller bug), as opposed to "it is no longer retained".
+_FOREIGN_SEQUENCE_MESSAGES = ("It encodes", "did not come from this stream")
+
+
+@dataclass(frozen=True)
+class StartPosition:
+    """Where a read starts; JSON-able so it can live in a Spark offset."""
+
+    kind: str
+    sequence_number: str | None = None
+    timestamp_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _ITERATOR_KINDS:
+            raise ValueError(f"start position kind {self.kind!r} is not one of {_ITERATOR_KINDS}")
+        if self.kind.endswith("_SEQUENCE_NUMBER") and self.sequence_number is None:
+            raise ValueError(f"start position {self.kind} needs a sequence_number")
+        if self.kind == "AT_TIMESTAMP" and self.timestamp_ms is None:
+            raise ValueError("start position AT_TIMESTAMP needs timestamp_ms")
+
+    @classmethod
+    def trim_horizon(cls) -> StartPosition:
+        """The oldest retained record."""
+        return cls("TRIM_HORIZON")
+
+    @classmethod
+    def at_timestamp(cls, timestamp_ms: int) -> StartPosition:
+        """The first record that arrived at or after ``timestamp_ms`` (epoch ms)."""
+        return cls("AT_TIMESTAMP", timestamp_ms=timestamp_ms)
+
+    @classmethod
+    def after(cls, sequence_number: str) -> StartPosition:
+        """Resume right after a record that was already processed."""
+        return cls("AFTER_SEQUENCE_NUMBER", sequence_number=sequence_number)
+
+    def iterator_args(self) -> dict[str, Any]:
+        """GetShardIterator arguments for exactly this position."""
+        args: dict[str, Any] = {"ShardIteratorType": self.kind}
+        if self.sequence_number is not None:
+            args["StartingSequenceNumber"] = self.sequence_number
+        if self.timestamp_ms is not None:
+            args["Timestamp"] = datetime.fromtimestamp(self.timestamp_ms / 1000, tz=timezone.utc)
+        return args
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StartPosition:
+        return cls(data["kind"], data.get("sequence_number"), data.get("timestamp_ms"))
+
+
+@dataclass
+class ReadOutcome:
+    """Where and why a read stopped: the executor's report back to the driver.
+
+    ``records_read`` counts Kinesis records (an aggregate counts once), ``user_records``
+    the records yielded after de-aggregation. ``calls`` counts GetRecords requests sent,
+    failed ones included; ``retries`` counts retried requests of any operation.
+    ``data_loss`` is set when the records right after an AFTER_SEQUENCE_NUMBER start are no
+    longer retained; the caller decides whether that is fatal.
+    """
+
+    shard_id: str
+    records_read: int
+    user_records: int
+    last_sequence_number: str | None
+    last_arrival_ms: int | None
+    shard_ended: bool
+    caught_up: bool
+    millis_behind_latest: int | None
+    stopped_by: str
+    calls: int
+    retries: int
+    iterator_renewals: int
+    data_loss: str | None
+    read_started_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReadOutcome:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+class ShardReadError(RuntimeError):
+    """A shard could not be read as asked; names everything needed to find out why."""
+
+    def __init__(
+        self, stream_name: str, shard_id: str, operation: str, attempts: int, last_error: str
+    ) -> None:
+        # Everything goes to args so the exception survives pickling across Spark workers.
+        super().__init__(stream_name, shard_id, operation, attempts, last_error)
+        self.stream_name = stream_name
+        self.shard_id = shard_id
+        self.operation = operation
+        self.attempts = attempts
+        self.last_error = last_error
+
+    def __str__(self) -> str:
+        return (
+            f"{self.operation} on shard {self.shard_id} of Kinesis stream "
+            f"{self.stream_name!r} failed after {self.attempts} attempt(s): {self.last_error}"
+        )
+
+
+def _epoch_ms(timestamp: datetime) -> int:
+    return int(timestamp.timestamp() * 1000)
+
+
+class ShardReader:
+    """Reads one shard with bounded calls, bounded retries and an exact stop report."""
+
+    def __init__(
+        self,
+        client: KinesisClient,
+        stream_name: str,
+        shard_id: str,
+        *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        max_records_per_call: int = 10_000,
+        min_call_interval_s: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 1 <= max_records_per_call <= 10_000:
+            raise ValueError("max_records_per_call must be within 1..10000 (the GetRecords cap)")
+        self._client = client
+        self._stream_name = stream_name
+        self._shard_id = shard_id
+        self._retry = retry
+        self._max_per_call = max_records_per_call
+        self._min_interval_s = min_call_interval_s
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = random.Random()
+        self._last_call_at: float | None = None
+        self.outcome: ReadOutcome | None = None
+
+    # ----------------------------------------------------------------- API calls
+
+    def _error(self, operation: str, attempts: int, detail: str) -> ShardReadError:
+        return ShardReadError(self._stream_name, self._shard_id, operation, attempts, detail)
+
+    def _call(
+        self,
+        operation: str,
+        request: Callable[[], Mapping[str, Any]],
+        outcome: ReadOutcome,
+        passthrough: frozenset[str] = frozenset(),
+    ) -> Mapping[str, Any]:
+        """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes."""
+        attempts = 1
+
+        def note_retry(error: BaseException) -> None:
+            nonlocal attempts
+            attempts += 1
+            outcome.retries += 1
+            _log.info(
+                "retrying %s on %s/%s after %s",
+                operation,
+                self._stream_name,
+                self._shard_id,
+                error_code(error),
+            )
+
+        try:
+            return call_with_retry(
+                request, self._retry, sleep=self._sleep, rng=self._rng, on_retry=note_retry
+            )
+        except ClientError as error:
+            if error_code(error) in passthrough:
+                raise
+            raise self._error(operation, attempts, str(error)) from error
+        except Exception as error:
+            raise self._error(operation, attempts, f"{type(error).__name__}: {error}") from error
+
+    def _iterator(self, outcome: ReadOutcome, **position: Any) -> str:
+        response = self._call(
+            "GetShardIterator",
+            lambda: self._client.get_shard_iterator(
+                StreamName=self._stream_name, ShardId=self._shard_id, **position
+            ),
+            outcome,
+            passthrough=frozenset({"InvalidArgumentException"})
+            if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
+            else frozenset(),
+        )
+        return str(response["ShardIterator"])
+
+    def _get_records(self, iterator: str, limit: int, outcome: ReadOutcome) -> Mapping[str, Any]:
+        def request() -> Mapping[str, Any]:
+            # Kinesis allows 5 GetRecords calls per second per shard, shared by all readers:
+            # spacing our own calls leaves room for others and avoids self-inflicted throttling.
+            if self._last_call_at is not None:
+                wait = self._last_call_at + self._min_interval_s - self._clock()
+                if wait > 0:
+                    self._sleep(wait)
+            self._last_call_at = self._clock()
+            outcome.calls += 1
+            return self._client.get_records(ShardIterator=iterator, Limit=limit)
+
+        return self._call(
+            "GetRecords",
+            request,
+            outcome,
+            passthrough=frozenset({"ExpiredIteratorException"}),
+        )
+
+    # ----------------------------------------------------------------- reading
+
+    def read(
+        self,
+        start: StartPosition,
+        *,
+        max_records: int,
+        end_sequence_number: str | None = None,
+        arrival_cutoff_ms: int | None = None,
+    ) -> Iterator[list[KinesisRecord]]:
+        """Yield de-aggregated records, one non-empty list per GetRecords response.
+
+        Stops at the first of: ``max_records`` Kinesis records ("limit"), the record
+        ``end_sequence_number`` read, inclusive ("end_sequence"), a record that arrived
+        after ``arrival_cutoff_ms``, which is not included ("cutoff"), the end of a closed
+        shard ("shard_end"), or a short page at the tip of the stream ("caught_up").
+
+        With ``end_sequence_number`` (a replay of a pinned range) any other stop raises
+        ``ShardReadError``: the range can no longer be reproduced exactly, and silently
+        returning a different set of records would break exactly-once.
+
+        ``self.outcome`` is set once the generator is exhausted (not if it is closed early).
+        """
+        if max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        self.outcome = None
+        outcome = ReadOutcome(
+            shard_id=self._shard_id,
+            records_read=0,
+            user_records=0,
+            last_sequence_number=None,
+            last_arrival_ms=None,
+            shard_ended=False,
+            caught_up=False,
+            millis_behind_latest=None,
+            stopped_by="",
+            calls=0,
+            retries=0,
+            iterator_renewals=0,
+            data_loss=None,
+            read_started_ms=int(time.time() * 1000),
+        )
+        end = int(end_sequence_number) if end_sequence_number is not None else None
+        cursor = _Cursor(start)
+        iterator = self._open(cursor, outcome)
+        expirations_in_a_row = 0
+        while True:
+            limit = min(self._max_per_call, max_records - outcome.records_read)
+            try:
+                response = self._get_records(iterator, limit, outcome)
+            except ClientError as error:  # ExpiredIteratorException only (passthrough)
+                expirations_in_a_row += 1
+                if expirations_in_a_row > self._retry.max_retries:
+                    raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
+                outcome.iterator_renewals += 1
+                iterator = self._reopen(cursor, outcome)
+                continue
+            expirations_in_a_row = 0
+
+            records = response["Records"]
+            next_iterator = response.get("NextShardIterator")
+            millis_behind = response.get("MillisBehindLatest")
+            if millis_behind is not None:
+                outcome.millis_behind_latest = int(millis_behind)
+
+            batch: list[KinesisRecord] = []
+            stop = ""
+            consumed_all = True
+            skipped = 0
+            for position, record in enumerate(records):
+                sequence_number = record["SequenceNumber"]
+                if cursor.skip(sequence_number):
+                    skipped += 1
+                    continue
+                if end is not None and int(sequence_number) > end:
+                    raise self._error(
+                        "GetRecords",
+                        outcome.calls,
+                        f"pinned range ending at {end_sequence_number} cannot be reproduced: "
+                        f"record {sequence_number} follows {outcome.last_sequence_number} "
+                        "and the end record is gone",
+                    )
+                arrival_ms = _epoch_ms(record["ApproximateArrivalTimestamp"])
+                if arrival_cutoff_ms is not None and arrival_ms > arrival_cutoff_ms:
+                    stop = "cutoff"
+                    consumed_all = False
+                    break
+                batch.extend(
+                    user_records(
+                        sequence_number, record["PartitionKey"], arrival_ms, record["Data"]
+                    )
+                )
+                cursor.consumed(sequence_number)
+                outcome.records_read += 1
+                outcome.last_sequence_number = sequence_number
+                outcome.last_arrival_ms = arrival_ms
+                if end is not None and int(sequence_number) == end:
+                    stop = "end_sequence"
+                elif outcome.records_read >= max_records:
+                    stop = "limit"
+                if stop:
+                    consumed_all = position == len(records) - 1
+                    break
+            if batch:
+                outcome.user_records += len(batch)
+                yield batch
+
+            if next_iterator is None and consumed_all:
+                outcome.shard_ended = True
+                stop = stop or "shard_end"
+            elif (
+                not stop
+                and len(records) < limit
+                and not millis_behind
+                and not (records and skipped == len(records))
+            ):
+                # Real Kinesis can return a short (even empty) page while still behind, so a
+                # short page only means "caught up" when MillisBehindLatest says so. A page
+                # holding nothing but the resume record does not count: kinesalite only
+                # reports the end of a closed shard on an *empty* page, so stopping here
+                # would re-read that one record forever and never see the shard end.
+                outcome.caught_up = True
+                stop = "caught_up"
+            if stop:
+                break
+            iterator = next_iterator
+
+        outcome.data_loss = cursor.data_loss
+        if end is not None and stop != "end_sequence":
+            raise self._error(
+                "GetRecords",
+                outcome.calls,
+                f"pinned range ending at {end_sequence_number} cannot be reproduced: the read "
+                f"stopped ({stop}) after {outcome.last_sequence_number} without reaching it",
+            )
+        outcome.stopped_by = stop
+        self.outcome = outcome
+
+    def _open(self, cursor: _Cursor, outcome: ReadOutcome) -> str:
+        """First iterator for ``cursor.start``.
+
+        AFTER_SEQUENCE_NUMBER S is requested as AT_SEQUENCE_NUMBER S so that the first
+        record proves S is still retained; if S is rejected outright, the read falls back to
+        TRIM_HORIZON and the cursor reports the gap.
+        """
+        start = cursor.start
+        if start.kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+            try:
+                return self._iterator(
+                    outcome,
+                    ShardIteratorType="AT_SEQUENCE_NUMBER",
+                    StartingSequenceNumber=start.sequence_number,
+                )
+            except ClientError as error:
+                message = str(error)
+                if start.kind == "AT_SEQUENCE_NUMBER" or any(
+                    m in message for m in _FOREIGN_SEQUENCE_MESSAGES
+                ):
+                    raise self._error("GetShardIterator", 1, message) from error
+                cursor.rejected(message)
+                return self._iterator(outcome, ShardIteratorType="TRIM_HORIZON")
+        return self._iterator(outcome, **start.iterator_args())
+
+    def _reopen(self, cursor: _Cursor, outcome: ReadOutcome) -> str:
+        """A fresh iterator after expiry: right after the last record seen, or the start."""
+        if cursor.last_seen is None:
+            return self._open(cursor, outcome)
+        return self._iterator(
+            outcome,
+            ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+            StartingSequenceNumber=cursor.last_seen,
+        )
+
+
+class _Cursor:
+    """Tracks the position within a read and the AFTER_SEQUENCE_NUMBER resume check."""
+
+    def __init__(self, start: StartPosition) -> None:
+        self.start = start
+        self.last_seen: str | None = None
+        self.data_loss: str | None = None
+        self._rejection: str | None = None
+        # When resuming after S, every record up to and including S must be skipped.
+        self._resume_after = (
+            int(start.sequence_number)
+            if start.kind == "AFTER_SEQUENCE_NUMBER" and start.sequence_number is not None
+            else None
+        )
+        self._found_resume_record = False
+
+    def rejected(self, message: str) -> None:
+        """AT_SEQUENCE_NUMBER S was refused (presumably past retention); the read goes on
+        from TRIM_HORIZON. Whether anything was lost is decided by the records that follow:
+        finding S there proves nothing was."""
+        self._rejection = f"GetShardIterator rejected it: {message}"
+        _log.warning(
+            "resume sequence number %s rejected, reading from TRIM_HORIZON: %s",
+            self.start.sequence_number,
+            message,
+        )
+
+    def skip(self, sequence_number: str) -> bool:
+        """True for records at or before the resume point; detects a gap after it."""
+        if self._resume_after is None:
+            return False
+        value = int(sequence_number)
+        if value <= self._resume_after:
+            self._found_resume_record = value == self._resume_after
+            self.last_seen = sequence_number
+            return True
+        if not self._found_resume_record:
+            reason = f" ({self._rejection})" if self._rejection else ""
+            self.data_loss = (
+                f"records after {self.start.sequence_number} and before {sequence_number} "
+                f"are no longer retained: the resume record {self.start.sequence_number} "
+                f"was not found{reason}"
+            )
+        self._resume_after = None
+        return False
+
+    def consumed(self, sequence_number: str) -> None:
+        self.last_seen = sequence_number
