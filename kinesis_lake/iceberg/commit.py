@@ -1,0 +1,241 @@
+"""The exactly-once commit protocol: one batch of one writer lands once, or not at all.
+
+Spark may replay a micro-batch after a crash between the Iceberg commit and its own
+checkpoint, and a retried driver may repeat a commit whose outcome it never learned.
+Each commit therefore sets a table property
+``kinesis-lake.writer.<writer id>.last-batch-id`` IN THE SAME TRANSACTION as its data, and
+a batch id at or below that watermark is skipped. Table properties survive snapshot
+expiry, unlike snapshot summaries, so the answer to "did writer W commit batch N" never
+ages out. Snapshot summaries still carry writer id, batch id and the caller's keys (for
+example source positions) as history.
+
+Conflicts with other writers are retried here, by rebuilding the transaction on fresh
+metadata after re-checking the watermark (see :mod:`kinesis_lake.iceberg.retry`). Any
+other failure is raised unchanged; its outcome may be unknown (a lost response), and the
+replay of the batch resolves it: the watermark tells whether the commit landed.
+
+Precondition: batch ids of one writer grow, and one live process commits per writer id
+at a time (Spark's checkpoint guarantees both for a streaming query).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Snapshot
+
+from kinesis_lake.iceberg import summary as keys
+from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+
+logger = logging.getLogger(__name__)
+
+WRITER_PROPERTY_PREFIX = "kinesis-lake.writer."
+DEFAULT_MAX_ATTEMPTS = 10
+
+
+@dataclass
+class CommitOutcome:
+    """What a commit call did.
+
+    ``committed``: this call made the batch durable. ``skipped_duplicate``: the writer had
+    already committed this batch id (or a later one); nothing was written and files the
+    caller wrote for the batch are now orphans for it to delete. ``snapshot_id`` is None
+    when the commit carried no data (only the watermark moved). ``rows`` is None when
+    skipped.
+    """
+
+    committed: bool
+    skipped_duplicate: bool
+    snapshot_id: int | None
+    attempts: int
+    files: int
+    rows: int | None
+
+
+def watermark_property(writer_id: str) -> str:
+    """The table property holding ``writer_id``'s last committed batch id."""
+    return f"{WRITER_PROPERTY_PREFIX}{writer_id}.last-batch-id"
+
+
+def last_committed_batch(table: Table, writer_id: str) -> int | None:
+    """The last batch id ``writer_id`` committed, as of ``table``'s loaded metadata."""
+    value = table.properties.get(watermark_property(writer_id))
+    return int(value) if value is not None else None
+
+
+def commit_files(
+    table: Table,
+    paths: list[str],
+    *,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str] | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> CommitOutcome:
+    """Add Parquet data files written elsewhere (Spark executors) as batch ``batch_id``.
+
+    Files must match the table schema and hold one partition value each with column
+    statistics, as :func:`kinesis_lake.iceberg.data_files.write_data_files` writes them.
+
+    An empty ``paths`` still moves the watermark, in a metadata-only commit with no
+    snapshot: "batch N is done, with no rows" must be durable too, or a replay of batch N
+    that happens to read rows (Kinesis reads are capped by time, so a replay may see
+    records the first run did not) would commit them while the next batch, which started
+    where the first run stopped, reads them again. ``summary`` is not recorded then.
+
+    The duplicate-file check of ``add_files`` is off: it reads every manifest of the table
+    on every commit, and the watermark already makes a batch idempotent. Callers must name
+    files uniquely per task attempt (``write_data_files`` refuses to overwrite a file).
+    """
+
+    def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
+        if paths:
+            tx.add_files(
+                paths, snapshot_properties=snapshot_properties, check_duplicate_files=False
+            )
+
+    outcome = _commit_batch(
+        table,
+        stage,
+        writer_id=writer_id,
+        batch_id=batch_id,
+        summary=summary,
+        max_attempts=max_attempts,
+    )
+    if outcome.committed:
+        outcome.files = len(paths)
+    return outcome
+
+
+def commit_arrow(
+    table: Table,
+    data: pa.Table,
+    *,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str] | None = None,
+    overwrite_filter: BooleanExpression | str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> CommitOutcome:
+    """Write a small driver-side Arrow table as batch ``batch_id`` under the same protocol.
+
+    With ``overwrite_filter``, rows matching it are deleted and ``data`` appended in the
+    same transaction (copy-on-write: files partly matching are rewritten), so readers
+    never see the gap. Data files of an attempt that lost a conflict are left behind for
+    orphan-file removal; the next attempt writes its own.
+    """
+
+    def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
+        if overwrite_filter is not None:
+            with warnings.catch_warnings():
+                # Replacing rows that do not exist yet (a new window) is routine, not news.
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                tx.delete(overwrite_filter, snapshot_properties=snapshot_properties)
+        if data.num_rows:
+            tx.append(data, snapshot_properties=snapshot_properties)
+
+    outcome = _commit_batch(
+        table,
+        stage,
+        writer_id=writer_id,
+        batch_id=batch_id,
+        summary=summary,
+        max_attempts=max_attempts,
+    )
+    if outcome.committed:
+        snapshot = table.snapshot_by_id(outcome.snapshot_id) if outcome.snapshot_id else None
+        outcome.files = _summary_int(snapshot, "added-data-files")
+        outcome.rows = data.num_rows
+    return outcome
+
+
+def _commit_batch(
+    table: Table,
+    stage: Callable[[Transaction, dict[str, str]], None],
+    *,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str] | None,
+    max_attempts: int,
+) -> CommitOutcome:
+    """The retry loop shared by both entry points; ``stage`` adds the batch's data."""
+    if not writer_id:
+        raise ValueError("writer_id must be a non-empty string")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    snapshot_properties = {
+        **(summary or {}),
+        keys.WRITER_ID: writer_id,
+        keys.BATCH_ID: str(batch_id),
+    }
+    # The caller's table object may be minutes old; deciding on it would waste an attempt.
+    table.refresh()
+    attempt = 0
+    while True:
+        attempt += 1
+        last = last_committed_batch(table, writer_id)
+        if last is not None and batch_id <= last:
+            logger.info(
+                "Batch %d of writer %r is already committed (watermark %d): skipped",
+                batch_id,
+                writer_id,
+                last,
+            )
+            return CommitOutcome(False, True, None, attempt, 0, None)
+        view = fail_fast(table)
+        tx = view.transaction()
+        stage(tx, snapshot_properties)
+        tx.set_properties({watermark_property(writer_id): str(batch_id)})
+        try:
+            tx.commit_transaction()
+        except CommitFailedException:
+            if attempt >= max_attempts:
+                raise
+            logger.warning(
+                "Commit of batch %d by writer %r lost a race with another commit "
+                "(attempt %d of %d); retrying on fresh metadata",
+                batch_id,
+                writer_id,
+                attempt,
+                max_attempts,
+            )
+            backoff(attempt)
+            table.refresh()
+            continue
+        adopt_commit(table, view)
+        snapshot = _own_snapshot(table, writer_id, batch_id)
+        return CommitOutcome(
+            committed=True,
+            skipped_duplicate=False,
+            snapshot_id=snapshot.snapshot_id if snapshot else None,
+            attempts=attempt,
+            files=0,
+            rows=_summary_int(snapshot, "added-records"),
+        )
+
+
+def _own_snapshot(table: Table, writer_id: str, batch_id: int) -> Snapshot | None:
+    """The current snapshot if this batch's commit produced it (None for metadata-only).
+
+    Checked through the summary because after a metadata-only commit the current snapshot
+    is whatever another writer committed last.
+    """
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return None
+    summary = snapshot.summary
+    ours = (summary.get(keys.WRITER_ID), summary.get(keys.BATCH_ID)) == (writer_id, str(batch_id))
+    return snapshot if ours else None
+
+
+def _summary_int(snapshot: Snapshot | None, key: str) -> int:
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.get(key, "0"))

@@ -1,0 +1,354 @@
+"""Parquet data files for an Iceberg table, written where the data is (Spark executors).
+
+Executors have no catalog connection: they get a :class:`TableWriteTarget`, a few
+plain facts about the table, and write files that the driver later adds to the table in
+one commit (:func:`kinesis_lake.iceberg.commit.commit_files`). pyiceberg's ``add_files``
+infers each file's partition from its column statistics, so the files written here hold
+exactly one partition value each and always carry statistics; otherwise rows would
+silently vanish from partition-filtered scans.
+
+All file access goes through pyiceberg's FileIO, so the same code writes to a local
+warehouse and to s3:// with the table's own credentials and endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import PY_IO_IMPL, FileIO, OutputStream, load_file_io
+from pyiceberg.io.pyarrow import pyarrow_to_schema, schema_to_pyarrow
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table, TableProperties
+from pyiceberg.transforms import IdentityTransform, Transform, parse_transform
+from pyiceberg.types import IcebergType
+from pyiceberg.utils.properties import property_as_int
+
+logger = logging.getLogger(__name__)
+
+# FileIO needs only its own settings; the catalog's (a database URI with its password)
+# stay on the driver instead of travelling inside every task.
+_IO_PROPERTY_PREFIXES = ("s3.", "gcs.", "adls.", "hdfs.", "oss.", "hf.", "client.")
+
+# Rows are buffered per partition up to this many in-memory bytes, then written as one
+# row group: big row groups compress well, and the bound keeps executor memory flat.
+_ROW_GROUP_BYTES = 32 * 1024 * 1024
+
+_PARQUET_OPTIONS = {
+    "compression": "zstd",
+    # add_files derives partition values and scan-pruning bounds from these.
+    "write_statistics": True,
+    # Iceberg timestamps are microseconds; refuse to silently drop nanoseconds.
+    "coerce_timestamps": "us",
+    "allow_truncated_timestamps": False,
+}
+
+
+@dataclass(frozen=True)
+class TableWriteTarget:
+    """What an executor needs to write data files for a table, and nothing more.
+
+    Plain values only, so it pickles small into every Spark task. ``io_properties`` may
+    hold storage credentials and is left out of the repr so it never reaches a log.
+    """
+
+    identifier: str
+    location: str
+    io_properties: dict[str, str] = field(repr=False)
+    partition_fields: tuple[tuple[str, str], ...]
+    target_file_size_bytes: int
+    arrow_schema_ipc: bytes = field(repr=False)
+
+    @classmethod
+    def from_table(cls, table: Table) -> TableWriteTarget:
+        """The write target of ``table``'s current schema and partition spec.
+
+        Raises:
+            ValueError: the table is partitioned by a transform that does not preserve
+                order (bucket) or on a nested column: add_files can only infer a file's
+                partition from the min/max of a top-level column.
+        """
+        schema = table.schema()
+        top_level = {f.field_id for f in schema.fields}
+        partition_fields = []
+        for spec_field in table.spec().fields:
+            column = schema.find_column_name(spec_field.source_id)
+            if not spec_field.transform.preserves_order or spec_field.source_id not in top_level:
+                raise ValueError(
+                    f"Table {'.'.join(table.name())} is partitioned by {spec_field.transform} "
+                    f"of {column}: files for it cannot be added by statistics. Partition by "
+                    "identity, year, month, day, hour or truncate of a top-level column."
+                )
+            partition_fields.append((str(column), str(spec_field.transform)))
+        return cls(
+            identifier=".".join(table.name()),
+            location=table.location().rstrip("/"),
+            io_properties={
+                key: value
+                for key, value in table.io.properties.items()
+                if key == PY_IO_IMPL or key.startswith(_IO_PROPERTY_PREFIXES)
+            },
+            partition_fields=tuple(partition_fields),
+            target_file_size_bytes=property_as_int(
+                table.properties,
+                TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+            )
+            or TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+            arrow_schema_ipc=table_arrow_schema(schema).serialize().to_pybytes(),
+        )
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema files are written with (the table's, with field ids)."""
+        return pa.ipc.read_schema(pa.py_buffer(self.arrow_schema_ipc))
+
+
+def table_arrow_schema(schema: Schema) -> pa.Schema:
+    """The Arrow form of an Iceberg schema that writers and readers of our files share.
+
+    Field ids are kept in the field metadata (engines resolve columns by id), and
+    strings, binaries and lists use 32-bit offsets: Spark and most producers build those,
+    and pyiceberg's 64-bit defaults would force a copy of every batch.
+    """
+    with_ids = schema_to_pyarrow(schema, include_field_ids=True)
+    return pa.schema([_small_field(f) for f in with_ids], metadata=with_ids.metadata)
+
+
+def write_data_files(
+    target: TableWriteTarget, batches: Iterable[pa.RecordBatch], *, file_prefix: str
+) -> list[str]:
+    """Stream ``batches`` into Parquet files under the table's data directory.
+
+    Files are ``<location>/data/<partition path>/<file_prefix>-<n>.parquet``, one
+    partition value each, rolled over at the target file size. ``file_prefix`` must be
+    unique per task attempt: an existing file is refused, but FileIO checks before it
+    creates, so only unique prefixes rule out two attempts racing. Batches are matched
+    to the table schema by column name (missing optional columns become nulls).
+
+    Returns the full paths of the files written; none for empty input. On failure every
+    file this call created is deleted before the error propagates.
+    """
+    schema = target.arrow_schema()
+    io = load_file_io(target.io_properties, target.location)
+    partitioner = _Partitioner(schema, target.partition_fields)
+    sequence = itertools.count()
+    writers: dict[str, _RollingParquetFile] = {}
+
+    def path_maker(partition_path: str) -> Callable[[], str]:
+        directory = f"{target.location}/data/{partition_path}".rstrip("/")
+        return lambda: f"{directory}/{file_prefix}-{next(sequence):05d}.parquet"
+
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for partition_path, rows in partitioner.split(conform_batch(batch, schema)):
+                writer = writers.get(partition_path)
+                if writer is None:
+                    writer = _RollingParquetFile(
+                        io, schema, path_maker(partition_path), target.target_file_size_bytes
+                    )
+                    writers[partition_path] = writer
+                writer.write(rows)
+        for writer in writers.values():
+            writer.finish()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        _delete(io, [path for writer in writers.values() for path in writer.paths])
+        raise
+    return [path for writer in writers.values() for path in writer.paths]
+
+
+def delete_files(io_properties: dict[str, str], location: str, paths: Iterable[str]) -> None:
+    """Delete data files that will never be committed (aborted or duplicate batches).
+
+    Already-missing files are fine: an abort may run twice.
+    """
+    _delete(load_file_io(io_properties, location), paths)
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema``'s columns, order, types and nullability.
+
+    Raises:
+        ValueError: a column is not in the table, a required column is missing or has
+            nulls, or a value does not fit the column type without loss.
+    """
+    if batch.schema.equals(schema):
+        return batch
+    extra = set(batch.schema.names) - set(schema.names)
+    if extra:
+        raise ValueError(
+            f"Columns {sorted(extra)} are not in the table schema; add them to the table "
+            "first (ensure_table evolves the schema)."
+        )
+    columns = []
+    for target_field in schema:
+        index = batch.schema.get_field_index(target_field.name)
+        if index < 0:
+            if not target_field.nullable:
+                raise ValueError(f"Required column {target_field.name!r} is missing.")
+            columns.append(pa.nulls(batch.num_rows, target_field.type))
+            continue
+        column = batch.column(index)
+        if not target_field.nullable and column.null_count:
+            raise ValueError(
+                f"Required column {target_field.name!r} has {column.null_count} null values."
+            )
+        columns.append(
+            column if column.type == target_field.type else column.cast(target_field.type)
+        )
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class _Partitioner:
+    """Splits batches by partition value, computed with pyiceberg's own transforms.
+
+    Using pyiceberg's transforms (not hand-written date math) guarantees the values
+    agree with the partition add_files later infers from the same rows.
+    """
+
+    def __init__(self, schema: pa.Schema, partition_fields: tuple[tuple[str, str], ...]):
+        iceberg_schema = pyarrow_to_schema(schema)
+        self._fields = [
+            _PartitionField(column, parse_transform(name), iceberg_schema.find_type(column))
+            for column, name in partition_fields
+        ]
+
+    def split(self, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+        if not self._fields:
+            yield "", batch
+            return
+        keys = [f.values(batch) for f in self._fields]
+        key_table = pa.table(keys, names=[f.column for f in self._fields])
+        distinct = key_table.group_by(key_table.column_names).aggregate([]).to_pylist()
+        for row in distinct:
+            values = list(row.values())
+            path = "/".join(f.path_segment(v) for f, v in zip(self._fields, values, strict=True))
+            if len(distinct) == 1:
+                yield path, batch
+                continue
+            mask = None
+            for key, value in zip(keys, values, strict=True):
+                matches = pc.is_null(key) if value is None else pc.equal(key, value)
+                mask = matches if mask is None else pc.and_(mask, matches)
+            yield path, batch.filter(mask)
+
+
+@dataclass(frozen=True)
+class _PartitionField:
+    column: str
+    transform: Transform[Any, Any]
+    source_type: IcebergType
+
+    def values(self, batch: pa.RecordBatch) -> pa.Array:
+        """Partition values of the batch's rows, in Iceberg's internal representation."""
+        column = batch.column(self.column)
+        if isinstance(self.transform, IdentityTransform):
+            values = column
+        else:
+            values = self.transform.pyarrow_transform(self.source_type)(column)
+        if pa.types.is_timestamp(values.type) or pa.types.is_time(values.type):
+            return values.cast(pa.int64())
+        if pa.types.is_date(values.type):
+            return values.cast(pa.int32())
+        return values
+
+    def path_segment(self, value: object) -> str:
+        name = self.column
+        if not isinstance(self.transform, IdentityTransform):
+            name = f"{self.column}_{str(self.transform).split('[')[0]}"
+        human = self.transform.to_human_string(self.source_type, value)
+        return f"{name}={quote(human, safe='')}"
+
+
+class _RollingParquetFile:
+    """One partition's output: buffered row groups, a new file at the target size."""
+
+    def __init__(
+        self, io: FileIO, schema: pa.Schema, new_path: Callable[[], str], target_bytes: int
+    ) -> None:
+        self.paths: list[str] = []
+        self._io = io
+        self._schema = schema
+        self._new_path = new_path
+        self._target_bytes = target_bytes
+        self._row_group_bytes = min(target_bytes, _ROW_GROUP_BYTES)
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_bytes = 0
+        self._stream: OutputStream | None = None
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._pending.append(batch)
+        self._pending_bytes += batch.nbytes
+        if self._pending_bytes >= self._row_group_bytes:
+            self._flush()
+
+    def finish(self) -> None:
+        self._flush()
+        self._close_file()
+
+    def abort(self) -> None:
+        """Close whatever is open without flushing; the caller deletes the files."""
+        try:
+            self._close_file()
+        except Exception:
+            logger.warning("Could not close a partial data file while aborting", exc_info=True)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        writer, stream = self._writer, self._stream
+        if writer is None or stream is None:
+            path = self._new_path()
+            self.paths.append(path)
+            stream = self._stream = self._io.new_output(path).create(overwrite=False)
+            writer = self._writer = pq.ParquetWriter(stream, self._schema, **_PARQUET_OPTIONS)
+        rows = pa.Table.from_batches(self._pending, schema=self._schema)
+        writer.write_table(rows, row_group_size=rows.num_rows)
+        self._pending = []
+        self._pending_bytes = 0
+        if stream.tell() >= self._target_bytes:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        writer, stream = self._writer, self._stream
+        self._writer = self._stream = None
+        if writer is not None:
+            writer.close()
+        if stream is not None:
+            stream.close()
+
+
+def _small_field(arrow_field: pa.Field) -> pa.Field:
+    return arrow_field.with_type(_small_type(arrow_field.type))
+
+
+def _small_type(arrow_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(arrow_type):
+        return pa.string()
+    if pa.types.is_large_binary(arrow_type):
+        return pa.binary()
+    if pa.types.is_map(arrow_type):
+        return pa.map_(_small_field(arrow_type.key_field), _small_field(arrow_type.item_field))
+    if pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type):
+        return pa.list_(_small_field(arrow_type.value_field))
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([_small_field(f) for f in arrow_type])
+    return arrow_type
+
+
+def _delete(io: FileIO, paths: Iterable[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            io.delete(path)

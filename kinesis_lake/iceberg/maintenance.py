@@ -1,0 +1,257 @@
+"""Table upkeep a streaming writer makes necessary: expiry, compaction, orphan removal.
+
+A streaming writer commits every few seconds, so it leaves many small files and a long
+snapshot history behind; commit latency grows with that history and scans slow down with
+the file count. pyiceberg 0.12 only expires snapshots (and deletes no files doing so),
+so compaction and orphan-file removal are built here on its public commit API. All three
+are safe while ingestion keeps committing: they retry conflicts on fresh metadata and
+never change which rows the table holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+from pyarrow.fs import FileSelector, FileSystem, FileType
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO, parquet_files_to_data_files
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import ancestors_of
+
+from kinesis_lake.iceberg import summary as keys
+from kinesis_lake.iceberg.commit import DEFAULT_MAX_ATTEMPTS
+from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
+from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+
+logger = logging.getLogger(__name__)
+
+# A file under this share of the target size is worth rewriting (Iceberg's own default).
+_SMALL_FILE_FRACTION = 0.75
+
+
+@dataclass
+class MaintenanceReport:
+    """What a maintenance call did, in numbers a dashboard can plot.
+
+    ``files_*`` and ``bytes_*`` describe the table's live data files before and after.
+    """
+
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    snapshots_expired: int = 0
+    orphans_removed: int = 0
+    orphan_bytes_removed: int = 0
+    files_rewritten: int = 0
+    files_written: int = 0
+    partitions_compacted: int = 0
+    commit_attempts: int = 0
+
+
+def expire_snapshots(table: Table, *, older_than_ms: int, retain_last: int) -> MaintenanceReport:
+    """Forget snapshots older than ``older_than_ms``, keeping the last ``retain_last``.
+
+    The ``retain_last`` most recent snapshots of the current history and every branch or
+    tag head are kept whatever their age. No file is deleted: files only the expired
+    snapshots used become orphans for :func:`remove_orphan_files`.
+    """
+    if retain_last < 1:
+        raise ValueError(f"retain_last must be at least 1, got {retain_last}")
+    table.refresh()
+    report = _with_live_files(MaintenanceReport(), table, before=True)
+    for attempt in range(1, DEFAULT_MAX_ATTEMPTS + 1):
+        metadata = table.metadata
+        recent = itertools.islice(ancestors_of(table.current_snapshot(), metadata), retain_last)
+        kept = {snapshot.snapshot_id for snapshot in recent}
+        kept |= {
+            ref.snapshot_id
+            for ref in metadata.refs.values()
+            if ref.snapshot_ref_type in (SnapshotRefType.BRANCH, SnapshotRefType.TAG)
+        }
+        expired = [
+            s.snapshot_id
+            for s in metadata.snapshots
+            if s.timestamp_ms < older_than_ms and s.snapshot_id not in kept
+        ]
+        if not expired:
+            break
+        report.commit_attempts = attempt
+        view = fail_fast(table)
+        try:
+            with view.maintenance.expire_snapshots() as expiry:
+                expiry.by_ids(expired)
+        except CommitFailedException:
+            if attempt == DEFAULT_MAX_ATTEMPTS:
+                raise
+            backoff(attempt)
+            table.refresh()
+            continue
+        adopt_commit(table, view)
+        report.snapshots_expired = len(expired)
+        break
+    return _with_live_files(report, table, before=False)
+
+
+def compact(
+    table: Table, *, target_file_size_bytes: int, min_input_files: int = 2
+) -> MaintenanceReport:
+    """Rewrite each partition's small files into files of about the target size.
+
+    A partition is rewritten when it holds at least ``min_input_files`` files smaller
+    than 3/4 of the target. Its rows are streamed into new files, then one commit per
+    partition swaps old files for new. pyiceberg cannot produce Iceberg's ``replace``
+    operation, so the snapshot is an ``overwrite`` marked
+    ``kinesis-lake.operation=compaction`` (incremental readers skip it). A commit that
+    loses a race with an ingestion append is retried on fresh metadata with the same new
+    files, which stays correct as long as every old file is still live; if one is gone
+    (another compaction took it) this partition is abandoned and its new files deleted.
+    """
+    if min_input_files < 2:
+        raise ValueError(f"min_input_files must be at least 2, got {min_input_files}")
+    table.refresh()
+    report = _with_live_files(MaintenanceReport(), table, before=True)
+    target = dataclasses.replace(
+        TableWriteTarget.from_table(table), target_file_size_bytes=target_file_size_bytes
+    )
+    for tasks in _small_files_by_partition(table, target_file_size_bytes, min_input_files):
+        _rewrite_partition(table, target, tasks, report)
+    return _with_live_files(report, table, before=False)
+
+
+def remove_orphan_files(table: Table, *, older_than_ms: int) -> MaintenanceReport:
+    """Delete files under the table's data/ and metadata/ that nothing references.
+
+    Orphans come from failed or duplicate batches, lost commit races and expired
+    snapshots. Only files last modified before ``older_than_ms`` are candidates: a
+    file written by a commit still in flight is unreferenced too, so the window must be
+    longer than the longest write-to-commit time (days in production, as in Iceberg).
+    """
+    io = PyArrowFileIO(table.io.properties)
+    location = table.location().rstrip("/")
+    candidates: list[tuple[FileSystem, str, int]] = []
+    for directory in (f"{location}/data", f"{location}/metadata"):
+        scheme, netloc, path = PyArrowFileIO.parse_location(directory)
+        filesystem = io.fs_by_scheme(scheme, netloc)
+        selector = FileSelector(path, recursive=True, allow_not_found=True)
+        candidates.extend(
+            (filesystem, info.path, info.size or 0)
+            for info in filesystem.get_file_info(selector)
+            if info.type == FileType.File
+            and info.mtime_ns is not None
+            and info.mtime_ns // 1_000_000 < older_than_ms
+        )
+    # Listed first, referenced second: a commit landing in between is seen as referenced.
+    table.refresh()
+    referenced = _referenced_paths(table)
+    report = _with_live_files(MaintenanceReport(), table, before=True)
+    for filesystem, path, size in candidates:
+        if path not in referenced:
+            filesystem.delete_file(path)
+            report.orphans_removed += 1
+            report.orphan_bytes_removed += size
+    logger.info("Removed %d orphan files from %s", report.orphans_removed, location)
+    return _with_live_files(report, table, before=False)
+
+
+def _small_files_by_partition(
+    table: Table, target_file_size_bytes: int, min_input_files: int
+) -> list[list[FileScanTask]]:
+    """Per partition of the current spec, its small files, where there are enough."""
+    threshold = target_file_size_bytes * _SMALL_FILE_FRACTION
+    spec_id = table.spec().spec_id
+    by_partition: dict[object, list[FileScanTask]] = defaultdict(list)
+    for task in table.scan().plan_files():
+        data_file = task.file
+        # Files of an older spec or with delete files are left for a full rewrite.
+        reusable = data_file.spec_id == spec_id and not task.delete_files
+        if reusable and data_file.file_size_in_bytes < threshold:
+            by_partition[data_file.partition].append(task)
+    return [tasks for tasks in by_partition.values() if len(tasks) >= min_input_files]
+
+
+def _rewrite_partition(
+    table: Table, target: TableWriteTarget, tasks: list[FileScanTask], report: MaintenanceReport
+) -> None:
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    new_paths = write_data_files(
+        target, scan.to_record_batches(tasks), file_prefix=f"compact-{uuid.uuid4().hex}"
+    )
+    new_files = list(parquet_files_to_data_files(table.io, table.metadata, iter(new_paths)))
+    rows_in = sum(task.file.record_count for task in tasks)
+    rows_out = sum(data_file.record_count for data_file in new_files)
+    if rows_in != rows_out:
+        delete_files(target.io_properties, target.location, new_paths)
+        raise RuntimeError(
+            f"Compaction of {target.identifier} read {rows_in} rows but wrote {rows_out}; "
+            "nothing was committed."
+        )
+    summary = {keys.OPERATION: keys.COMPACTION}
+    for attempt in range(1, DEFAULT_MAX_ATTEMPTS + 1):
+        report.commit_attempts += 1
+        tx = (view := fail_fast(table)).transaction()
+        try:
+            # The overwrite checks that every old file is still live in the new base.
+            with tx.update_snapshot(snapshot_properties=summary).overwrite() as rewrite:
+                for task in tasks:
+                    rewrite.delete_data_file(task.file)
+                for data_file in new_files:
+                    rewrite.append_data_file(data_file)
+            tx.commit_transaction()
+        except ValidationException:
+            logger.warning(
+                "Compaction of a partition of %s abandoned: its files changed meanwhile",
+                target.identifier,
+            )
+            delete_files(target.io_properties, target.location, new_paths)
+            table.refresh()
+            return
+        except CommitFailedException:
+            if attempt == DEFAULT_MAX_ATTEMPTS:
+                delete_files(target.io_properties, target.location, new_paths)
+                raise
+            backoff(attempt)
+            table.refresh()
+            continue
+        adopt_commit(table, view)
+        report.files_rewritten += len(tasks)
+        report.files_written += len(new_paths)
+        report.partitions_compacted += 1
+        return
+
+
+def _referenced_paths(table: Table) -> set[str]:
+    """Storage paths (as the filesystem lists them) of every file the table still uses."""
+    metadata = table.metadata
+    paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    paths.update(s.statistics_path for s in metadata.statistics)
+    paths.update(s.statistics_path for s in metadata.partition_statistics)
+    manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        paths.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in manifests:
+                continue
+            manifests.add(manifest.manifest_path)
+            # A file only marked deleted is needed by no snapshot kept in this metadata.
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                paths.add(entry.data_file.file_path)
+    paths |= manifests
+    return {PyArrowFileIO.parse_location(path)[2] for path in paths}
+
+
+def _with_live_files(report: MaintenanceReport, table: Table, *, before: bool) -> MaintenanceReport:
+    tasks = list(table.scan().plan_files()) if table.current_snapshot() else []
+    files, size = len(tasks), sum(task.file.file_size_in_bytes for task in tasks)
+    if before:
+        report.files_before, report.bytes_before = files, size
+    else:
+        report.files_after, report.bytes_after = files, size
+    return report

@@ -1,0 +1,176 @@
+"""Look at the lake: SQL over its tables, snapshot history, printable results.
+
+For people and checks (the CLI, Dagster asset checks, tests), not for heavy analytics:
+:func:`run_sql` reads each table the query names into memory through pyiceberg and lets
+DuckDB run the SQL over it. Big queries belong in Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from kinesis_lake.iceberg import summary as keys
+from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+
+# Spark's show() layout, which people know: cells cut at 20 characters, columns at
+# least 3 wide.
+_CELL_WIDTH = 20
+_MIN_COLUMN_WIDTH = 3
+
+
+def run_sql(
+    catalog: Catalog,
+    namespace: str,
+    sql: str,
+    *,
+    snapshot_id: int | None = None,
+    as_of_ms: int | None = None,
+) -> pa.Table:
+    """Run DuckDB ``sql`` over the tables of ``namespace``, optionally in the past.
+
+    Each table of the namespace that the query names is read into memory and is a view
+    under its short name and under ``<namespace>.<name>``. Time travel:
+
+    * ``as_of_ms`` reads every table as it was at that time (epoch milliseconds); a table
+      without data yet reads as empty.
+    * ``snapshot_id`` pins the one table whose history holds that snapshot (snapshot ids
+      are unique per table, never shared); the other tables read their current state.
+
+    Raises:
+        ValueError: both time-travel arguments given, or no named table has ``snapshot_id``.
+    """
+    if snapshot_id is not None and as_of_ms is not None:
+        raise ValueError("Pass snapshot_id or as_of_ms, not both.")
+    named = _named_tables(sql)
+    tables = {
+        identifier[-1]: catalog.load_table(identifier)
+        for identifier in catalog.list_tables(namespace)
+        if identifier[-1] in named or f"{namespace}.{identifier[-1]}" in named
+    }
+    if snapshot_id is not None and not any(t.snapshot_by_id(snapshot_id) for t in tables.values()):
+        raise ValueError(
+            f"None of the tables the query names ({', '.join(sorted(tables)) or 'none'}) "
+            f"has snapshot {snapshot_id}."
+        )
+    connection = duckdb.connect()
+    try:
+        # Otherwise DuckDB resolves an unknown table name to any Python variable of that
+        # name in the caller's frames, and a typo would query the wrong data.
+        connection.execute("SET python_enable_replacements = false")
+        connection.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
+        for name, table in tables.items():
+            connection.register(name, _read(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms))
+            connection.execute(f'CREATE VIEW "{namespace}"."{name}" AS SELECT * FROM main."{name}"')
+        return connection.sql(sql).to_arrow_table()
+    finally:
+        connection.close()
+
+
+def table_history(table: Table) -> list[dict[str, Any]]:
+    """Every snapshot of ``table``, oldest first, with what kinesis-lake recorded in it."""
+    current_id = table.metadata.current_snapshot_id
+    return [
+        _history_row(snapshot, is_current=snapshot.snapshot_id == current_id)
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+    ]
+
+
+def format_table(t: pa.Table, max_rows: int = 20) -> str:
+    """``t`` as text laid out like Spark's ``DataFrame.show()``."""
+    header = t.column_names
+    rows = [[_cell(v) for v in row.values()] for row in t.slice(0, max_rows).to_pylist()]
+    widths = [
+        max([_MIN_COLUMN_WIDTH, len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)
+    ]
+    border = "+" + "+".join("-" * w for w in widths) + "+"
+
+    def line(cells: list[str]) -> str:
+        return "|" + "|".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + "|"
+
+    lines = [border, line(header), border, *(line(r) for r in rows), border]
+    if t.num_rows > max_rows:
+        lines.append(f"only showing top {max_rows} rows")
+    return "\n".join(lines)
+
+
+def _named_tables(sql: str) -> set[str]:
+    """Names the query reads from (``name`` or ``schema.name``), found by parsing only.
+
+    DuckDB's ``get_table_names`` binds the query, which fails before the tables exist;
+    its parse tree as JSON needs no tables.
+    """
+    with duckdb.connect() as connection:
+        row = connection.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    tree = json.loads(row[0]) if row else {}
+    if tree.get("error"):
+        raise ValueError(f"Cannot parse the query: {tree.get('error_message', tree)}")
+    names: set[str] = set()
+    pending: list[Any] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE":
+                schema, name = node.get("schema_name"), node.get("table_name")
+                names.add(f"{schema}.{name}" if schema else name)
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return names
+
+
+def _read(table: Table, *, snapshot_id: int | None, as_of_ms: int | None) -> pa.Table:
+    if as_of_ms is not None:
+        snapshot = table.snapshot_as_of_timestamp(as_of_ms)
+        if snapshot is None:
+            return table_arrow_schema(table.schema()).empty_table()
+        return table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+    if snapshot_id is not None and table.snapshot_by_id(snapshot_id):
+        return table.scan(snapshot_id=snapshot_id).to_arrow()
+    return table.scan().to_arrow()
+
+
+def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
+    summary = snapshot.summary
+    operation = summary.operation.value if summary else None
+
+    def number(key: str) -> int | None:
+        value = summary.get(key) if summary else None
+        return int(value) if value is not None else None
+
+    return {
+        "snapshot_id": snapshot.snapshot_id,
+        "parent_id": snapshot.parent_snapshot_id,
+        "timestamp": datetime.fromtimestamp(
+            snapshot.timestamp_ms / 1000, tz=timezone.utc
+        ).isoformat(timespec="milliseconds"),
+        "operation": operation,
+        "added_records": number("added-records"),
+        "added_data_files": number("added-data-files"),
+        "total_records": number("total-records"),
+        "writer_id": summary.get(keys.WRITER_ID) if summary else None,
+        "batch_id": number(keys.BATCH_ID),
+        "source_snapshot_id": number(SOURCE_SNAPSHOT_PROPERTY),
+        "is_current": is_current,
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, bytes):
+        # Only the bytes that can show: payloads may be megabytes.
+        text = "[" + " ".join(f"{b:02X}" for b in value[:_CELL_WIDTH]) + "]"
+    else:
+        text = str(value)
+    return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."

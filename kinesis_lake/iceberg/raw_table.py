@@ -1,0 +1,104 @@
+"""The raw table: every Kinesis user record exactly once, bytes untouched.
+
+The raw table is the lake's system of record. It keeps the payload as bytes so a bad
+event-schema change never loses data (derived tables can always be rebuilt from it),
+and it keys every row by the Kinesis record identity so "exactly once" is checkable.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
+
+from kinesis_lake.iceberg.tables import ensure_table
+
+RAW_SCHEMA = Schema(
+    NestedField(1, "stream_name", StringType(), required=True),
+    NestedField(2, "shard_id", StringType(), required=True),
+    # Kinesis sequence numbers are decimal strings of up to 128 bits: compare as integers.
+    NestedField(3, "sequence_number", StringType(), required=True),
+    # Position of a user record inside a KPL aggregate; 0 for a plain record.
+    NestedField(4, "sub_sequence_number", LongType(), required=True),
+    NestedField(5, "partition_key", StringType(), required=True),
+    NestedField(6, "approximate_arrival_timestamp", TimestamptzType(), required=True),
+    NestedField(7, "data", BinaryType(), required=True),
+    NestedField(8, "aggregated", BooleanType(), required=True),
+    # Set when a corrupt KPL aggregate was kept whole instead of being split.
+    NestedField(9, "source_error", StringType(), required=False),
+    NestedField(10, "ingested_at", TimestamptzType(), required=True),
+    NestedField(11, "batch_id", LongType(), required=True),
+    identifier_field_ids=[1, 2, 3, 4],
+)
+
+_UTC_MICROS = pa.timestamp("us", tz="UTC")
+
+# What executors build their Arrow batches with; mirrors RAW_SCHEMA field for field.
+RAW_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("stream_name", pa.string(), nullable=False),
+        pa.field("shard_id", pa.string(), nullable=False),
+        pa.field("sequence_number", pa.string(), nullable=False),
+        pa.field("sub_sequence_number", pa.int64(), nullable=False),
+        pa.field("partition_key", pa.string(), nullable=False),
+        pa.field("approximate_arrival_timestamp", _UTC_MICROS, nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+        pa.field("aggregated", pa.bool_(), nullable=False),
+        pa.field("source_error", pa.string(), nullable=True),
+        pa.field("ingested_at", _UTC_MICROS, nullable=False),
+        pa.field("batch_id", pa.int64(), nullable=False),
+    ]
+)
+
+# Arrival day: the time filter every consumer uses, and few enough partitions per day.
+RAW_PARTITION_SPEC = PartitionSpec(
+    PartitionField(source_id=6, field_id=1000, transform=DayTransform(), name="arrival_day")
+)
+
+# Rows of one shard in Kinesis order: range-prunable lookups by record identity.
+RAW_SORT_ORDER = SortOrder(
+    SortField(source_id=2, transform=IdentityTransform()),
+    SortField(source_id=3, transform=IdentityTransform()),
+    SortField(source_id=4, transform=IdentityTransform()),
+)
+
+RAW_TABLE_PROPERTIES: dict[str, str] = {
+    # 128 MiB: big enough for cheap scans, small enough that compaction reaches it daily.
+    "write.target-file-size-bytes": str(128 * 1024 * 1024),
+    # Stated explicitly so every engine writing this table uses the same codec.
+    "write.parquet.compression-codec": "zstd",
+    # For other writers (Java engines, pyiceberg itself); our commits retry in our own loop.
+    "commit.retry.num-retries": "10",
+    # Enough recent snapshots for time travel and incremental readers between refreshes.
+    "history.expire.min-snapshots-to-keep": "100",
+    # A streaming writer commits every few seconds: drop superseded metadata.json files.
+    "write.metadata.delete-after-commit.enabled": "true",
+    # Keep a short metadata log for debugging recent commits, bounded in size.
+    "write.metadata.previous-versions-max": "50",
+    # One manifest per streaming commit would grow scan planning without bound: merge them.
+    "commit.manifest-merge.enabled": "true",
+}
+
+
+def ensure_raw_table(catalog: Catalog, identifier: str) -> Table:
+    """Create or evolve the raw table ``identifier`` (its namespace must exist)."""
+    return ensure_table(
+        catalog,
+        identifier,
+        RAW_SCHEMA,
+        partition_spec=RAW_PARTITION_SPEC,
+        sort_order=RAW_SORT_ORDER,
+        properties=RAW_TABLE_PROPERTIES,
+    )
