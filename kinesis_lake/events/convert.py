@@ -1,0 +1,346 @@
+"""Turn one declared field of many decoded JSON objects into one typed Arrow column.
+
+Work is column-wise: a list comprehension screens JSON types, then pyarrow converts the whole
+column at once; per-value Python work happens only for types without a vectorised equivalent
+(timestamps, dates, decimals) or on the slow path that pins down which rows failed. A value that
+cannot be converted never raises: its row gets an error in ``RowErrors`` (and is later routed to
+quarantine) and the value becomes null so the rest of the column still converts.
+
+Accepted JSON values per type (anything else is a "wrong type" error):
+
+- string: strings. boolean: ``true``/``false``.
+- long, int: integers within range. Fractional notation such as ``3.0`` is rejected even when the
+  value is integral, so a producer that sends floats fails consistently rather than only on the
+  rows that happen to have a fraction.
+- double, float: any finite number (integers included) within range.
+- timestamp: an ISO-8601 string with a ``Z`` or ``+HH:MM`` offset (whatever Python 3.11's
+  ``datetime.fromisoformat`` reads; fractions beyond microseconds are truncated), or a number of
+  milliseconds since the Unix epoch. Strings without an offset are rejected: their zone is unknown.
+- date: an ISO-8601 date string. decimal(p,s): a number or numeric string with at most ``s``
+  fraction digits and ``p - s`` integer digits (never rounded).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import date, datetime, timedelta, timezone
+from decimal import Context, Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, arrow_type, decimal_params
+from kinesis_lake.events.schema import EventField
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MIN_TIMESTAMP = pa.scalar(datetime.min.replace(tzinfo=timezone.utc), TIMESTAMP_ARROW_TYPE)
+_MAX_TIMESTAMP = pa.scalar(datetime.max.replace(tzinfo=timezone.utc), TIMESTAMP_ARROW_TYPE)
+_EXCERPT_CHARS = 60
+_FLOAT32_MAX = 3.4028234663852886e38
+_INTEGER_RANGES = {"long": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1)}
+_FLOAT_LIMITS = {"double": sys.float_info.max, "float": _FLOAT32_MAX}
+# Wide enough to quantize any decimal(38, s) value exactly.
+_DECIMAL_CONTEXT = Context(prec=100)
+
+# JSON types each declared type accepts; Decimal appears when the schema has decimal fields,
+# because then every JSON fraction is decoded as a Decimal to keep its exact digits.
+_STRING = frozenset({str})
+_BOOLEAN = frozenset({bool})
+_INTEGER = frozenset({int})
+_NUMBER = frozenset({int, float, Decimal})
+_TIMESTAMP = frozenset({str, int, float, Decimal})
+_DECIMAL = frozenset({int, Decimal, str})
+
+
+class RowErrors:
+    """The first error of each row, with the field it concerns.
+
+    Checks run in a fixed order (source error, decoding, then fields in declared order), so
+    keeping only the first error makes the reported reason deterministic.
+    """
+
+    __slots__ = ("fields", "messages")
+
+    def __init__(self, size: int) -> None:
+        self.messages: list[str | None] = [None] * size
+        self.fields: list[str | None] = [None] * size
+
+    def add(self, row: int, message: str, field: str | None = None) -> None:
+        if self.messages[row] is None:
+            # JSON strings may carry lone surrogates that Arrow cannot store as UTF-8.
+            self.messages[row] = message.encode("utf-8", "backslashreplace").decode("utf-8")
+            self.fields[row] = field
+
+    def ok_mask(self) -> pa.Array:
+        return pa.array([message is None for message in self.messages], pa.bool_())
+
+
+def json_kind(value: Any) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, (float, Decimal)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _excerpt(value: Any) -> str:
+    """A short JSON rendering of a value, so messages show it without flooding the table.
+
+    Decimals (decoded fractions in schemas with decimal fields) render as the number they were:
+    exactly at the top level, as a float inside containers.
+    """
+    if isinstance(value, Decimal):
+        text = str(value)
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=float)
+    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+
+
+def _wrong_type(field: EventField, value: Any) -> str:
+    message = (
+        f"field {field.name!r}: expected {field.type}, got {json_kind(value)} {_excerpt(value)}"
+    )
+    if field.type in _INTEGER_RANGES and isinstance(value, (float, Decimal)):
+        message += " (integer fields do not accept fractional notation such as 3.0)"
+    return message
+
+
+def _out_of_range(field: EventField, value: Any) -> str:
+    return f"field {field.name!r}: value {_excerpt(value)} out of range for {field.type}"
+
+
+def _reject(
+    rows: list[int],
+    values: list[Any],
+    field: EventField,
+    errors: RowErrors,
+    message: Callable[[EventField, Any], str],
+) -> None:
+    for row in rows:
+        errors.add(row, message(field, values[row]), field.name)
+        values[row] = None
+
+
+def _screen(
+    values: list[Any], accepted: frozenset[type], field: EventField, errors: RowErrors
+) -> None:
+    """Null out and report every value whose JSON type the field cannot hold."""
+    bad = [
+        row for row, value in enumerate(values) if value is not None and type(value) not in accepted
+    ]
+    _reject(bad, values, field, errors, _wrong_type)
+
+
+def _strings(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    _screen(values, _STRING, field, errors)
+    try:
+        return pa.array(values, pa.string())
+    except UnicodeEncodeError:
+        bad = [row for row, value in enumerate(values) if value is not None and not _is_utf8(value)]
+        _reject(bad, values, field, errors, _invalid_unicode)
+        return pa.array(values, pa.string())
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _invalid_unicode(field: EventField, value: Any) -> str:
+    return f"field {field.name!r}: string {_excerpt(value)} is not valid Unicode (lone surrogate)"
+
+
+def _booleans(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    _screen(values, _BOOLEAN, field, errors)
+    return pa.array(values, pa.bool_())
+
+
+def _integers(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    _screen(values, _INTEGER, field, errors)
+    low, high = _INTEGER_RANGES[field.type]
+    try:
+        array = pa.array(values, pa.int64())
+        bounds = pc.min_max(array)
+        in_range = array.null_count == len(array) or (
+            low <= bounds["min"].as_py() and bounds["max"].as_py() <= high
+        )
+    except OverflowError:  # beyond int64: pyarrow cannot even hold it
+        in_range = False
+    if not in_range:
+        bad = [
+            row
+            for row, value in enumerate(values)
+            if value is not None and not low <= value <= high
+        ]
+        _reject(bad, values, field, errors, _out_of_range)
+        array = pa.array(values, pa.int64())
+    return array.cast(arrow_type(field.type))
+
+
+def _floats(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    _screen(values, _NUMBER, field, errors)
+    try:
+        array = pa.array(values, pa.float64())
+    except (pa.ArrowInvalid, OverflowError):
+        # Integers beyond 2**53 and Decimals need Python's (rounding) conversion.
+        array = pa.array([v if v is None else _to_float(v) for v in values], pa.float64())
+    # JSON has no infinity, but 1e999 decodes to it.
+    too_big = pc.greater(pc.abs(array), _FLOAT_LIMITS[field.type])
+    if pc.any(too_big).as_py():
+        _reject(pc.indices_nonzero(too_big).to_pylist(), values, field, errors, _out_of_range)
+        array = pc.if_else(too_big, pa.scalar(None, pa.float64()), array)
+    return array.cast(arrow_type(field.type))
+
+
+def _to_float(value: int | float | Decimal) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the double range
+        return float("inf")
+
+
+def _parse_each(
+    values: list[Any],
+    parse: Callable[[Any], Any],
+    field: EventField,
+    errors: RowErrors,
+    describe: Callable[[EventField, Any, Exception], str],
+) -> list[Any]:
+    """Apply ``parse`` to every non-null value; failures (``ValueError``/``OverflowError``)
+    are reported with ``describe`` and become null.
+
+    The comprehension is the fast path for the usual all-valid column; only a column with a
+    failure pays for the per-row loop that finds which rows failed.
+    """
+    try:
+        return [value if value is None else parse(value) for value in values]
+    except (ValueError, OverflowError):
+        pass
+    parsed = []
+    for row, value in enumerate(values):
+        try:
+            parsed.append(None if value is None else parse(value))
+        except (ValueError, OverflowError) as exc:
+            errors.add(row, describe(field, value, exc), field.name)
+            parsed.append(None)
+    return parsed
+
+
+def _timestamps(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    _screen(values, _TIMESTAMP, field, errors)
+    array = pa.array(
+        _parse_each(values, _to_datetime, field, errors, _bad_timestamp), TIMESTAMP_ARROW_TYPE
+    )
+    # An offset can push a valid local time outside the range of Python and Spark timestamps.
+    outside = pc.or_(pc.less(array, _MIN_TIMESTAMP), pc.greater(array, _MAX_TIMESTAMP))
+    if pc.any(outside).as_py():
+        _reject(pc.indices_nonzero(outside).to_pylist(), values, field, errors, _outside_years)
+        array = pc.if_else(outside, pa.scalar(None, TIMESTAMP_ARROW_TYPE), array)
+    return array
+
+
+def _to_datetime(value: str | int | float | Decimal) -> datetime:
+    if type(value) is not str:
+        return _EPOCH + timedelta(milliseconds=value if type(value) is int else float(value))
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError("no UTC offset (append Z or +HH:MM)")
+    return parsed
+
+
+def _outside_years(field: EventField, value: Any) -> str:
+    return f"field {field.name!r}: timestamp {_excerpt(value)} is not within years 1-9999 in UTC"
+
+
+def _bad_timestamp(field: EventField, value: Any, exc: Exception) -> str:
+    if isinstance(value, str):
+        return f"field {field.name!r}: unparseable timestamp {_excerpt(value)}: {exc}"
+    return f"field {field.name!r}: epoch milliseconds {_excerpt(value)} out of range"
+
+
+def _dates(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    _screen(values, _STRING, field, errors)
+    parsed = _parse_each(values, date.fromisoformat, field, errors, _bad_date)
+    return pa.array(parsed, pa.date32())
+
+
+def _bad_date(field: EventField, value: Any, exc: Exception) -> str:
+    return f"field {field.name!r}: unparseable date {_excerpt(value)}: {exc}"
+
+
+def _decimals(
+    values: list[Any], field: EventField, errors: RowErrors, precision: int, scale: int
+) -> pa.Array:
+    _screen(values, _DECIMAL, field, errors)
+    parse = _decimal_parser(precision, scale)
+    return pa.array(_parse_each(values, parse, field, errors, _bad_decimal), arrow_type(field.type))
+
+
+def _decimal_parser(precision: int, scale: int) -> Callable[[int | str | Decimal], Decimal]:
+    quantum = Decimal(1).scaleb(-scale)
+
+    def parse(value: int | str | Decimal) -> Decimal:
+        """The exact decimal, or ``ValueError`` saying why it would need rounding."""
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            raise ValueError("is not a decimal number") from None
+        if not number.is_finite():
+            raise ValueError("is not a finite decimal number")
+        if number and number.adjusted() >= precision - scale:
+            raise ValueError(f"has more than {precision - scale} integer digits")
+        # Cannot fail: the integer digits fit, so the result has at most 38 digits.
+        exact = number.quantize(quantum, context=_DECIMAL_CONTEXT)
+        if exact != number:
+            raise ValueError(f"has more than {scale} fraction digits")
+        return exact
+
+    return parse
+
+
+def _bad_decimal(field: EventField, value: Any, exc: Exception) -> str:
+    return f"field {field.name!r}: value {_excerpt(value)} {exc} for {field.type}"
+
+
+_CONVERTERS: dict[str, Callable[[list[Any], EventField, RowErrors], pa.Array]] = {
+    "string": _strings,
+    "boolean": _booleans,
+    "long": _integers,
+    "int": _integers,
+    "double": _floats,
+    "float": _floats,
+    "timestamp": _timestamps,
+    "date": _dates,
+}
+
+
+def convert_field(objects: list[dict[str, Any]], field: EventField, errors: RowErrors) -> pa.Array:
+    """The typed column of ``field`` across ``objects``; failing rows are reported and null.
+
+    Keys match field names exactly (case-sensitive); keys not declared are ignored.
+    """
+    name = field.name
+    values = [obj.get(name) for obj in objects]
+    if field.required:
+        for row in [row for row, value in enumerate(values) if value is None]:
+            if name in objects[row]:
+                errors.add(row, f"required field {name!r} is null", name)
+            else:
+                errors.add(row, f"missing required field {name!r}", name)
+    params = decimal_params(field.type)
+    if params:
+        return _decimals(values, field, errors, *params)
+    return _CONVERTERS[field.type](values, field, errors)

@@ -1,0 +1,278 @@
+"""The event schema: declared in YAML, validated once, shipped to executors as a plain dict.
+
+A schema names the JSON fields worth keeping and their types; the parser turns each record into
+one typed row or one quarantine row from it, and ``tables.py`` derives the Iceberg tables from it.
+Keeping it in configuration means a new stream (or a new optional field) needs no code change.
+
+Validation happens when the dataclasses are constructed, so a schema built in code is checked
+exactly like one loaded from a file; ``load_event_schema`` only adds the file name to messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from kinesis_lake.events.columns import RESERVED_COLUMNS
+from kinesis_lake.events.field_types import arrow_type, normalize_type
+
+# Unquoted identifiers: names become Iceberg/Spark columns and must work in SQL without quoting.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_SCHEMA_KEYS = ("name", "fields", "event_key", "event_time_field", "event_type_field")
+_FIELD_KEYS = ("name", "type", "required")
+
+# Per role: the types it may have, and why the field must be required.
+_ROLES: dict[str, tuple[frozenset[str], str]] = {
+    "event_key": (frozenset({"string", "long", "int"}), "every event needs a key to dedupe on"),
+    "event_time_field": (frozenset({"timestamp"}), "every event needs a time to be placed in"),
+    "event_type_field": (frozenset({"string"}), "every event needs a type to be counted under"),
+}
+
+# The only type changes that old data can be read through (Iceberg's safe promotions).
+_PROMOTIONS = frozenset({("int", "long"), ("float", "double")})
+
+
+class EventSchemaError(ValueError):
+    """An invalid schema declaration.
+
+    Messages are written for whoever edits the YAML: they name the file (when there is one),
+    the field and the allowed values.
+    """
+
+
+def _check_name(value: object, what: str) -> None:
+    if isinstance(value, bool):
+        raise EventSchemaError(
+            f"{what} must be a string, got boolean {value!r} "
+            "(YAML reads unquoted yes/no/on/off/true/false as booleans: quote it)"
+        )
+    if not isinstance(value, str):
+        raise EventSchemaError(f"{what} must be a string, got {type(value).__name__} {value!r}")
+    if not _IDENTIFIER.fullmatch(value):
+        raise EventSchemaError(
+            f"{what} {value!r} is not a valid column name: use letters, digits and underscores, "
+            "not starting with a digit"
+        )
+
+
+def _check_keys(
+    data: object, allowed: tuple[str, ...], required: tuple[str, ...], where: str
+) -> Mapping[str, Any]:
+    """Reject non-mappings, unknown keys (typos such as ``requried``) and missing keys."""
+    if not isinstance(data, Mapping):
+        raise EventSchemaError(
+            f"{where} must be a mapping with keys {', '.join(allowed)}, got {type(data).__name__}"
+        )
+    for key in data:
+        if key not in allowed:
+            raise EventSchemaError(
+                f"{where}: unknown key {key!r}; allowed keys: {', '.join(allowed)}"
+            )
+    for key in required:
+        if key not in data:
+            raise EventSchemaError(f"{where}: missing required key {key!r}")
+    return data
+
+
+@dataclass(frozen=True)
+class EventField:
+    """One declared JSON field: its name (also the column name), type and whether it must be
+    present and non-null (rows without it are quarantined)."""
+
+    name: str
+    type: str
+    required: bool = False
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "field name")
+        if not isinstance(self.type, str):
+            raise EventSchemaError(
+                f"field {self.name!r}: type must be a string, got {type(self.type).__name__}"
+            )
+        try:
+            canonical = normalize_type(self.type)
+        except ValueError as exc:
+            raise EventSchemaError(f"field {self.name!r}: {exc}") from None
+        if not isinstance(self.required, bool):
+            raise EventSchemaError(
+                f"field {self.name!r}: required must be true or false, got {self.required!r}"
+            )
+        # Canonical spelling so equal schemas compare, fingerprint and evolve as equal.
+        object.__setattr__(self, "type", canonical)
+
+    def arrow_field(self) -> pa.Field:
+        return pa.field(self.name, arrow_type(self.type), nullable=not self.required)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "required": self.required}
+
+
+@dataclass(frozen=True)
+class EventSchema:
+    """A validated event schema.
+
+    ``event_key`` (dedupe), ``event_time_field`` (event time, else Kinesis arrival time) and
+    ``event_type_field`` (aggregate grouping, else ``"all"``) are optional roles that must name
+    required fields of a suitable type.
+    """
+
+    name: str
+    fields: tuple[EventField, ...]
+    event_key: str | None = None
+    event_time_field: str | None = None
+    event_type_field: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "schema name")
+        # Accept any sequence but store a tuple, so the schema stays hashable.
+        object.__setattr__(self, "fields", tuple(self.fields))
+        if not self.fields:
+            raise EventSchemaError("fields: declare at least one field")
+        seen: dict[str, str] = {}
+        for field in self.fields:
+            if field.name.lower() in RESERVED_COLUMNS:
+                raise EventSchemaError(
+                    f"field {field.name!r}: name is reserved for a pipeline column; "
+                    f"reserved names: {', '.join(sorted(RESERVED_COLUMNS))}"
+                )
+            if field.name.lower() in seen:
+                raise EventSchemaError(
+                    f"field {field.name!r}: duplicate of field {seen[field.name.lower()]!r} "
+                    "(column names are case-insensitive in Spark)"
+                )
+            seen[field.name.lower()] = field.name
+        by_name = {field.name: field for field in self.fields}
+        for role, (types, why) in _ROLES.items():
+            self._check_role(role, by_name, types, why)
+
+    def _check_role(
+        self, role: str, by_name: dict[str, EventField], types: frozenset[str], why: str
+    ) -> None:
+        target = getattr(self, role)
+        if target is None:
+            return
+        if not isinstance(target, str):
+            raise EventSchemaError(f"{role} must be a field name, got {target!r}")
+        field = by_name.get(target)
+        if field is None:
+            raise EventSchemaError(
+                f"{role} {target!r} is not a declared field; declared fields: {', '.join(by_name)}"
+            )
+        if field.type not in types:
+            allowed = ", ".join(sorted(types))
+            raise EventSchemaError(
+                f"{role} {target!r} has type {field.type}; allowed types: {allowed}"
+            )
+        if not field.required:
+            raise EventSchemaError(f"{role} {target!r} must be declared required: true ({why})")
+
+    def arrow_schema(self) -> pa.Schema:
+        """Arrow schema of the event fields alone, in declared order."""
+        return pa.schema([field.arrow_field() for field in self.fields])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, the same shape as the YAML, for shipping to Spark executors."""
+        return {
+            "name": self.name,
+            "fields": [field.to_dict() for field in self.fields],
+            "event_key": self.event_key,
+            "event_time_field": self.event_time_field,
+            "event_type_field": self.event_type_field,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EventSchema:
+        """Build and validate a schema from ``to_dict()`` output or a parsed YAML document."""
+        data = _check_keys(data, _SCHEMA_KEYS, ("name", "fields"), "schema")
+        raw_fields = data["fields"]
+        if not isinstance(raw_fields, list):
+            raise EventSchemaError(
+                "fields must be a list of {name, type, required} mappings, "
+                f"got {type(raw_fields).__name__}"
+            )
+        fields = []
+        for index, raw in enumerate(raw_fields):
+            item = _check_keys(raw, _FIELD_KEYS, ("name", "type"), f"fields[{index}]")
+            fields.append(EventField(item["name"], item["type"], item.get("required", False)))
+        return cls(
+            name=data["name"],
+            fields=tuple(fields),
+            event_key=data.get("event_key"),
+            event_time_field=data.get("event_time_field"),
+            event_type_field=data.get("event_type_field"),
+        )
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical JSON form: equal schemas, however spelled, share it, so it
+        can be stored alongside tables to detect that the configuration changed."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def load_event_schema(path: str | Path) -> EventSchema:
+    """Load and validate a YAML schema file; every error message starts with the file path."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EventSchemaError(f"{path}: cannot read schema file: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise EventSchemaError(f"{path}: invalid YAML: {exc}") from None
+    try:
+        return EventSchema.from_dict(data)
+    except EventSchemaError as exc:
+        raise EventSchemaError(f"{path}: {exc}") from None
+
+
+def check_evolution(old: EventSchema, new: EventSchema) -> list[str]:
+    """List why data written with ``old`` is incompatible with ``new``; empty means compatible.
+
+    Compatible means the derived tables can evolve in place (Iceberg ``union_by_name``) and
+    every existing row stays valid: new optional fields, ``int -> long`` and
+    ``float -> double``. Field order is irrelevant because columns are matched by name.
+    """
+    problems = []
+    if old.name != new.name:
+        problems.append(f"schema name changed from {old.name!r} to {new.name!r}")
+    new_fields = {field.name: field for field in new.fields}
+    for before in old.fields:
+        after = new_fields.get(before.name)
+        if after is None:
+            problems.append(f"field {before.name!r} was removed")
+            continue
+        if before.type != after.type and (before.type, after.type) not in _PROMOTIONS:
+            problems.append(
+                f"field {before.name!r} changed type from {before.type} to {after.type}; "
+                "only int -> long and float -> double are compatible"
+            )
+        if before.required != after.required:
+            change = "optional to required" if after.required else "required to optional"
+            problems.append(
+                f"field {before.name!r} changed from {change}; existing rows and readers "
+                "rely on the old nullability"
+            )
+    old_names = {field.name for field in old.fields}
+    for added in new.fields:
+        if added.name not in old_names and added.required:
+            problems.append(
+                f"new field {added.name!r} is required; existing rows have no value for it, "
+                "declare it optional"
+            )
+    for role in _ROLES:
+        if getattr(old, role) != getattr(new, role):
+            problems.append(
+                f"{role} changed from {getattr(old, role)!r} to {getattr(new, role)!r}; "
+                "it would change the meaning of existing rows"
+            )
+    return problems
