@@ -1,0 +1,98 @@
+"""Batch reading of an Iceberg table's data files on executors, one task per file.
+
+Derived tables refresh from the raw rows appended since the snapshot they last processed
+(:func:`kinesis_lake.iceberg.incremental.appended_since`). The driver only plans: it
+lists those files from the manifests. Each executor task opens one Parquet file through
+pyiceberg's FileIO (local paths and s3:// alike) and streams its Arrow batches, so refresh
+work scales with the new files and with the cluster, not with the table or the driver.
+
+Raw tables are append-only and written by :mod:`kinesis_lake.spark.iceberg_sink` with the
+table's exact schema, so reading a file whole is reading its rows; files written under an
+older schema are projected onto the current one (new columns read as nulls).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import load_file_io
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+
+
+@dataclass(frozen=True)
+class FileTask(InputPartition):
+    """One data file to read. ``io_properties`` may hold storage credentials, so they
+    are left out of the repr: a task printed in a log or an error report must not carry
+    them (the same rule as ``TableWriteTarget``)."""
+
+    path: str
+    location: str
+    io_properties: dict[str, str] = field(repr=False)
+    schema_ipc: bytes = field(repr=False)
+
+
+class _FilesReader(DataSourceReader):
+    def __init__(self, tasks: list[FileTask]) -> None:
+        self.tasks = tasks
+
+    def partitions(self) -> list[InputPartition]:
+        return list(self.tasks)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        task: FileTask = partition  # type: ignore[assignment]
+        schema = pa.ipc.read_schema(pa.py_buffer(task.schema_ipc))
+        io = load_file_io(task.io_properties, task.location)
+        with io.new_input(task.path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            for batch in parquet.iter_batches(batch_size=65_536):
+                yield _project(batch, schema)
+
+
+def _project(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    columns = []
+    for target in schema:
+        index = batch.schema.get_field_index(target.name)
+        if index < 0:
+            columns.append(pa.nulls(batch.num_rows, target.type))
+        else:
+            columns.append(batch.column(index).cast(target.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_data_files(
+    spark: SparkSession,
+    paths: list[str],
+    *,
+    arrow_schema: pa.Schema,
+    location: str,
+    io_properties: dict[str, str],
+) -> DataFrame:
+    """A DataFrame over exactly these data files, read on executors."""
+    schema_ipc = arrow_schema.serialize().to_pybytes()
+    tasks = [FileTask(path, location, dict(io_properties), schema_ipc) for path in paths]
+    spark_schema = from_arrow_schema(arrow_schema)
+
+    source_name = f"kinesis_lake_data_files_{uuid.uuid4().hex}"
+
+    class _DataFilesSource(DataSource):
+        """Registered per call under its own name: it carries this call's file list to the
+        planner without putting storage credentials into options, which plans print."""
+
+        @classmethod
+        def name(cls) -> str:
+            return source_name
+
+        def schema(self):
+            return spark_schema
+
+        def reader(self, schema) -> _FilesReader:
+            return _FilesReader(tasks)
+
+    spark.dataSource.register(_DataFilesSource)
+    return spark.read.format(source_name).load()

@@ -1,0 +1,281 @@
+"""The ``kinesis_lake_iceberg`` Spark data source: executor-side writes, one driver commit.
+
+This is the shape of Iceberg's own Spark sink, built on PySpark's Python writer API
+because no Iceberg Spark runtime jar can be had here:
+
+* ``write`` runs in each executor task: it turns the task's Arrow batches into Parquet
+  data files under the table location (one partition value per file, with column
+  statistics) and returns their paths. Nothing is visible yet.
+* ``commit`` runs once per micro-batch on the driver: it adds every task's files to the
+  table in ONE Iceberg transaction that also records ``(writer id, batch id)``
+  (:func:`kinesis_lake.iceberg.commit.commit_files`). A batch id the writer already
+  committed is skipped and its new files deleted, so Spark's replay of a batch after a
+  crash between the Iceberg commit and Spark's own checkpoint never duplicates rows.
+* ``abort`` deletes the files of a failed batch. Files of tasks that died before
+  reporting are unreferenced and fall to orphan-file removal.
+
+The writer id defaults to the streaming query's id, which Spark keeps in the checkpoint:
+a fresh checkpoint is a new writer (so its batch ids, restarting at 0, are not mistaken for
+replays), and a restarted query is the same writer.
+
+With ``positionColumns=shard_id,sequence_number`` each task also reports the highest
+sequence number it wrote per shard, and the commit stores the merged map of every shard's
+last committed position in the snapshot summary (``kinesis-lake.positions``), atomically
+with the data. That is what the Iceberg Kafka Connect sink does with Kafka offsets: the
+table itself says how far the stream has been committed, so a backlog sensor or a
+reconciliation check needs no scan and no side store.
+
+Options: ``table`` (required, ``namespace.name``), ``catalog`` (pyiceberg catalog name),
+``dataDir`` (home of the embedded default catalog), ``writerId``, ``batchIdColumn`` (a
+column filled with the micro-batch id), ``batchId`` (batch writes: the id to commit
+under), ``positionColumns`` and ``summary.<key>`` (extra snapshot-summary entries).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, open_catalog
+from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
+from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
+
+SINK_NAME = "kinesis_lake_iceberg"
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+class IcebergSinkOptionError(ValueError):
+    """An option of the Iceberg sink is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    table: str
+    catalog: str
+    data_dir: Path
+    writer_id: str | None
+    batch_id_column: str | None
+    batch_id: int | None
+    position_columns: tuple[str, str] | None = None
+    summary: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> SinkOptions:
+        lowered = {k.lower(): v for k, v in options.items()}
+        table = lowered.get("table") or lowered.get("path")
+        if not table or "." not in table:
+            raise IcebergSinkOptionError(
+                "Option 'table' is required and must name a table as 'namespace.name', "
+                f"got {table!r}."
+            )
+        batch_id = lowered.get("batchid")
+        if batch_id is not None and not batch_id.lstrip("-").isdigit():
+            raise IcebergSinkOptionError(f"Option 'batchId'={batch_id!r} must be an integer.")
+        data_dir = lowered.get("datadir")
+        positions = lowered.get("positioncolumns")
+        position_columns = None
+        if positions:
+            parts = tuple(p.strip() for p in positions.split(","))
+            if len(parts) != 2 or not all(parts):
+                raise IcebergSinkOptionError(
+                    f"Option 'positionColumns'={positions!r} must name two columns: "
+                    "'<shard column>,<sequence number column>'."
+                )
+            position_columns = (parts[0], parts[1])
+        return cls(
+            table=table,
+            catalog=lowered.get("catalog") or DEFAULT_CATALOG_NAME,
+            data_dir=Path(data_dir) if data_dir else Path.cwd() / ".data",
+            writer_id=lowered.get("writerid"),
+            batch_id_column=lowered.get("batchidcolumn"),
+            batch_id=int(batch_id) if batch_id is not None else None,
+            position_columns=position_columns,
+            summary={
+                key.removeprefix("summary."): value
+                for key, value in options.items()
+                if key.lower().startswith("summary.")
+            },
+        )
+
+    def load_table(self):
+        return open_catalog(self.catalog, data_dir=self.data_dir).load_table(self.table)
+
+
+@dataclass
+class DataFilesWritten(WriterCommitMessage):
+    """What one task wrote: file paths (not yet in the table) and where they belong."""
+
+    paths: list[str]
+    rows: int
+    query_id: str | None
+    batch_id: int | None
+    positions: dict[str, str] = field(default_factory=dict)
+
+
+class IcebergDataSource(DataSource):
+    """Spark data source ``kinesis_lake_iceberg`` (batch and streaming writes)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SINK_NAME
+
+    def writer(self, schema: StructType, overwrite: bool) -> IcebergBatchWriter:
+        if overwrite:
+            raise IcebergSinkOptionError(
+                f"{SINK_NAME} appends only; overwrite mode is not supported. Use mode('append')."
+            )
+        options = SinkOptions.parse(dict(self.options))
+        if options.writer_id is None or options.batch_id is None:
+            raise IcebergSinkOptionError(
+                "Batch writes need options 'writerId' and 'batchId': they make the commit "
+                "idempotent (a second write under the same ids is skipped)."
+            )
+        return IcebergBatchWriter(options, TableWriteTarget.from_table(options.load_table()))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> IcebergStreamWriter:
+        options = SinkOptions.parse(dict(self.options))
+        return IcebergStreamWriter(options, TableWriteTarget.from_table(options.load_table()))
+
+
+class _FileWritingTask:
+    """Executor half shared by the batch and streaming writers."""
+
+    def __init__(self, options: SinkOptions, target: TableWriteTarget) -> None:
+        self.options = options
+        self.target = target
+
+    def _write_task(self, batches: Iterator[pa.RecordBatch]) -> DataFilesWritten:
+        context = TaskContext.get()
+        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY) if context else None
+        raw_batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY) if context else None
+        batch_id = int(raw_batch_id) if raw_batch_id is not None else self.options.batch_id
+        prefix = "-".join(
+            str(part)
+            for part in (
+                (query_id or self.options.writer_id or "writer")[:8],
+                batch_id,
+                context.partitionId() if context else 0,
+                context.attemptNumber() if context else 0,
+                uuid.uuid4().hex[:12],
+            )
+        )
+        tracker = _BatchTracker(self.options.position_columns)
+        aligned = (
+            tracker(_with_batch_id(batch, self.options.batch_id_column, batch_id))
+            for batch in batches
+        )
+        paths = write_data_files(self.target, aligned, file_prefix=prefix)
+        return DataFilesWritten(paths, tracker.rows, query_id, batch_id, tracker.positions)
+
+    def _commit(self, messages: list, batch_id: int, writer_id: str | None) -> CommitOutcome | None:
+        written = [m for m in messages if isinstance(m, DataFilesWritten)]
+        paths = [p for m in written for p in m.paths]
+        writer = writer_id or next((m.query_id for m in written if m.query_id), None)
+        if writer is None:
+            return None  # no task ran: an empty micro-batch has nothing to make durable
+        table = self.options.load_table()
+        summary = {**self.options.summary, "kinesis-lake.rows": str(sum(m.rows for m in written))}
+        if self.options.position_columns is not None:
+            positions = committed_positions(table)
+            for message in written:
+                positions = merge_positions(positions, message.positions)
+            summary[POSITIONS] = json.dumps(positions, sort_keys=True)
+        outcome = commit_files(table, paths, writer_id=writer, batch_id=batch_id, summary=summary)
+        if outcome.skipped_duplicate and paths:
+            delete_files(self.target.io_properties, self.target.location, paths)
+        return outcome
+
+    def _abort(self, messages: list) -> None:
+        paths = [p for m in messages if isinstance(m, DataFilesWritten) for p in m.paths]
+        if paths:
+            delete_files(self.target.io_properties, self.target.location, paths)
+
+
+class IcebergStreamWriter(_FileWritingTask, DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DataFilesWritten:
+        return self._write_task(iterator)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        self._commit(messages, batchId, self.options.writer_id)
+
+    def abort(self, messages: list, batchId: int) -> None:
+        self._abort(messages)
+
+
+class IcebergBatchWriter(_FileWritingTask, DataSourceArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DataFilesWritten:
+        return self._write_task(iterator)
+
+    def commit(self, messages: list) -> None:
+        assert self.options.batch_id is not None
+        self._commit(messages, self.options.batch_id, self.options.writer_id)
+
+    def abort(self, messages: list) -> None:
+        self._abort(messages)
+
+
+class _BatchTracker:
+    """Counts rows and keeps the highest sequence number per shard as batches pass."""
+
+    def __init__(self, position_columns: tuple[str, str] | None) -> None:
+        self.rows = 0
+        self.positions: dict[str, str] = {}
+        self._columns = position_columns
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        self.rows += batch.num_rows
+        if self._columns is not None and batch.num_rows:
+            shard_column, sequence_column = self._columns
+            latest: dict[str, str] = {}
+            shards = batch.column(shard_column).to_pylist()
+            sequences = batch.column(sequence_column).to_pylist()
+            for shard, sequence in zip(shards, sequences, strict=True):
+                latest[shard] = _higher(latest.get(shard), sequence)
+            self.positions = merge_positions(self.positions, latest)
+        return batch
+
+
+def _higher(a: str | None, b: str) -> str:
+    """Kinesis sequence numbers are decimal strings: compare them as integers."""
+    return b if a is None or int(b) > int(a) else a
+
+
+def merge_positions(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    merged = dict(old)
+    for shard, sequence in new.items():
+        merged[shard] = _higher(merged.get(shard), sequence)
+    return merged
+
+
+def committed_positions(table) -> dict[str, str]:
+    """The last committed sequence number per shard, from snapshot summaries alone."""
+    found = latest_summary_value(table, POSITIONS)
+    return json.loads(found[0]) if found else {}
+
+
+def _with_batch_id(
+    batch: pa.RecordBatch, column: str | None, batch_id: int | None
+) -> pa.RecordBatch:
+    """Stamp the micro-batch id on every row (write_data_files conforms the rest)."""
+    if column is None:
+        return batch
+    values = pa.array([batch_id] * batch.num_rows, pa.int64())
+    index = batch.schema.get_field_index(column)
+    if index >= 0:
+        return batch.set_column(index, column, values)
+    return batch.append_column(column, values)

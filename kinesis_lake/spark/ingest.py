@@ -1,0 +1,294 @@
+"""The ingestion job: Kinesis stream -> ``kinesis`` source -> Iceberg sink -> raw table.
+
+One function serves the CLI (``kinesis-lake ingest`` / ``stream``), the Dagster asset and
+the tests, so they all run the same code path. A bounded run uses
+``trigger(availableNow=True)``: it drains what the stream holds when the run starts, in
+micro-batches of at most ``max_records_per_shard`` records per shard, and stops. The
+continuous mode uses a processing-time trigger and stops when asked, after the batch
+in flight has committed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyiceberg.table.snapshots import ancestors_of
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+from kinesis_lake.iceberg.raw_table import ensure_raw_table as ensure_raw_iceberg_table
+from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID
+from kinesis_lake.spark.iceberg_sink import SINK_NAME
+from kinesis_lake.spark.kinesis_offsets import SourceOffset
+from kinesis_lake.spark.shard_progress import ShardProgressStore
+
+
+@dataclass
+class BatchReport:
+    """One committed micro-batch, as the continuous mode reports it.
+
+    ``raw_rows_total`` and ``snapshot_id`` describe the raw table as this batch left it
+    (not as it is when the report is made: later batches may have committed since), so a
+    plot of reported row counts is exact. ``skipped_ranges`` is the source's running count
+    of data-loss gaps, as in ``IngestResult``, so the data-loss check can rely on it.
+    """
+
+    batch_id: int
+    rows: int
+    seconds: float
+    raw_rows_total: int
+    snapshot_id: int | None
+    max_millis_behind_latest: int
+    skipped_ranges: int
+    millis_behind_latest: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class IngestResult:
+    """What a run did, in numbers a dashboard can plot."""
+
+    batches: int
+    rows: int
+    seconds: float
+    raw_rows_total: int
+    snapshot_id: int | None
+    max_millis_behind_latest: int
+    millis_behind_latest: dict[str, int]
+    skipped_ranges: int
+    shards_read: int
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+def checkpoint_location(settings: Settings) -> str:
+    return f"{settings.checkpoint_dir.rstrip('/')}/{settings.namespace}/raw_events"
+
+
+def source_metadata_path(settings: Settings) -> str:
+    """Beside the checkpoint, so the two move together between machines."""
+    return f"{checkpoint_location(settings)}/kinesis-source"
+
+
+def ensure_raw_table(settings: Settings):
+    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    ensure_namespace(catalog, settings.namespace)
+    return ensure_raw_iceberg_table(catalog, settings.raw_table)
+
+
+def start_ingestion_query(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    available_now: bool = True,
+    processing_time: str = "5 seconds",
+) -> StreamingQuery:
+    ensure_raw_table(settings)
+    reader = (
+        spark.readStream.format("kinesis")
+        .option("streamName", settings.stream_name)
+        .option("startingPosition", settings.starting_position)
+        .option("maxRecordsPerShard", str(settings.max_records_per_shard))
+        .option("metadataPath", source_metadata_path(settings))
+    )
+    if settings.starting_timestamp:
+        reader = reader.option("startingTimestamp", settings.starting_timestamp)
+    if settings.region:
+        reader = reader.option("regionName", settings.region)
+    if settings.endpoint_url:
+        reader = reader.option("endpointUrl", settings.endpoint_url)
+    writer = (
+        reader.load()
+        .withColumn("ingested_at", F.current_timestamp())
+        .writeStream.format(SINK_NAME)
+        .queryName(f"ingest_{settings.namespace}_raw_events")
+        .option("table", settings.raw_table)
+        .option("catalog", settings.catalog_name)
+        .option("dataDir", str(settings.data_dir))
+        .option("batchIdColumn", "batch_id")
+        .option("positionColumns", "shard_id,sequence_number")
+        .option("checkpointLocation", checkpoint_location(settings))
+    )
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=processing_time).start()
+
+
+def run_ingestion(spark: SparkSession, settings: Settings) -> IngestResult:
+    """Drain what the stream holds now into the raw table, then stop."""
+    started = time.monotonic()
+    before = _raw_rows(settings)
+    query = start_ingestion_query(spark, settings, available_now=True)
+    query.awaitTermination()
+    return _summarise(settings, query.recentProgress, time.monotonic() - started, before)
+
+
+def run_continuous(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    stop: threading.Event,
+    processing_time: str = "5 seconds",
+    on_batch: Callable[[BatchReport], None] | None = None,
+) -> IngestResult:
+    """Ingest until ``stop`` is set; report each committed batch that moved rows.
+
+    Stopping waits for the batch in flight (Spark itself has no graceful stop: ``stop()``
+    interrupts), so it commits and is reported before this returns. Anything not
+    committed, such as a batch that began in the instant of the stop, is replayed exactly
+    on the next start.
+    """
+    started = time.monotonic()
+    before = _raw_rows(settings)
+    query = start_ingestion_query(
+        spark, settings, available_now=False, processing_time=processing_time
+    )
+    reported = -1
+    batches = 0
+
+    def report_new_batches() -> None:
+        nonlocal reported, batches
+        for progress in query.recentProgress:
+            if progress["batchId"] > reported and progress["numInputRows"] > 0:
+                reported = progress["batchId"]
+                batches += 1
+                if on_batch is not None:
+                    on_batch(_batch_report(settings, progress))
+
+    try:
+        while not stop.is_set() and query.isActive:
+            stop.wait(0.5)
+            report_new_batches()
+        if query.exception() is not None:
+            raise query.exception()
+    finally:
+        _stop_gracefully(query)
+    # The batch that was in flight when ``stop`` was set committed during the graceful
+    # stop: it must be reported like every other.
+    report_new_batches()
+    return _summarise(
+        settings, query.recentProgress, time.monotonic() - started, before, batches=batches
+    )
+
+
+def _stop_gracefully(query: StreamingQuery) -> None:
+    """Let a batch that is processing data finish and commit, then stop.
+
+    Only a trigger with data to process is waited for. A trigger that is just asking the
+    source for new offsets holds nothing to lose, and when that takes longer than the
+    interval (a slow endpoint, a busy machine) such triggers run back to back: waiting
+    for the trigger to go idle would wait for the deadline at every stop.
+    """
+    deadline = time.monotonic() + 120
+    while query.isActive and time.monotonic() < deadline:
+        status = query.status
+        if not (status.get("isTriggerActive") and status.get("isDataAvailable")):
+            break
+        time.sleep(0.2)
+    query.stop()
+
+
+def source_status(settings: Settings, progress: dict) -> dict:
+    """The source's per-shard status for the run that produced ``progress``."""
+    end_offset = progress["sources"][0].get("endOffset") if progress.get("sources") else None
+    if not end_offset:
+        return {}
+    offset = SourceOffset.from_dict(
+        json.loads(end_offset) if isinstance(end_offset, str) else end_offset
+    )
+    return ShardProgressStore(source_metadata_path(settings)).read_status(offset.run_id) or {}
+
+
+def _lag_by_shard(status: dict) -> dict[str, int]:
+    return {
+        shard: int(outcome.get("millis_behind_latest") or 0)
+        for shard, outcome in status.get("shards", {}).items()
+    }
+
+
+def _batch_report(settings: Settings, progress: dict) -> BatchReport:
+    status = source_status(settings, progress)
+    lags = _lag_by_shard(status)
+    total, snapshot_id = _raw_table_state(
+        settings, writer_id=progress["id"], batch_id=progress["batchId"]
+    )
+    return BatchReport(
+        batch_id=progress["batchId"],
+        rows=progress["numInputRows"],
+        seconds=progress.get("durationMs", {}).get("triggerExecution", 0) / 1000,
+        raw_rows_total=total,
+        snapshot_id=snapshot_id,
+        max_millis_behind_latest=max(lags.values(), default=0),
+        skipped_ranges=int(status.get("skippedRanges", 0)),
+        millis_behind_latest=lags,
+    )
+
+
+def _raw_table_state(
+    settings: Settings, *, writer_id: str | None = None, batch_id: int | None = None
+) -> tuple[int, int | None]:
+    """(rows, snapshot id) of the raw table now, or as of the snapshot that committed
+    ``batch_id`` of ``writer_id`` (the streaming query id; the sink stamps both).
+
+    Only snapshot summaries are read, newest first; a batch is reported right after its
+    commit, so the walk stops after a few snapshots. A batch without a snapshot of its
+    own (a replay the sink skipped) falls back to the current state.
+    """
+    table = open_catalog(settings.catalog_name, data_dir=settings.data_dir).load_table(
+        settings.raw_table
+    )
+    snapshot = table.current_snapshot()
+    if snapshot is not None and batch_id is not None:
+        wanted = {WRITER_ID: writer_id, BATCH_ID: str(batch_id)}
+        snapshot = next(
+            (
+                s
+                for s in ancestors_of(snapshot, table.metadata)
+                if s.summary is not None
+                and all(s.summary.additional_properties.get(k) == v for k, v in wanted.items())
+            ),
+            snapshot,
+        )
+    if snapshot is None or snapshot.summary is None:
+        return 0, None
+    return int(snapshot.summary.get("total-records", 0)), snapshot.snapshot_id
+
+
+def _raw_rows(settings: Settings) -> int:
+    ensure_raw_table(settings)
+    return _raw_table_state(settings)[0]
+
+
+def _summarise(
+    settings: Settings,
+    progresses: list[dict],
+    seconds: float,
+    rows_before: int,
+    *,
+    batches: int | None = None,
+) -> IngestResult:
+    """Rows come from the table itself: Spark keeps only recent progress entries (100 by
+    default), which is also why a long continuous run passes the ``batches`` it counted."""
+    moving = [p for p in progresses if p["numInputRows"] > 0]
+    status = source_status(settings, progresses[-1]) if progresses else {}
+    lags = _lag_by_shard(status)
+    total, snapshot_id = _raw_table_state(settings)
+    return IngestResult(
+        batches=len(moving) if batches is None else batches,
+        rows=total - rows_before,
+        seconds=seconds,
+        raw_rows_total=total,
+        snapshot_id=snapshot_id,
+        max_millis_behind_latest=max(lags.values(), default=0),
+        millis_behind_latest=lags,
+        skipped_ranges=int(status.get("skippedRanges", 0)),
+        shards_read=len(lags),
+    )

@@ -1,0 +1,355 @@
+"""Offsets of the ``kinesis`` source and the planning rule that moves them forward.
+
+Why offsets look like this
+--------------------------
+Kinesis gives a consumer no way to ask "what is the last sequence number of this shard"
+without reading it, so the driver cannot know where a micro-batch ends. Each offset is
+therefore a *read plan* (an "epoch"): for every shard, the position the epoch's read
+starts from and how many Kinesis records it may read (plus, under ``availableNow``, an
+arrival-time cutoff). Executors carry the plan out and record where they actually stopped
+(:mod:`kinesis_lake.spark.shard_progress`); the next plan starts after that. Because the
+plan lives in Spark's offset log and the recorded stop lives beside it, a replayed epoch
+reads exactly the records it read the first time, so replays are deterministic rather
+than merely harmless.
+
+This module is pure: no Spark, no network. :func:`plan_next_offset` is the whole policy
+(resharding, parent-before-child, read limits, availableNow termination, idle back-off)
+in one function that tests can drive with made-up shards and outcomes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, StartPosition
+from kinesis_lake.kinesis.streams import Shard, shard_lineage_order
+
+OFFSET_VERSION = 1
+"""Bumped whenever the offset layout changes, so an old checkpoint is refused clearly."""
+
+
+class SourcePlanningError(RuntimeError):
+    """The stream no longer matches the checkpoint in a way that would lose or invent data."""
+
+
+@dataclass(frozen=True)
+class ShardCursor:
+    """One shard's place in an epoch's plan.
+
+    ``limit`` is how many Kinesis records the epoch reads from ``start`` (an aggregate
+    counts once); 0 means the shard sits this epoch out: it waits for a parent, it
+    reached the availableNow cutoff (``reached_cutoff``), or Spark's read limit was
+    smaller than the number of shards. ``closed`` says the shard was already closed when
+    the epoch was planned, i.e. before its read began.
+    """
+
+    start: StartPosition
+    limit: int = 0
+    reached_cutoff: bool = False
+    closed: bool = False
+
+    @property
+    def read(self) -> bool:
+        return self.limit > 0
+
+    def to_dict(self) -> dict:
+        data: dict = {"start": _compact(self.start.to_dict()), "limit": self.limit}
+        if self.reached_cutoff:
+            data["reachedCutoff"] = True
+        if self.closed:
+            data["closed"] = True
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> ShardCursor:
+        return cls(
+            start=StartPosition.from_dict(data["start"]),
+            limit=int(data["limit"]),
+            reached_cutoff=bool(data.get("reachedCutoff", False)),
+            closed=bool(data.get("closed", False)),
+        )
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """One entry of Spark's offset log for the ``kinesis`` source: an epoch's read plan.
+
+    ``run_id`` names the query's lineage of epochs so that two queries over one stream
+    never read each other's progress records. ``epoch`` 0 is the initial offset, which
+    reads nothing; each new plan is the previous epoch + 1. ``shards`` holds every shard
+    that is neither finished nor gone, including those waiting for their parents;
+    ``finished`` the closed shards read to their end.
+    """
+
+    run_id: str
+    epoch: int
+    stream_created_ms: int
+    new_shard_start: StartPosition
+    shards: dict[str, ShardCursor]
+    finished: frozenset[str] = frozenset()
+    cutoff_ms: int | None = None
+    skipped_ranges: int = 0
+    planned_ms: int = 0
+
+    @classmethod
+    def initial(
+        cls,
+        *,
+        stream_created_ms: int,
+        shards: Sequence[Shard],
+        start: StartPosition,
+        new_shard_start: StartPosition,
+        per_shard_start: Mapping[str, StartPosition] | None = None,
+    ) -> SourceOffset:
+        """Epoch 0: every shard listed now, at its starting position, nothing read yet."""
+        per_shard_start = per_shard_start or {}
+        return cls(
+            run_id=uuid.uuid4().hex,
+            epoch=0,
+            stream_created_ms=stream_created_ms,
+            new_shard_start=new_shard_start,
+            shards={
+                s.shard_id: ShardCursor(per_shard_start.get(s.shard_id, start)) for s in shards
+            },
+        )
+
+    def to_dict(self) -> dict:
+        data = {
+            "version": OFFSET_VERSION,
+            "runId": self.run_id,
+            "epoch": self.epoch,
+            "streamCreatedMs": self.stream_created_ms,
+            "newShardStart": _compact(self.new_shard_start.to_dict()),
+            "shards": {sid: cur.to_dict() for sid, cur in sorted(self.shards.items())},
+            "finished": {sid: True for sid in sorted(self.finished)},
+            "skippedRanges": self.skipped_ranges,
+            "plannedMs": self.planned_ms,
+        }
+        if self.cutoff_ms is not None:
+            data["cutoffMs"] = self.cutoff_ms
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> SourceOffset:
+        if data.get("version") != OFFSET_VERSION:
+            raise SourcePlanningError(
+                f"The checkpoint holds a kinesis source offset of version "
+                f"{data.get('version')!r}, but this source reads version {OFFSET_VERSION}. "
+                "Start the query with a new checkpointLocation (and a startingPosition that "
+                "continues where the old query stopped)."
+            )
+        return cls(
+            run_id=data["runId"],
+            epoch=int(data["epoch"]),
+            stream_created_ms=int(data["streamCreatedMs"]),
+            new_shard_start=StartPosition.from_dict(data["newShardStart"]),
+            shards={sid: ShardCursor.from_dict(c) for sid, c in data["shards"].items()},
+            finished=frozenset(data.get("finished", {})),
+            cutoff_ms=data.get("cutoffMs"),
+            skipped_ranges=int(data.get("skippedRanges", 0)),
+            planned_ms=int(data.get("plannedMs", 0)),
+        )
+
+    def shards_to_read(self) -> list[str]:
+        return sorted(sid for sid, cur in self.shards.items() if cur.read)
+
+
+@dataclass(frozen=True)
+class PlanningInput:
+    """Everything the driver knows when Spark asks for the next offset.
+
+    ``max_rows`` is Spark's ReadMaxRows limit for the whole epoch (None for
+    ReadAllAvailable); ``max_records_per_shard`` bounds each shard's read either way.
+    """
+
+    listed_shards: Sequence[Shard]
+    outcomes: Mapping[str, ReadOutcome]
+    max_records_per_shard: int
+    now_ms: int
+    max_rows: int | None = None
+    cutoff_ms: int | None = None
+    idle_ms: int = 1000
+    fail_on_data_loss: bool = True
+
+
+def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffset:
+    """Return the next read plan, or ``current`` itself when there is nothing to read.
+
+    Rules, in the order a reader of Kinesis has to respect them:
+
+    * a shard read in ``current`` continues after the last record it returned;
+    * a closed shard is finished, and never read again, once a read reached its end:
+      Kinesis returned no next iterator (``shard_ended``), or the shard was already
+      closed when the epoch was planned and the read caught up with it: such a read has
+      seen every record the shard will ever hold. Waiting for the end marker as well
+      would stall on kinesalite, which keeps giving a read that resumes after the last
+      record of a shard drained well before it closed a next iterator;
+    * a shard that vanished from the listing before it was finished lost its remaining
+      records to retention: that fails the query, or with ``failOnDataLoss=false`` is
+      dropped and counted in ``skipped_ranges`` (as is a read that found a gap);
+    * a shard is read only once every parent it names is finished (or has aged out of
+      the stream), so a parent's records always land in an earlier micro-batch than its
+      children's and per-partition-key order holds across splits and merges, including
+      those that happened before the query started or while it was stopped;
+    * under ``availableNow`` (``cutoff_ms`` set) a shard that reached the cutoff sits
+      out; when no shard is left to read, ``current`` is returned and Spark ends the run;
+    * Spark's ReadMaxRows is split across the shards read, never above
+      ``max_records_per_shard`` each;
+    * otherwise, when the last epoch found every shard idle, the next epoch waits
+      ``idle_ms`` so an idle stream is not polled in a tight loop.
+    """
+    listed = {s.shard_id: s for s in given.listed_shards}
+    finished = set(current.finished)
+    skipped = current.skipped_ranges
+    cursors: dict[str, ShardCursor] = {}
+    for shard_id, cursor in current.shards.items():
+        outcome = _outcome_of(current, shard_id, cursor, given.outcomes)
+        if outcome is not None and outcome.data_loss:
+            skipped += 1
+        if outcome is not None and (outcome.shard_ended or (cursor.closed and outcome.caught_up)):
+            finished.add(shard_id)
+        else:
+            closed = shard_id in listed and listed[shard_id].is_closed
+            cursors[shard_id] = _advance(cursor, outcome, current, given, closed)
+
+    for shard_id in sorted(set(cursors) - set(listed)):
+        if given.fail_on_data_loss:
+            raise SourcePlanningError(
+                f"Shard {shard_id} is no longer in the stream but was not read to its end: "
+                "its remaining records expired (retention) before they were read. Set "
+                "option failOnDataLoss=false to continue without them; the skipped range "
+                "is then counted in the source status."
+            )
+        del cursors[shard_id]
+        skipped += 1
+
+    for shard in shard_lineage_order(list(given.listed_shards)):
+        if shard.shard_id not in finished and shard.shard_id not in cursors:
+            cursors[shard.shard_id] = ShardCursor(current.new_shard_start)
+
+    eligible = [
+        shard_id
+        for shard_id, cursor in sorted(cursors.items())
+        if not cursor.reached_cutoff and not any(p in cursors for p in listed[shard_id].parent_ids)
+    ]
+    limits = epoch_limits(
+        eligible, given.max_records_per_shard, given.max_rows, rotation=current.epoch
+    )
+    proposal = replace(
+        current,
+        epoch=current.epoch + 1,
+        shards={
+            sid: replace(cur, limit=limits.get(sid, 0), closed=listed[sid].is_closed)
+            for sid, cur in cursors.items()
+        },
+        finished=frozenset(finished & set(listed)),
+        cutoff_ms=given.cutoff_ms,
+        skipped_ranges=skipped,
+        planned_ms=given.now_ms,
+    )
+    if not proposal.shards_to_read():
+        return current
+    if given.cutoff_ms is None and resting(current, given.outcomes, given.now_ms, given.idle_ms):
+        return current
+    return proposal
+
+
+def epoch_limits(
+    shard_ids: Sequence[str], max_records_per_shard: int, max_rows: int | None, *, rotation: int
+) -> dict[str, int]:
+    """Records each shard may read in one epoch, keeping the total within ``max_rows``.
+
+    ``max_rows`` is split evenly, the remainder going to the first shards in an order
+    rotated by ``rotation`` (the epoch), so that with fewer rows than shards every shard
+    still gets its turn. No shard exceeds ``max_records_per_shard``.
+    """
+    if not shard_ids:
+        return {}
+    if max_rows is None:
+        return dict.fromkeys(shard_ids, max_records_per_shard)
+    turn = rotation % len(shard_ids)
+    ordered = [*shard_ids[turn:], *shard_ids[:turn]]
+    share, remainder = divmod(max_rows, len(ordered))
+    limits = {
+        shard_id: min(max_records_per_shard, share + (1 if index < remainder else 0))
+        for index, shard_id in enumerate(ordered)
+    }
+    return {shard_id: limit for shard_id, limit in limits.items() if limit > 0}
+
+
+def _outcome_of(
+    current: SourceOffset, shard_id: str, cursor: ShardCursor, outcomes: Mapping[str, ReadOutcome]
+) -> ReadOutcome | None:
+    """The recorded outcome of this shard's read in ``current``, None if it was not read."""
+    if not cursor.read:
+        return None
+    outcome = outcomes.get(shard_id)
+    if outcome is None:
+        raise SourcePlanningError(
+            f"No progress record for shard {shard_id} of epoch {current.epoch} "
+            f"(run {current.run_id}). The source's metadataPath must be storage that the "
+            "driver and every executor share (a shared folder or an s3:// prefix) and "
+            "must not be cleaned or changed while the query's checkpoint exists."
+        )
+    return outcome
+
+
+def _advance(
+    cursor: ShardCursor,
+    outcome: ReadOutcome | None,
+    current: SourceOffset,
+    given: PlanningInput,
+    closed: bool,
+) -> ShardCursor:
+    """Where a shard that is not finished resumes, and whether it reached the cutoff."""
+    if outcome is None:
+        # Not read in ``current``: same start; a cutoff reached stays reached for this run.
+        return ShardCursor(
+            cursor.start,
+            reached_cutoff=cursor.reached_cutoff and given.cutoff_ms == current.cutoff_ms,
+        )
+    start = (
+        StartPosition.after(outcome.last_sequence_number)
+        if outcome.last_sequence_number is not None
+        else cursor.start
+    )
+    return ShardCursor(start, reached_cutoff=_reached_cutoff(outcome, current, given, closed))
+
+
+def _reached_cutoff(
+    outcome: ReadOutcome, current: SourceOffset, given: PlanningInput, closed: bool
+) -> bool:
+    """True when the shard holds nothing more that arrived before ``given.cutoff_ms``.
+
+    A read that stopped at a record past the cutoff proves it, provided the cutoff is
+    still the one that read used (a restarted availableNow run has a later one). That
+    holds for a closed shard too, and then for its children as well: they were created
+    when the parent closed, after that record arrived, so all their records are later.
+    A read that caught up after the cutoff proves it for a shard that is still open. A
+    shard closed since then may have taken more records before it closed, and its
+    children may hold records older than the cutoff: it is read again, and finishes.
+    """
+    if given.cutoff_ms is None:
+        return False
+    if outcome.stopped_by == "cutoff":
+        return given.cutoff_ms == current.cutoff_ms
+    return not closed and outcome.caught_up and outcome.read_started_ms >= given.cutoff_ms
+
+
+def resting(
+    current: SourceOffset, outcomes: Mapping[str, ReadOutcome], now_ms: int, idle_ms: int
+) -> bool:
+    """True when the last epoch read nothing anywhere and was planned under ``idle_ms`` ago:
+    the stream is idle and is not polled again yet."""
+    if current.epoch == 0 or not outcomes:
+        return False
+    if any(o.records_read or o.shard_ended for o in outcomes.values()):
+        return False
+    return now_ms - current.planned_ms < idle_ms
+
+
+def _compact(data: Mapping) -> dict:
+    """Drop None values: Spark offsets hold only integers, strings and booleans."""
+    return {k: v for k, v in data.items() if v is not None}

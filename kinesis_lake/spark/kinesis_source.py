@@ -1,0 +1,453 @@
+"""The ``kinesis`` Spark streaming data source: a reference Kinesis consumer in Python.
+
+Usage, as in any Spark connector::
+
+    spark.readStream.format("kinesis")
+        .option("streamName", "events")
+        .option("regionName", "eu-west-1")
+        .option("startingPosition", "trim_horizon")
+        .load()
+
+Options are listed in :mod:`kinesis_lake.spark.kinesis_source_options`; the columns in
+``KINESIS_SCHEMA_DDL`` below. One row is one user record: a KPL aggregate becomes one row
+per user record, addressed by (``sequence_number``, ``sub_sequence_number``).
+
+How a micro-batch is made
+-------------------------
+0. ``.load()`` (driver): the options are parsed and the stream is looked up, so a typo, a
+   bad starting position or a missing stream fails (``KinesisOptionError``) before the
+   query starts.
+1. ``initialOffset`` (driver, for a new query; a query restarted from its checkpoint
+   continues from the checkpoint's offsets, which win over ``startingPosition``): one
+   DescribeStreamSummary and one ListShards call; every shard gets its starting
+   position. ``latest`` is pinned here as "arrived at or after now", so records that
+   arrive before the first read are kept.
+2. ``latestOffset`` (driver): the progress records of the epoch just completed, the
+   stream identity check, one ListShards call, and
+   :func:`~kinesis_lake.spark.kinesis_offsets.plan_next_offset`, which turns them into
+   the next read plan: start position and record limit per shard, parents before
+   children, Spark's read limit split across shards. No records are read on the driver.
+   When the last epoch found the stream idle, the answer for the next
+   ``idleTimeBetweenReadsMs`` is "nothing new", given without any API call.
+3. ``partitions`` (driver): one input partition per shard the plan reads.
+4. ``read`` (executors): each task reads its shard with
+   :class:`~kinesis_lake.kinesis.shard_reader.ShardReader` (at most one GetRecords call
+   per ``minCallIntervalMs`` per shard, across epochs too; jittered backoff on
+   throttling, LimitExceeded and 5xx; expired iterators renewed; bounded retries ending
+   in an error that names shard and cause; KPL aggregates split, corrupt aggregates kept
+   whole with ``source_error`` set), yields
+   Arrow batches as records arrive, and finally records where it stopped in the
+   :class:`~kinesis_lake.spark.shard_progress.ShardProgressStore`.
+5. ``commit`` (driver): progress records older than a few epochs are deleted.
+
+Why a replayed micro-batch holds the same records
+-------------------------------------------------
+Spark writes an epoch's plan to its offset log before running it. If the query dies
+before the batch is marked committed, the restarted query runs the same plan again.
+Each task first looks for its shard's progress record of that epoch:
+
+* found: the first attempt finished reading the shard, so the retry reads from the same
+  start up to exactly the recorded last sequence number. Kinesis records are immutable,
+  so that is the same set of records, whatever arrived since. (Only retention can take
+  records out of the range in between; a range that resumes after a known record then
+  reports the gap as data loss.)
+* not found: the first attempt never finished reading this shard, so its batch was
+  never complete and no sink committed it (the record is written before the task's
+  output is complete). Reading afresh, under the same limit and cutoff, is safe.
+
+So every batch a sink may have committed replays identically, and a sink that skips
+batch ids it already committed (ours does) gets exactly-once end to end. A KPL aggregate
+is never split across batches: limits count Kinesis records, and an aggregate is one.
+
+Stream identity: the initial offset stores the stream's creation time; a checkpoint taken
+from a stream that was since deleted and re-created under the same name is refused.
+
+Observability: once an epoch's batch has committed, the driver writes ``status.json``
+beside the progress records (see :func:`source_status`): the batch's records, every
+shard's ``MillisBehindLatest`` and reader, data-loss ranges skipped, finished shards.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
+from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.retry import RetryPolicy
+from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.streams import StreamNotFoundError, describe_stream, list_shards
+from kinesis_lake.spark.kinesis_offsets import (
+    PlanningInput,
+    SourceOffset,
+    SourcePlanningError,
+    plan_next_offset,
+    resting,
+)
+from kinesis_lake.spark.kinesis_source_options import (
+    KinesisOptionError,
+    KinesisSourceOptions,
+    check_against_stream,
+)
+from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+
+KINESIS_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("stream_name", pa.string(), nullable=False),
+        pa.field("shard_id", pa.string(), nullable=False),
+        pa.field("sequence_number", pa.string(), nullable=False),
+        pa.field("sub_sequence_number", pa.int64(), nullable=False),
+        pa.field("partition_key", pa.string(), nullable=False),
+        pa.field("approximate_arrival_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+        pa.field("aggregated", pa.bool_(), nullable=False),
+        pa.field("source_error", pa.string(), nullable=True),
+    ]
+)
+KINESIS_SCHEMA_DDL = (
+    "stream_name string not null, shard_id string not null, sequence_number string not null, "
+    "sub_sequence_number long not null, partition_key string not null, "
+    "approximate_arrival_timestamp timestamp not null, data binary not null, "
+    "aggregated boolean not null, source_error string"
+)
+
+
+class KinesisDataSource(DataSource):
+    """Spark data source ``kinesis`` (streaming read only).
+
+    Spark builds this on the driver when the query is defined (``.load()``); the options
+    are checked here, against the stream too, so errors come before the query starts.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = KinesisSourceOptions.parse(options)
+        _check_stream(self.parsed)
+
+    @classmethod
+    def name(cls) -> str:
+        return "kinesis"
+
+    def schema(self) -> str:
+        return KINESIS_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> KinesisStreamReader:
+        return KinesisStreamReader(self.parsed)
+
+
+def _check_stream(options: KinesisSourceOptions) -> None:
+    """Refuse a stream that does not exist, or a JSON start naming shards it lacks."""
+    client = kinesis_client(options.endpoint_url, options.region_name)
+    try:
+        describe_stream(client, options.stream_name)
+    except StreamNotFoundError as error:
+        raise KinesisOptionError(f"Option 'streamName': {error}") from error
+    if options.per_shard_start:
+        check_against_stream(options, list_shards(client, options.stream_name))
+
+
+@dataclass(frozen=True)
+class ShardReadTask(InputPartition):
+    """One shard's share of one epoch: everything an executor needs, nothing it must ask."""
+
+    stream_name: str
+    shard_id: str
+    region_name: str | None
+    endpoint_url: str | None
+    run_id: str
+    epoch: int
+    start: dict
+    limit: int
+    cutoff_ms: int | None
+    not_before_ms: int
+    metadata_path: str
+    fail_on_data_loss: bool
+    min_call_interval_s: float
+    max_retries: int
+
+
+class DataLossError(RuntimeError):
+    """Records the query still had to read have expired from the stream."""
+
+
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver half (planning) and executor half (``read``) of the ``kinesis`` source."""
+
+    def __init__(self, options: KinesisSourceOptions) -> None:
+        self.options = options
+        self._client: KinesisClient | None = None
+        self._cutoff_ms: int | None = None
+        self._status_epoch: int | None = None
+        self._loaded: tuple[tuple[str, int], dict[str, ProgressRecord]] | None = None
+        self._store = ShardProgressStore(options.metadata_path)
+
+    def __getstate__(self) -> dict:
+        # Spark ships the reader to executors for read(); clients and filesystems are
+        # rebuilt there from the task, never pickled.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        state["_store"] = None
+        return state
+
+    def _kinesis(self) -> KinesisClient:
+        if self._client is None:
+            self._client = kinesis_client(self.options.endpoint_url, self.options.region_name)
+        return self._client
+
+    # ---- driver: planning -------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        stream = describe_stream(self._kinesis(), self.options.stream_name)
+        shards = list_shards(self._kinesis(), self.options.stream_name)
+        start, new_shard_start = self.options.initial_start(_now_ms())
+        offset = SourceOffset.initial(
+            stream_created_ms=stream.created_at_ms,
+            shards=shards,
+            start=start,
+            new_shard_start=new_shard_start,
+            per_shard_start=self.options.per_shard_start,
+        )
+        return offset.to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Spark's limit per micro-batch: ``maxRecordsPerBatch``, if set.
+
+        ``maxRecordsPerShard`` is not a Spark read limit and applies under any limit,
+        ReadAllAvailable included: it bounds what one executor task reads and holds.
+        """
+        if self.options.max_records_per_batch is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_records_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # "Everything that exists now" is expressed as an arrival-time cutoff, because
+        # the driver cannot learn each shard's last sequence number without reading it.
+        self._cutoff_ms = _now_ms()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Plan the epoch after ``start``. Spark calls this only once the batch that read
+        ``start`` has committed, so its progress records are complete."""
+        current = SourceOffset.from_dict(start)
+        records = self._completed_epoch(current)
+        self._publish_status(current, records)
+        outcomes = {shard_id: r.outcome for shard_id, r in records.items()}
+        now_ms = _now_ms()
+        if self._cutoff_ms is None and resting(current, outcomes, now_ms, self.options.idle_ms):
+            # Spark asks again within milliseconds under the default trigger: answering
+            # without API calls keeps an idle query far below the control-plane limits.
+            return start
+        self._check_stream_identity(current)
+        planned = plan_next_offset(
+            current,
+            PlanningInput(
+                listed_shards=list_shards(self._kinesis(), self.options.stream_name),
+                outcomes=outcomes,
+                max_records_per_shard=self.options.max_records_per_shard,
+                max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+                now_ms=now_ms,
+                cutoff_ms=self._cutoff_ms,
+                idle_ms=self.options.idle_ms,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+            ),
+        )
+        return planned.to_dict()
+
+    def _completed_epoch(self, done: SourceOffset) -> dict[str, ProgressRecord]:
+        """The progress records of epoch ``done``, read once: they never change, and Spark
+        asks for the next offset of an idle stream many times a second."""
+        key = (done.run_id, done.epoch)
+        if self._loaded is None or self._loaded[0] != key:
+            records = self._store.load_epoch(done.run_id, done.epoch, done.shards_to_read())
+            self._loaded = (key, records)
+        return self._loaded[1]
+
+    def _check_stream_identity(self, offset: SourceOffset) -> None:
+        stream = describe_stream(self._kinesis(), self.options.stream_name)
+        if stream.created_at_ms != offset.stream_created_ms:
+            raise SourcePlanningError(
+                f"Stream {self.options.stream_name!r} was created at {stream.created_at_ms} ms "
+                f"but this query's checkpoint was taken from a stream created at "
+                f"{offset.stream_created_ms} ms: the stream was deleted and re-created, so "
+                "the checkpoint's sequence numbers mean nothing here. Start the query with "
+                "a new checkpointLocation to read the new stream."
+            )
+
+    def _publish_status(self, done: SourceOffset, records: Mapping[str, ProgressRecord]) -> None:
+        """Write status.json once per completed epoch (idle polls re-plan the same one)."""
+        if done.epoch == 0 or done.epoch == self._status_epoch:
+            return
+        previous = self._store.read_status(done.run_id)
+        if previous is None or int(previous["epoch"]) < done.epoch:
+            self._store.write_status(done.run_id, source_status(done, records, previous))
+        self._status_epoch = done.epoch
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if start == end:
+            return []
+        plan = SourceOffset.from_dict(end)
+        # A replay after a restart comes here without a latestOffset call first.
+        self._check_stream_identity(plan)
+        not_before_ms = plan.planned_ms + int(self.options.min_call_interval_s * 1000)
+        return [
+            ShardReadTask(
+                stream_name=self.options.stream_name,
+                shard_id=shard_id,
+                region_name=self.options.region_name,
+                endpoint_url=self.options.endpoint_url,
+                run_id=plan.run_id,
+                epoch=plan.epoch,
+                start=plan.shards[shard_id].to_dict()["start"],
+                limit=plan.shards[shard_id].limit,
+                cutoff_ms=plan.cutoff_ms,
+                not_before_ms=not_before_ms,
+                metadata_path=self.options.metadata_path,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+                min_call_interval_s=self.options.min_call_interval_s,
+                max_retries=self.options.max_retries,
+            )
+            for shard_id in plan.shards_to_read()
+        ]
+
+    def commit(self, end: dict) -> None:
+        done = SourceOffset.from_dict(end)
+        self._store.forget_before(done.run_id, done.epoch)
+
+    # ---- executor: reading ------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        task: ShardReadTask = partition  # type: ignore[assignment]
+        store = ShardProgressStore(task.metadata_path)
+        pinned = store.load(task.run_id, task.epoch, task.shard_id)
+        end = pinned.outcome.last_sequence_number if pinned is not None else None
+        if pinned is not None and end is None:
+            return  # the first attempt found nothing; the replay must find nothing too
+        _wait_until(task.not_before_ms)
+        reader = ShardReader(
+            kinesis_client(task.endpoint_url, task.region_name),
+            task.stream_name,
+            task.shard_id,
+            retry=RetryPolicy(max_retries=task.max_retries),
+            min_call_interval_s=task.min_call_interval_s,
+        )
+        for records in reader.read(
+            StartPosition.from_dict(task.start),
+            max_records=task.limit,
+            end_sequence_number=end,
+            arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
+        ):
+            yield records_to_arrow(task.stream_name, task.shard_id, records)
+        outcome = reader.outcome
+        assert outcome is not None  # set once the generator is exhausted
+        # Failing here fails the task, and with it the micro-batch: rows already yielded
+        # by this attempt are never committed.
+        if outcome.data_loss and task.fail_on_data_loss:
+            raise _data_loss(task, outcome.data_loss)
+        if pinned is None:
+            store.save(task.run_id, task.epoch, ProgressRecord(outcome, _reader_identity()))
+
+
+def _wait_until(epoch_ms: int) -> None:
+    """Keep GetRecords at <= 5/s per shard across epochs, not only within one task.
+
+    Every call of the previous epoch happened before this epoch was planned, so waiting
+    until one call interval after planning spaces the first call of this epoch from the
+    last of the previous one. Usually Spark's own scheduling has taken longer already.
+    """
+    delay_s = (epoch_ms - _now_ms()) / 1000
+    if delay_s > 0:
+        time.sleep(delay_s)
+
+
+def _reader_identity() -> dict:
+    """Which process read the shard: for operators (and the proof that executors read)."""
+    context = TaskContext.get()
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "sparkTaskAttemptId": context.taskAttemptId() if context is not None else None,
+    }
+
+
+def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
+    return DataLossError(
+        f"Data loss on stream {task.stream_name!r}, shard {task.shard_id}: {detail}. "
+        "The records after the last committed position expired (retention) before they "
+        "were read. Set option failOnDataLoss=false to continue from the oldest record "
+        "still available; the skipped range is then counted in the source status."
+    )
+
+
+def records_to_arrow(
+    stream_name: str, shard_id: str, records: Sequence[KinesisRecord]
+) -> pa.RecordBatch:
+    count = len(records)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([stream_name] * count, pa.string()),
+            pa.array([shard_id] * count, pa.string()),
+            pa.array([r.sequence_number for r in records], pa.string()),
+            pa.array([r.sub_sequence_number for r in records], pa.int64()),
+            pa.array([r.partition_key for r in records], pa.string()),
+            pa.array([r.arrival_ms * 1000 for r in records], pa.timestamp("us", tz="UTC")),
+            pa.array([r.data for r in records], pa.binary()),
+            pa.array([r.aggregated for r in records], pa.bool_()),
+            pa.array([r.error for r in records], pa.string()),
+        ],
+        schema=KINESIS_ARROW_SCHEMA,
+    )
+
+
+def source_status(
+    done: SourceOffset, records: Mapping[str, ProgressRecord], previous: Mapping | None
+) -> dict:
+    """What dashboards plot after epoch ``done``: its numbers and every live shard's lag.
+
+    ``recordsRead`` / ``userRecords`` / ``shardsRead`` are this epoch's (Kinesis records,
+    records after de-aggregation). ``shards`` holds, per shard still being read, the
+    latest read's outcome (``millis_behind_latest`` included) with its epoch and reader:
+    shards that sat this epoch out keep their last known state, finished shards drop out.
+    ``skippedRanges`` counts data-loss gaps so far (failOnDataLoss=false).
+    """
+    ended = {sid for sid, r in records.items() if r.outcome.shard_ended}
+    shards = {
+        sid: entry
+        for sid, entry in (previous or {}).get("shards", {}).items()
+        if sid in done.shards and sid not in ended
+    }
+    shards.update(
+        {
+            sid: {**r.outcome.to_dict(), "epoch": done.epoch, "reader": r.reader}
+            for sid, r in records.items()
+            if sid not in ended
+        }
+    )
+    lags = [int(e["millis_behind_latest"] or 0) for e in shards.values()]
+    return {
+        "runId": done.run_id,
+        "epoch": done.epoch,
+        "writtenAtMs": _now_ms(),
+        "recordsRead": sum(r.outcome.records_read for r in records.values()),
+        "userRecords": sum(r.outcome.user_records for r in records.values()),
+        "shardsRead": sorted(records),
+        "maxMillisBehindLatest": max(lags, default=0),
+        "skippedRanges": done.skipped_ranges
+        + sum(1 for r in records.values() if r.outcome.data_loss),
+        "shards": dict(sorted(shards.items())),
+        "finishedShards": sorted(done.finished | ended),
+    }
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

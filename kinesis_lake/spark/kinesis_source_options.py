@@ -1,0 +1,236 @@
+"""The ``kinesis`` source's options: names, defaults, parsing and the errors a user sees.
+
+Options are checked on the driver when the query is defined (``.load()``), before any
+micro-batch runs, so a typo fails with the option's name and the accepted values rather
+than as a task failure deep inside an executor. :meth:`KinesisSourceOptions.parse` checks
+everything that needs no network; :func:`check_against_stream` then checks what only the
+stream can answer (does it exist, do the shard ids of a JSON starting position exist).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kinesis_lake.kinesis.shard_reader import StartPosition
+from kinesis_lake.kinesis.streams import Shard
+
+DEFAULT_METADATA_ROOT = Path.home() / ".kinesis-lake" / "kinesis-source"
+STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
+MIN_CALL_INTERVAL_MS = 200
+"""Kinesis serves at most 5 GetRecords calls per second per shard, to all readers together."""
+
+# option name (as users write it) -> (default, description). Spark passes keys in any case.
+OPTIONS: dict[str, tuple[str | None, str]] = {
+    "streamName": (None, "Kinesis stream to read (required)."),
+    "regionName": (None, "AWS region; default: boto3's own resolution (AWS_REGION, profile)."),
+    "endpointUrl": (None, "Kinesis API endpoint; default: the region's AWS endpoint."),
+    "startingPosition": (
+        "latest",
+        "trim_horizon | latest | at_timestamp | a JSON map {shardId: sequenceNumber}.",
+    ),
+    "startingTimestamp": (None, "For at_timestamp: ISO-8601 time or epoch milliseconds."),
+    "maxRecordsPerShard": ("100000", "Kinesis records read per shard per micro-batch."),
+    "maxRecordsPerBatch": (None, "Default Spark read limit (ReadMaxRows) over all shards."),
+    "metadataPath": (
+        str(DEFAULT_METADATA_ROOT),
+        "Where executors record how far they read (shared storage on a cluster).",
+    ),
+    "failOnDataLoss": ("true", "Fail when unread records expired; false skips and counts."),
+    "idleTimeBetweenReadsMs": ("1000", "Pause before re-polling a stream found idle."),
+    "minCallIntervalMs": (
+        str(MIN_CALL_INTERVAL_MS),
+        "Minimum gap between GetRecords calls per shard (>= 200: Kinesis allows 5/s).",
+    ),
+    "maxRetries": ("8", "Retries of a throttled or failed Kinesis call before failing."),
+}
+_BY_LOWER = {name.lower(): name for name in OPTIONS}
+
+
+class KinesisOptionError(ValueError):
+    """An option of the ``kinesis`` source is missing, unknown or malformed."""
+
+
+@dataclass(frozen=True)
+class KinesisSourceOptions:
+    """Parsed, checked options. ``starting_position`` of kind LATEST is resolved to a
+    timestamp only when the query's initial offset is made (see ``initial_start``)."""
+
+    stream_name: str
+    region_name: str | None
+    endpoint_url: str | None
+    starting_position: StartPosition
+    per_shard_start: dict[str, StartPosition]
+    max_records_per_shard: int
+    max_records_per_batch: int | None
+    metadata_path: str
+    fail_on_data_loss: bool
+    idle_ms: int
+    min_call_interval_s: float
+    max_retries: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KinesisSourceOptions:
+        values = _named_values(options)
+        if not values["streamName"]:
+            raise KinesisOptionError(
+                "Option 'streamName' is required: .option('streamName', '<your stream>')."
+            )
+        start, per_shard = _parse_start(values["startingPosition"], values["startingTimestamp"])
+        batch_limit = values["maxRecordsPerBatch"]
+        return cls(
+            stream_name=str(values["streamName"]),
+            region_name=values["regionName"] or None,
+            endpoint_url=values["endpointUrl"] or None,
+            starting_position=start,
+            per_shard_start=per_shard,
+            max_records_per_shard=_whole_number("maxRecordsPerShard", values),
+            max_records_per_batch=(
+                None if batch_limit is None else _whole_number("maxRecordsPerBatch", values)
+            ),
+            metadata_path=str(values["metadataPath"]),
+            fail_on_data_loss=_boolean("failOnDataLoss", values),
+            idle_ms=_whole_number("idleTimeBetweenReadsMs", values, minimum=0),
+            min_call_interval_s=(
+                _whole_number("minCallIntervalMs", values, minimum=MIN_CALL_INTERVAL_MS) / 1000
+            ),
+            max_retries=_whole_number("maxRetries", values, minimum=0),
+        )
+
+    def initial_start(self, now_ms: int) -> tuple[StartPosition, StartPosition]:
+        """(start for the shards listed now, start for shards that appear later).
+
+        ``latest`` becomes "arrived at or after ``now_ms``": pinned when the query's
+        initial offset is made, so records that arrive between planning and the first
+        read are not lost, as they would be with an iterator of type LATEST opened later
+        by an executor. Shards that appear later (split or merge children) are read from
+        their first record under every starting position except ``at_timestamp``: they
+        were created after the query started, so all their records are new, and a driver
+        clock ahead of Kinesis' arrival timestamps must not skip any of them.
+        ``at_timestamp`` applies its timestamp to later shards too, since the user's
+        instant may lie in the future.
+        """
+        start = self.starting_position
+        if start.kind == "LATEST":
+            return StartPosition.at_timestamp(now_ms), StartPosition.trim_horizon()
+        if start.kind == "AT_TIMESTAMP":
+            return start, start
+        return start, StartPosition.trim_horizon()
+
+
+def check_against_stream(options: KinesisSourceOptions, shards: Sequence[Shard]) -> None:
+    """Refuse a JSON starting position that names shards the stream does not have."""
+    known = {s.shard_id for s in shards}
+    unknown = sorted(set(options.per_shard_start) - known)
+    if unknown:
+        raise KinesisOptionError(
+            f"startingPosition names shards that stream {options.stream_name!r} does not "
+            f"have: {', '.join(unknown)}. Its shards are: {', '.join(sorted(known))}."
+        )
+
+
+def _named_values(options: Mapping[str, str]) -> dict[str, str | None]:
+    values: dict[str, str | None] = {name: default for name, (default, _) in OPTIONS.items()}
+    for key, value in options.items():
+        name = _BY_LOWER.get(key.lower())
+        if name is None:
+            if key.lower() == "path":  # Spark's own key for .load(path); the name is an option
+                continue
+            raise KinesisOptionError(
+                f"Unknown option {key!r} for format 'kinesis'. Allowed options: "
+                f"{', '.join(OPTIONS)}."
+            )
+        values[name] = value
+    return values
+
+
+def _parse_start(
+    position: str | None, timestamp: str | None
+) -> tuple[StartPosition, dict[str, StartPosition]]:
+    text = (position or "latest").strip()
+    lowered = text.lower()
+    if timestamp is not None and lowered != "at_timestamp":
+        raise KinesisOptionError(
+            f"Option 'startingTimestamp' is only used with startingPosition=at_timestamp, "
+            f"but startingPosition is {text!r}. Remove one of the two."
+        )
+    if lowered == "trim_horizon":
+        return StartPosition.trim_horizon(), {}
+    if lowered == "latest":
+        return StartPosition("LATEST"), {}
+    if lowered == "at_timestamp":
+        if not timestamp:
+            raise KinesisOptionError(
+                "startingPosition 'at_timestamp' needs option 'startingTimestamp' "
+                "(ISO-8601 such as 2026-01-31T12:00:00Z, or epoch milliseconds)."
+            )
+        return StartPosition.at_timestamp(parse_timestamp_ms(timestamp)), {}
+    if text.startswith("{"):
+        return StartPosition.trim_horizon(), _parse_shard_map(text)
+    raise KinesisOptionError(
+        f"startingPosition={text!r} is not allowed: use one of {', '.join(STARTING_POSITIONS)}, "
+        'or a JSON map of shard ids to sequence numbers such as {"shardId-000000000000": "4959…"}.'
+    )
+
+
+def _parse_shard_map(text: str) -> dict[str, StartPosition]:
+    """A JSON map of shard id -> the last sequence number already processed on it.
+
+    Reading starts *after* each number, as it does from a checkpoint. Shards the map does
+    not name start at TRIM_HORIZON.
+    """
+    try:
+        mapping = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise KinesisOptionError(
+            f"startingPosition is not valid JSON ({error}); expected "
+            '{"shardId-000000000000": "<sequence number>", ...}.'
+        ) from error
+    if (
+        not isinstance(mapping, dict)
+        or not mapping
+        or not all(isinstance(v, str) and v.isdigit() for v in mapping.values())
+    ):
+        raise KinesisOptionError(
+            "startingPosition as JSON must map shard ids to decimal sequence-number strings, "
+            'e.g. {"shardId-000000000000": "4959…"}; reading starts after each given number.'
+        )
+    return {shard: StartPosition.after(seq) for shard, seq in mapping.items()}
+
+
+def parse_timestamp_ms(text: str) -> int:
+    """ISO-8601 (naive means UTC) or epoch milliseconds -> epoch milliseconds."""
+    stripped = text.strip()
+    if stripped.isdigit():
+        return int(stripped)
+    try:
+        moment = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+    except ValueError as error:
+        raise KinesisOptionError(
+            f"startingTimestamp={text!r} is neither ISO-8601 (2026-01-31T12:00:00Z) nor "
+            "epoch milliseconds."
+        ) from error
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _whole_number(name: str, values: Mapping[str, str | None], *, minimum: int = 1) -> int:
+    raw = values[name]
+    try:
+        number = int(str(raw).strip())
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise KinesisOptionError(f"Option {name!r}={raw!r} must be a whole number >= {minimum}.")
+    return number
+
+
+def _boolean(name: str, values: Mapping[str, str | None]) -> bool:
+    raw = str(values[name]).strip().lower()
+    if raw not in ("true", "false"):
+        raise KinesisOptionError(f"Option {name!r}={values[name]!r} must be true or false.")
+    return raw == "true"

@@ -1,0 +1,86 @@
+"""One way to build the Spark session every kinesis-lake job runs in.
+
+It pins what correctness and the loopback-only rule depend on, so that no job forgets:
+the driver binds ``SPARK_LOCAL_IP``, which defaults to 127.0.0.1 (Spark otherwise picks
+the machine's external address), the Python workers run this interpreter (which has
+kinesis-lake installed), timestamps are UTC, the web UI is off unless asked for, and
+speculative execution is refused: two attempts of one Kinesis read task running at once
+could record different stop points.
+
+On a multi-host cluster the driver must be reachable from the executors: the deployment
+sets ``SPARK_LOCAL_IP`` (Spark's own variable) to the driver host's cluster-facing address.
+Executors are never told an address: each binds its own host's (a worker inherits
+``SPARK_LOCAL_IP`` from its own environment), so local runs stay on loopback and remote
+executors are not pinned to an address they do not have.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from kinesis_lake.spark.iceberg_sink import IcebergDataSource
+from kinesis_lake.spark.kinesis_source import KinesisDataSource
+
+LOOPBACK = "127.0.0.1"
+
+BASE_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.speculation": "false",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+}
+
+
+class SparkConfigError(ValueError):
+    """A Spark setting that would break the pipeline's guarantees."""
+
+
+def build_spark_session(
+    master: str = "local[2]",
+    *,
+    app_name: str = "kinesis-lake",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Create (or reuse, if one with the same master is active) the job's session."""
+    merged = {**driver_address_conf(), **BASE_CONF, **(conf or {})}
+    if merged.get("spark.speculation", "false").lower() == "true":
+        raise SparkConfigError(
+            "spark.speculation=true is not supported: two attempts of one Kinesis read "
+            "task must never run at once. Remove the setting."
+        )
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master == master:
+        return _register(active)
+    if active is not None:
+        active.stop()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
+    return _register(builder.getOrCreate())
+
+
+def driver_address_conf() -> dict[str, str]:
+    """Where the driver listens and the address it gives executors: ``SPARK_LOCAL_IP``.
+
+    Unset, it is set to loopback (before the JVM starts, so Spark's own processes see it
+    too): nothing on a laptop or in the tests listens beyond this machine.
+    """
+    address = os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    return {"spark.driver.host": address, "spark.driver.bindAddress": address}
+
+
+def _register(spark: SparkSession) -> SparkSession:
+    """Register explicitly too: auto-registration needs the package on sys.path at import."""
+    spark.dataSource.register(KinesisDataSource)
+    spark.dataSource.register(IcebergDataSource)
+    return spark
