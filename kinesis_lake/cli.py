@@ -1,0 +1,284 @@
+"""``kinesis-lake``: the command line over the same code the Dagster assets run.
+
+Every command reads its settings from the environment (see ``kinesis-lake settings``);
+``--profile FILE`` first loads a profile such as ``profiles/local.env``, without
+overriding variables that are already set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kinesis_lake.config import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from kinesis_lake.spark.ingest import BatchReport
+
+LOCAL_ENDPOINT_PORT = 4567
+
+
+def load_profile(path: str | Path, *, override: bool = False) -> None:
+    """Apply ``KEY=VALUE`` lines from a profile file to the environment."""
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        if override or key.strip() not in os.environ:
+            os.environ[key.strip()] = value.strip()
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as error:
+        raise SystemExit(f"kinesis-lake: configuration error: {error}") from error
+
+
+def cmd_settings(args: argparse.Namespace) -> None:
+    for variable, value, description in _settings().describe():
+        print(f"{variable:36} {value or '(unset)':40} {description}")
+
+
+def cmd_endpoint(args: argparse.Namespace) -> None:
+    from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
+
+    settings = _settings()
+    data_dir = None if args.in_memory else settings.data_dir / "kinesis"
+    endpoint = LocalKinesisEndpoint(
+        args.kind or settings.endpoint_kind, port=args.port, data_dir=data_dir
+    )
+    endpoint.start()
+    print(f"{endpoint.kind} Kinesis endpoint on {endpoint.url} (Ctrl-C to stop)", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        endpoint.stop()
+
+
+def cmd_produce(args: argparse.Namespace) -> None:
+    from kinesis_lake.kinesis.client import kinesis_client
+    from kinesis_lake.kinesis.producer import put_records, sample_events
+    from kinesis_lake.kinesis.streams import ensure_stream
+
+    settings = _settings()
+    client = kinesis_client(settings.endpoint_url, settings.region)
+    ensure_stream(client, settings.stream_name, settings.shard_count)
+    events = sample_events(args.count, malformed_every=args.malformed_every, seed=args.seed)
+    summary = put_records(client, settings.stream_name, events, rate_per_s=args.rate)
+    print(
+        f"sent {summary.sent} records to {settings.stream_name} in {summary.calls} PutRecords "
+        f"calls ({summary.retried_entries} entries retried, {summary.failed} failed)"
+    )
+
+
+def cmd_ingest(args: argparse.Namespace) -> None:
+    from kinesis_lake.spark.derive import refresh_derived
+    from kinesis_lake.spark.ingest import run_ingestion
+    from kinesis_lake.spark.session import build_spark_session
+
+    settings = _settings()
+    spark = build_spark_session(settings.spark_master)
+    try:
+        result = run_ingestion(spark, settings)
+        print(
+            f"ingested {result.rows} rows in {result.batches} micro-batches "
+            f"({result.rows_per_second:,.0f} rows/s); raw table holds {result.raw_rows_total}"
+        )
+        if args.derive:
+            derived = refresh_derived(spark, settings)
+            print(
+                f"derived: {derived.parsed.rows_written} parsed, "
+                f"{derived.quarantine.rows_written} quarantined, "
+                f"{derived.windows_recomputed} aggregate windows recomputed"
+            )
+    finally:
+        spark.stop()
+
+
+def cmd_stream(args: argparse.Namespace) -> None:
+    """Continuous ingestion until SIGTERM/SIGINT; each batch is printed and, when
+    $DAGSTER_HOME is set, recorded there as a raw_events materialization."""
+    from kinesis_lake.spark.ingest import run_continuous
+    from kinesis_lake.spark.session import build_spark_session
+
+    settings = _settings()
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        # The first signal stops after the batch in flight; a second one takes the default
+        # (immediate) action, which is safe too: an uncommitted batch is replayed. os.write,
+        # not print: print may be mid-write in the main thread (a reentrant-call error).
+        name = signal.Signals(signum).name
+        os.write(sys.stderr.fileno(), f"{name}: stopping after the batch in flight\n".encode())
+        for each in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(each, signal.SIG_DFL)
+        stop.set()
+
+    with contextlib.ExitStack() as cleanup:
+        on_batch = _stream_reporter(settings, cleanup)
+        spark = build_spark_session(settings.spark_master)
+        cleanup.callback(spark.stop)
+        # Only now: creating the SparkContext installs PySpark's own SIGINT handler, which
+        # cancels every running job (the batch in flight) and raises KeyboardInterrupt.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, request_stop)
+        print(
+            f"streaming {settings.stream_name} into {settings.raw_table} every {args.trigger}; "
+            "SIGTERM or Ctrl-C stops after the batch in flight",
+            flush=True,
+        )
+        result = run_continuous(
+            spark, settings, stop=stop, processing_time=args.trigger, on_batch=on_batch
+        )
+        print(f"stopped cleanly after {result.rows} rows in {result.batches} batches", flush=True)
+
+
+def _print_batch(batch: BatchReport) -> None:
+    print(
+        f"batch {batch.batch_id}: {batch.rows} rows, raw table {batch.raw_rows_total} rows, "
+        f"max lag {batch.max_millis_behind_latest} ms",
+        flush=True,
+    )
+
+
+def _stream_reporter(
+    settings: Settings, cleanup: contextlib.ExitStack
+) -> Callable[[BatchReport], None]:
+    """Print each batch; with $DAGSTER_HOME, record it there too, as the Spark resource's
+    ``ingest_continuously`` does, so the stream shows in Dagster as raw_events updates."""
+    from kinesis_lake.defs.assets import raw_batch_reporter
+
+    instance = None
+    if os.environ.get("DAGSTER_HOME"):
+        import dagster as dg
+
+        instance = cleanup.enter_context(dg.DagsterInstance.get())
+        print(
+            f"recording each batch as a raw_events materialization in {instance.root_directory}",
+            flush=True,
+        )
+    return raw_batch_reporter(settings, instance, then=_print_batch)
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    from kinesis_lake.iceberg.catalog import open_catalog
+    from kinesis_lake.iceberg.query import format_table, run_sql
+    from kinesis_lake.spark.kinesis_source_options import parse_timestamp_ms
+
+    settings = _settings()
+    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    result = run_sql(
+        catalog,
+        settings.namespace,
+        args.sql,
+        snapshot_id=args.snapshot,
+        as_of_ms=parse_timestamp_ms(args.as_of) if args.as_of else None,
+    )
+    print(format_table(result, max_rows=args.max_rows))
+
+
+def cmd_history(args: argparse.Namespace) -> None:
+    from kinesis_lake.iceberg.catalog import open_catalog
+    from kinesis_lake.iceberg.query import table_history
+
+    settings = _settings()
+    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    name = args.table if "." in args.table else f"{settings.namespace}.{args.table}"
+    rows = table_history(catalog.load_table(name))
+    columns = ["snapshot_id", "timestamp", "operation", "added_records", "writer_id", "batch_id"]
+    print("  ".join(f"{c:>20}" for c in columns))
+    for row in rows:
+        print("  ".join(f"{row.get(c)!s:>20}" for c in columns))
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from kinesis_lake.demo import run_demo
+
+    sys.exit(run_demo(events=args.events))
+
+
+def cmd_dev(args: argparse.Namespace) -> None:
+    from kinesis_lake.dev import run_dev
+
+    run_dev(port=args.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kinesis-lake", description=__doc__)
+    parser.add_argument(
+        "--profile",
+        default=os.environ.get("KINESIS_LAKE_PROFILE"),
+        help="env file to load first, e.g. profiles/local.env",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("settings", help="print every setting and its value").set_defaults(
+        func=cmd_settings
+    )
+
+    endpoint = commands.add_parser("endpoint", help="run the local Kinesis endpoint")
+    endpoint.add_argument("--port", type=int, default=LOCAL_ENDPOINT_PORT)
+    endpoint.add_argument("--kind", choices=["auto", "kinesalite", "moto"])
+    endpoint.add_argument("--in-memory", action="store_true", help="keep nothing on disk")
+    endpoint.set_defaults(func=cmd_endpoint)
+
+    produce = commands.add_parser("produce", help="send generated JSON events")
+    produce.add_argument("--count", type=int, required=True)
+    produce.add_argument("--rate", type=float, default=None, help="records per second")
+    produce.add_argument("--malformed-every", type=int, default=0)
+    produce.add_argument("--seed", type=int, default=int(time.time()))
+    produce.set_defaults(func=cmd_produce)
+
+    ingest = commands.add_parser("ingest", help="one bounded ingestion run (availableNow)")
+    ingest.add_argument("--derive", action="store_true", help="refresh derived tables too")
+    ingest.set_defaults(func=cmd_ingest)
+
+    stream = commands.add_parser("stream", help="continuous ingestion until SIGTERM/SIGINT")
+    stream.add_argument("--trigger", default="5 seconds", help="processing-time trigger")
+    stream.set_defaults(func=cmd_stream)
+
+    query = commands.add_parser("query", help="run SQL over the Iceberg tables (DuckDB)")
+    query.add_argument("sql")
+    query.add_argument("--snapshot", type=int, default=None, help="read as of snapshot id")
+    query.add_argument("--as-of", default=None, help="read as of a time (ISO-8601 or ms)")
+    query.add_argument("--max-rows", type=int, default=20)
+    query.set_defaults(func=cmd_query)
+
+    history = commands.add_parser("history", help="list a table's snapshots")
+    history.add_argument("table")
+    history.set_defaults(func=cmd_history)
+
+    demo = commands.add_parser("demo", help="the whole pipeline once, end to end")
+    demo.add_argument("--events", type=int, default=2000)
+    demo.set_defaults(func=cmd_demo)
+
+    dev = commands.add_parser("dev", help="local endpoint + dagster dev")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.set_defaults(func=cmd_dev)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.profile:
+        load_profile(args.profile)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

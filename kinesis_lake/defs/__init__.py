@@ -1,0 +1,10 @@
+"""The thin Dagster layer: it starts, observes and checks; the pipeline lives elsewhere.
+
+* ``resources``: settings, the Kinesis client and the Spark session, all from env.
+* ``assets``: the stream (external), raw_events, the derived tables, table maintenance.
+* ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.health``.
+* ``sensors``: the backlog sensor and the declarative-automation sensor.
+* ``jobs``: the named jobs and the maintenance schedule.
+
+``kinesis_lake.definitions`` puts them together into the one ``dg.Definitions``.
+"""

@@ -1,0 +1,449 @@
+"""The lake as Dagster assets: the stream, the raw table, the derived tables, their upkeep.
+
+Assets only start library code and report what it did: ingestion is
+``kinesis_lake.spark.ingest``, the derived tables ``kinesis_lake.spark.derive``, upkeep
+``kinesis_lake.iceberg.maintenance``. Metadata keys are stable (dashboards, the CLI and
+the README refer to them) and numeric where the UI should plot them.
+
+Who runs what:
+
+* ``raw_events``: the backlog sensor (``sensors.py``), only when the stream holds records
+  past the committed positions; one at a time (pool ``kinesis_lake_ingestion``, limit 1 in
+  ``dagster.yaml``), because one Spark checkpoint admits one query. For low latency,
+  ``kinesis-lake stream`` (or ``SparkResource.ingest_continuously``) runs the same query
+  continuously instead (stop the backlog sensor meanwhile: the sensor does not know about
+  it) and records each micro-batch as a runless raw_events materialization with the same
+  metadata keys (``raw_batch_materialization``).
+* ``events``, ``events_quarantine``, ``event_counts_per_minute``: declarative automation,
+  eagerly after every raw update, unless a blocking check of raw failed (duplicates).
+* ``*_maintenance``: the hourly maintenance schedule (``jobs.py``).
+"""
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from pydantic import Field
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from kinesis_lake import health
+from kinesis_lake.config import (
+    AGGREGATE_TABLE,
+    PARSED_TABLE,
+    QUARANTINE_TABLE,
+    RAW_TABLE,
+    Settings,
+)
+from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
+from kinesis_lake.iceberg import maintenance
+
+if TYPE_CHECKING:
+    # Type only: loading the definitions must not import PySpark.
+    from kinesis_lake.spark.ingest import BatchReport
+
+OWNERS = ["team:data-platform"]
+INGESTION_GROUP = "ingestion"
+DERIVED_GROUP = "derived"
+MAINTENANCE_GROUP = "maintenance"
+
+INGESTION_POOL = "kinesis_lake_ingestion"
+DERIVE_POOL = "kinesis_lake_derive"
+MAINTENANCE_POOL = "kinesis_lake_maintenance"
+
+KINESIS_STREAM = dg.AssetKey("kinesis_stream")
+RAW_EVENTS = dg.AssetKey(RAW_TABLE)
+EVENTS = dg.AssetKey(PARSED_TABLE)
+EVENTS_QUARANTINE = dg.AssetKey(QUARANTINE_TABLE)
+EVENT_COUNTS_PER_MINUTE = dg.AssetKey(AGGREGATE_TABLE)
+
+STREAM_OBSERVATION_INTERVAL = timedelta(minutes=5)
+"""The backlog sensor records the stream's state at least this often (more often when it
+changes); the stream's freshness policy fails when those records stop."""
+
+kinesis_stream = dg.AssetSpec(
+    KINESIS_STREAM,
+    description=(
+        "The Kinesis data stream the lake ingests. External: Dagster does not write it; the "
+        "backlog sensor records its shards, retention and oldest unconsumed record as "
+        "materializations, so a stopped sensor shows up as a stale stream."
+    ),
+    group_name=INGESTION_GROUP,
+    kinds={"kinesis"},
+    owners=OWNERS,
+    freshness_policy=dg.FreshnessPolicy.time_window(
+        fail_window=STREAM_OBSERVATION_INTERVAL * 3, warn_window=STREAM_OBSERVATION_INTERVAL * 2
+    ),
+)
+
+
+def table_column_schema(schema: Schema) -> dg.TableSchema:
+    """The Iceberg schema as Dagster's column schema (names, types, nullability, docs)."""
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name=f.name,
+                type=str(f.field_type),
+                description=f.doc,
+                constraints=dg.TableColumnConstraints(nullable=not f.required),
+            )
+            for f in schema.fields
+        ]
+    )
+
+
+def _table_metadata(identifier: str, table: Table) -> dict[str, object]:
+    stats = health.table_stats(table)
+    metadata: dict[str, object] = {
+        "dagster/table_name": identifier,
+        "dagster/row_count": stats.rows,
+        "dagster/column_schema": table_column_schema(table.schema()),
+        "data_files": stats.data_files,
+    }
+    if stats.snapshot_id is not None:
+        metadata["snapshot_id"] = stats.snapshot_id
+    return metadata
+
+
+@dg.asset(
+    key=RAW_EVENTS,
+    deps=[kinesis_stream],
+    group_name=INGESTION_GROUP,
+    kinds={"spark", "iceberg"},
+    owners=OWNERS,
+    pool=INGESTION_POOL,
+    description=(
+        "Every Kinesis user record exactly once, payload bytes untouched. A run drains what "
+        "the stream holds when it starts (Spark availableNow) and commits each micro-batch "
+        "with its shard positions; replays are skipped by batch id."
+    ),
+)
+def raw_events(
+    context: dg.AssetExecutionContext,
+    settings: PipelineSettingsResource,
+    kinesis: KinesisResource,
+    spark: SparkResource,
+) -> dg.MaterializeResult:
+    lake = settings.settings()
+    kinesis.require_same_stream(lake)
+    result = spark.ingest(lake)
+    context.log.info(
+        f"Ingested {result.rows} rows in {result.batches} micro-batches from "
+        f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "
+        f"skipped ranges: {result.skipped_ranges}"
+    )
+    raw = health.open_lake(lake).load_table(lake.raw_table)
+    metadata = {
+        **_table_metadata(lake.raw_table, raw),
+        "dagster/row_count": result.raw_rows_total,
+        "rows_added": result.rows,
+        "batches": result.batches,
+        "seconds": round(result.seconds, 3),
+        "rows_per_second": round(result.rows_per_second, 1),
+        "shards_read": result.shards_read,
+        "skipped_ranges": result.skipped_ranges,
+        **_lag_metadata(result.max_millis_behind_latest, result.millis_behind_latest),
+    }
+    if result.snapshot_id is not None:
+        metadata["snapshot_id"] = int(result.snapshot_id)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _lag_metadata(max_lag: int, by_shard: dict[str, int]) -> dict[str, int]:
+    return {
+        "max_millis_behind_latest": max_lag,
+        **{f"millis_behind_latest/{shard}": lag for shard, lag in sorted(by_shard.items())},
+    }
+
+
+def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.AssetMaterialization:
+    """One micro-batch of continuous ingestion as a raw_events materialization.
+
+    The keys are a raw_events run's (``rows_added``, ``dagster/row_count``, lag,
+    ``skipped_ranges``), so the asset's plots run on across runs and streamed batches,
+    and the data-loss check reads whichever of the two came last.
+    """
+    metadata: dict[str, object] = {
+        "dagster/table_name": settings.raw_table,
+        "dagster/row_count": batch.raw_rows_total,
+        "rows_added": batch.rows,
+        "batch_id": batch.batch_id,
+        "seconds": round(batch.seconds, 3),
+        "skipped_ranges": batch.skipped_ranges,
+        **_lag_metadata(batch.max_millis_behind_latest, batch.millis_behind_latest),
+    }
+    if batch.snapshot_id is not None:
+        metadata["snapshot_id"] = int(batch.snapshot_id)
+    return dg.AssetMaterialization(
+        asset_key=RAW_EVENTS,
+        description=f"Continuous ingestion: micro-batch {batch.batch_id} added {batch.rows} rows.",
+        metadata=metadata,
+    )
+
+
+def raw_batch_reporter(
+    settings: Settings,
+    instance: dg.DagsterInstance | None,
+    then: Callable[["BatchReport"], None] | None = None,
+) -> Callable[["BatchReport"], None]:
+    """The ``on_batch`` of continuous ingestion, the same for ``kinesis-lake stream`` and
+    ``SparkResource.ingest_continuously``: record each batch on ``instance`` (if any),
+    then pass it to ``then``.
+
+    Recorded as runless events: a stream outlives any run, so no run owns its batches.
+    """
+
+    def report(batch: "BatchReport") -> None:
+        if instance is not None:
+            instance.report_runless_asset_event(raw_batch_materialization(settings, batch))
+        if then is not None:
+            then(batch)
+
+    return report
+
+
+DERIVED_AUTOMATION = (
+    dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
+).with_label("eager_unless_blocked")
+"""Follow raw automatically (eager already waits while raw or this asset is in progress),
+but never over raw data a blocking check (duplicates) rejected."""
+
+_DERIVED_COMMON = {
+    "group_name": DERIVED_GROUP,
+    "kinds": {"spark", "iceberg"},
+    "owners": OWNERS,
+    "automation_condition": DERIVED_AUTOMATION,
+}
+
+DERIVED_SPECS = [
+    dg.AssetSpec(
+        EVENTS,
+        deps=[RAW_EVENTS],
+        description=(
+            "Raw records parsed against the declared event schema (schemas/events.yaml), one "
+            "typed row per valid event, deduplicated on the event key within a refresh."
+        ),
+        **_DERIVED_COMMON,
+    ),
+    dg.AssetSpec(
+        EVENTS_QUARANTINE,
+        deps=[RAW_EVENTS],
+        description=(
+            "Raw records that failed parsing, with payload bytes and the reason: nothing is "
+            "dropped, so they can be inspected and replayed after a fix."
+        ),
+        **_DERIVED_COMMON,
+    ),
+    dg.AssetSpec(
+        EVENT_COUNTS_PER_MINUTE,
+        deps=[EVENTS],
+        description=(
+            "Parsed events counted per minute of event time and event type; only the windows "
+            "new events fall in are recomputed."
+        ),
+        **_DERIVED_COMMON,
+    ),
+]
+
+
+@dg.multi_asset(
+    name="derived_tables",
+    specs=DERIVED_SPECS,
+    pool=DERIVE_POOL,
+    description=(
+        "One incremental refresh of the three derived tables: the raw files appended since "
+        "the last refresh are parsed once on the executors and written to both parsed and "
+        "quarantine, then the touched aggregate windows are recomputed."
+    ),
+)
+def derived_tables(
+    context: dg.AssetExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
+):
+    lake = settings.settings()
+    started = time.monotonic()
+    result = spark.refresh_derived(lake)
+    seconds = round(time.monotonic() - started, 3)
+    context.log.info(
+        f"Parsed {result.parsed.rows_written} rows, quarantined {result.quarantine.rows_written}, "
+        f"recomputed {result.windows_recomputed} aggregate windows in {seconds} s"
+    )
+    catalog = health.open_lake(lake)
+    for key, identifier, refresh in (
+        (EVENTS, lake.parsed_table, result.parsed),
+        (EVENTS_QUARANTINE, lake.quarantine_table, result.quarantine),
+        (EVENT_COUNTS_PER_MINUTE, lake.aggregate_table, result.aggregate),
+    ):
+        metadata = {
+            **_table_metadata(identifier, catalog.load_table(identifier)),
+            "rows_added": refresh.rows_written,
+            "source_files_read": refresh.source_files_read,
+            "source_rows_read": refresh.source_rows_read,
+            "committed": refresh.committed,
+            "seconds": seconds,
+        }
+        if refresh.source_snapshot_id is not None:
+            metadata["source_snapshot_id"] = int(refresh.source_snapshot_id)
+        if key == EVENT_COUNTS_PER_MINUTE:
+            metadata["windows_recomputed"] = result.windows_recomputed
+        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+
+
+# ---- maintenance --------------------------------------------------------------------------
+
+
+class MaintenanceConfig(dg.Config):
+    """How aggressive one upkeep pass is; the defaults suit a table committed every minute."""
+
+    snapshot_max_age_hours: float = Field(
+        default=24.0,
+        description=(
+            "Expire snapshots older than this (time travel reaches this far back). Snapshots "
+            "a downstream table has not processed yet are never expired."
+        ),
+    )
+    retain_last_snapshots: int | None = Field(
+        default=None,
+        description=(
+            "Always keep this many recent snapshots; None: the table's "
+            "history.expire.min-snapshots-to-keep, else 100."
+        ),
+    )
+    orphan_min_age_hours: float = Field(
+        default=72.0,
+        description=(
+            "Only delete unreferenced files older than this: a file of a commit still in flight "
+            "is unreferenced too (Iceberg's own default is 3 days)."
+        ),
+    )
+    target_file_size_bytes: int | None = Field(
+        default=None,
+        description="Compaction target; None: the table's write.target-file-size-bytes or 128 MiB.",
+    )
+    min_input_files: int = Field(
+        default=2, description="Compact a partition once it has this many small files."
+    )
+
+
+_DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+_DEFAULT_RETAIN_LAST = 100
+
+# Which derived tables read each table incrementally (attribute names on Settings): their
+# last-processed source snapshot must survive expiry or their next refresh cannot run.
+_CONSUMERS: dict[str, tuple[str, ...]] = {
+    "raw_table": ("parsed_table", "quarantine_table"),
+    "parsed_table": ("aggregate_table",),
+    "quarantine_table": (),
+    "aggregate_table": (),
+}
+
+
+def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float) -> int:
+    """Expire before this time: ``max_age_hours`` ago, but no later than the oldest
+    snapshot of ``table`` a consumer last caught up to (so its next incremental read
+    still finds where it left off)."""
+    cutoff = int((time.time() - max_age_hours * 3600) * 1000)
+    for consumer in consumers:
+        source = health.source_snapshot_id(consumer, table)
+        snapshot = table.snapshot_by_id(source) if source is not None else None
+        if snapshot is not None:
+            cutoff = min(cutoff, snapshot.timestamp_ms)
+    return cutoff
+
+
+def run_maintenance(settings: Settings, table_attribute: str, config: MaintenanceConfig) -> dict:
+    """Compact, expire, remove orphans, in that order, and report the pass as metadata.
+
+    The order matters: files compaction replaces stay referenced by older snapshots until
+    those expire, and only then can orphan removal (past its age window) delete them.
+    """
+    catalog = health.open_lake(settings)
+    identifier = getattr(settings, table_attribute)
+    table = catalog.load_table(identifier)
+    consumers = [
+        found
+        for name in _CONSUMERS[table_attribute]
+        if (found := health.load_table(catalog, getattr(settings, name))) is not None
+    ]
+    started = time.monotonic()
+    snapshots_before = len(table.metadata.snapshots)
+    target = config.target_file_size_bytes or int(
+        table.properties.get("write.target-file-size-bytes", _DEFAULT_TARGET_FILE_SIZE)
+    )
+    retain_last = config.retain_last_snapshots or int(
+        table.properties.get("history.expire.min-snapshots-to-keep", _DEFAULT_RETAIN_LAST)
+    )
+    compacted = maintenance.compact(
+        table, target_file_size_bytes=target, min_input_files=config.min_input_files
+    )
+    expired = maintenance.expire_snapshots(
+        table,
+        older_than_ms=expiry_cutoff_ms(table, consumers, config.snapshot_max_age_hours),
+        retain_last=retain_last,
+    )
+    orphans = maintenance.remove_orphan_files(
+        table, older_than_ms=int((time.time() - config.orphan_min_age_hours * 3600) * 1000)
+    )
+    table.refresh()
+    return {
+        "table": identifier,
+        "files_before": compacted.files_before,
+        "files_after": orphans.files_after,
+        "bytes_before": compacted.bytes_before,
+        "bytes_after": orphans.bytes_after,
+        "files_rewritten": compacted.files_rewritten,
+        "files_written": compacted.files_written,
+        "partitions_compacted": compacted.partitions_compacted,
+        "snapshots_before": snapshots_before,
+        "snapshots_after": len(table.metadata.snapshots),
+        "snapshots_expired": expired.snapshots_expired,
+        "orphans_removed": orphans.orphans_removed,
+        "orphan_bytes_removed": orphans.orphan_bytes_removed,
+        "commit_attempts": (
+            compacted.commit_attempts + expired.commit_attempts + orphans.commit_attempts
+        ),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _maintenance_asset(table_key: dg.AssetKey, table_attribute: str) -> dg.AssetsDefinition:
+    name = f"{table_key.path[-1]}_maintenance"
+
+    @dg.asset(
+        name=name,
+        deps=[table_key],
+        group_name=MAINTENANCE_GROUP,
+        kinds={"iceberg"},
+        owners=OWNERS,
+        pool=MAINTENANCE_POOL,
+        description=(
+            f"Upkeep of the {table_key.path[-1]} table: compact small files, expire old "
+            "snapshots (never one a downstream table still needs), delete orphan files. "
+            "Rows never change; files and bytes before/after are recorded."
+        ),
+    )
+    def _maintain(
+        context: dg.AssetExecutionContext,
+        config: MaintenanceConfig,
+        settings: PipelineSettingsResource,
+    ) -> dg.MaterializeResult:
+        metadata = run_maintenance(settings.settings(), table_attribute, config)
+        context.log.info(
+            f"{metadata['table']}: files {metadata['files_before']} -> "
+            f"{metadata['files_after']}, snapshots {metadata['snapshots_before']} -> "
+            f"{metadata['snapshots_after']}, {metadata['orphans_removed']} orphans removed"
+        )
+        return dg.MaterializeResult(metadata=metadata)
+
+    return _maintain
+
+
+maintenance_assets = [
+    _maintenance_asset(RAW_EVENTS, "raw_table"),
+    _maintenance_asset(EVENTS, "parsed_table"),
+    _maintenance_asset(EVENTS_QUARANTINE, "quarantine_table"),
+    _maintenance_asset(EVENT_COUNTS_PER_MINUTE, "aggregate_table"),
+]
+
+pipeline_assets = [kinesis_stream, raw_events, derived_tables]

@@ -1,0 +1,365 @@
+"""Asset checks: is every record in the lake exactly once, and is the lake keeping up?
+
+Each check is its own ``@dg.asset_check`` (not a ``check_specs`` entry on the asset): an
+asset must return a result for every spec it declares, and these checks are better run,
+re-run and scheduled on their own. The numbers come from :mod:`kinesis_lake.health`;
+here they only become verdicts, severities and metadata (numeric, so the UI plots them).
+
+Blocking: ``raw_events`` duplicates block the derived tables, which would otherwise
+carry the duplicates into every downstream count.
+"""
+
+import json
+
+import dagster as dg
+
+from kinesis_lake import health
+from kinesis_lake.config import Settings
+from kinesis_lake.defs.assets import (
+    EVENT_COUNTS_PER_MINUTE,
+    EVENTS,
+    EVENTS_QUARANTINE,
+    RAW_EVENTS,
+)
+from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+
+FRESHNESS_CHECK = "fresh_relative_to_stream"
+DUPLICATES_CHECK = "no_duplicate_records"
+POSITIONS_CHECK = "matches_committed_positions"
+DATA_LOSS_CHECK = "no_data_loss"
+RECONCILIATION_CHECK = "reconciles_with_raw"
+SCHEMA_CHECK = "schema_matches_declared"
+QUARANTINE_CHECK = "quarantine_ratio"
+AGGREGATE_CHECK = "sums_match_events"
+
+
+def _missing_table(asset: dg.AssetKey, check: str, identifier: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        asset_key=asset,
+        check_name=check,
+        passed=False,
+        description=f"Table {identifier} does not exist yet: materialize {asset.to_user_string()}.",
+    )
+
+
+def _tables(settings: Settings, *attributes: str):
+    catalog = health.open_lake(settings)
+    return [health.load_table(catalog, getattr(settings, name)) for name in attributes]
+
+
+# ---- raw_events ---------------------------------------------------------------------------
+
+
+def freshness_outcome(fresh: health.StreamFreshness) -> tuple[bool, dict, str]:
+    """(passed, metadata, description) of the freshness check; the sensor reuses it."""
+    age = fresh.oldest_unconsumed_age_seconds
+    metadata = {
+        "shards": fresh.probe.shards,
+        "shards_with_backlog": len(fresh.probe.shards_with_backlog),
+        "oldest_unconsumed_age_seconds": round(age or 0.0, 3),
+        "max_lag_seconds": fresh.max_lag_seconds,
+        "retention_hours": fresh.probe.retention_hours,
+        "retention_used": round(fresh.retention_used, 4),
+    }
+    if age is None:
+        description = "Nothing in the stream is waiting past the committed positions."
+    elif fresh.passed:
+        description = (
+            f"Oldest unconsumed record is {age:.0f} s old, within {fresh.max_lag_seconds:.0f} s "
+            f"(shards with backlog: {health.shards_label(fresh.probe.shards_with_backlog)})."
+        )
+    else:
+        description = (
+            f"Stale: the stream holds records {age:.0f} s old that are not in the raw table "
+            f"(allowed {fresh.max_lag_seconds:.0f} s; shards "
+            f"{health.shards_label(fresh.probe.shards_with_backlog)}). Ingestion is not "
+            "keeping up or not running: check the backlog sensor and recent raw_events runs."
+        )
+    return fresh.passed, metadata, description
+
+
+def measure_freshness(settings: Settings, kinesis: KinesisResource) -> health.StreamFreshness:
+    kinesis.require_same_stream(settings)
+    return health.stream_freshness(
+        kinesis.get_client(),
+        kinesis.stream_name,
+        health.raw_positions(settings).positions,
+        max_lag_minutes=settings.freshness_minutes,
+    )
+
+
+@dg.asset_check(
+    asset=RAW_EVENTS,
+    name=FRESHNESS_CHECK,
+    description=(
+        "Stale only when the stream holds unconsumed records older than "
+        "KINESIS_LAKE_FRESHNESS_MINUTES: a quiet stream never makes the table stale. Also "
+        "evaluated by the backlog sensor each time it records the stream's state."
+    ),
+)
+def raw_events_fresh(
+    settings: PipelineSettingsResource, kinesis: KinesisResource
+) -> dg.AssetCheckResult:
+    passed, metadata, description = freshness_outcome(
+        measure_freshness(settings.settings(), kinesis)
+    )
+    return dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
+
+
+@dg.asset_check(
+    asset=RAW_EVENTS,
+    name=DUPLICATES_CHECK,
+    blocking=True,
+    description=(
+        "Each (stream_name, shard_id, sequence_number, sub_sequence_number) at most once: "
+        "the exactly-once guarantee itself. Blocking: derived tables wait for a fix."
+    ),
+)
+def raw_events_no_duplicates(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    (raw,) = _tables(lake, "raw_table")
+    if raw is None:
+        return _missing_table(RAW_EVENTS, DUPLICATES_CHECK, lake.raw_table)
+    report = health.raw_duplicates(raw)
+    return dg.AssetCheckResult(
+        passed=report.passed,
+        metadata={
+            "rows": report.rows,
+            "duplicate_keys": report.duplicate_keys,
+            "extra_rows": report.extra_rows,
+        },
+        description=(
+            "No Kinesis record is stored twice."
+            if report.passed
+            else f"{report.duplicate_keys} records stored more than once ({report.extra_rows} "
+            f"extra rows), e.g. {', '.join(report.examples)}."
+        ),
+    )
+
+
+@dg.asset_check(
+    asset=RAW_EVENTS,
+    name=POSITIONS_CHECK,
+    description=(
+        "Per shard, the highest sequence number in the table equals the position the sink "
+        "committed with it (snapshot summary kinesis-lake.positions): no rows beyond what "
+        "was committed, no committed records missing."
+    ),
+)
+def raw_events_match_positions(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    (raw,) = _tables(lake, "raw_table")
+    if raw is None:
+        return _missing_table(RAW_EVENTS, POSITIONS_CHECK, lake.raw_table)
+    report = health.raw_position_reconciliation(raw)
+    metadata: dict[str, object] = {
+        "rows": report.rows,
+        "shards_in_table": len(report.table_max),
+        "shards_committed": len(report.committed),
+        "mismatched_shards": len(report.mismatched),
+        "committed_positions": dg.MetadataValue.json(report.committed),
+    }
+    if report.passed:
+        description = f"{len(report.committed)} shards: table and committed positions agree."
+    else:
+        details = "; ".join(
+            f"{shard}: table max {in_table or 'none'}, committed {position or 'none'}"
+            for shard, (in_table, position) in list(report.mismatched.items())[:5]
+        )
+        description = f"Table rows and committed positions disagree: {details}."
+    return dg.AssetCheckResult(passed=report.passed, metadata=metadata, description=description)
+
+
+@dg.asset_check(
+    asset=RAW_EVENTS,
+    name=DATA_LOSS_CHECK,
+    description=(
+        "The Kinesis source reported no skipped ranges (records that expired from the stream "
+        "before they were read) in the latest raw_events materialization."
+    ),
+)
+def raw_events_no_data_loss(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    records = context.instance.fetch_materializations(RAW_EVENTS, limit=1).records
+    materialization = records[0].asset_materialization if records else None
+    entry = materialization.metadata.get("skipped_ranges") if materialization else None
+    skipped = int(entry.value) if entry is not None else 0
+    return dg.AssetCheckResult(
+        passed=skipped == 0,
+        metadata={"skipped_ranges": skipped},
+        description=(
+            "No data loss reported by the source."
+            if skipped == 0
+            else f"The source skipped {skipped} expired ranges: those records are lost. Ingest "
+            "more often than the stream's retention, or raise the retention."
+        ),
+    )
+
+
+# ---- derived tables -----------------------------------------------------------------------
+
+
+@dg.asset_check(
+    asset=EVENTS,
+    name=RECONCILIATION_CHECK,
+    description=(
+        "Every raw row the derived tables processed (up to the raw snapshot parsed records "
+        "as its source) is in exactly one of parsed and quarantine: nothing dropped, nothing "
+        "doubled."
+    ),
+)
+def events_reconcile_with_raw(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    raw, parsed, quarantine = _tables(lake, "raw_table", "parsed_table", "quarantine_table")
+    for table, identifier in ((raw, lake.raw_table), (parsed, lake.parsed_table)):
+        if table is None:
+            return _missing_table(EVENTS, RECONCILIATION_CHECK, identifier)
+    if quarantine is None:
+        return _missing_table(EVENTS, RECONCILIATION_CHECK, lake.quarantine_table)
+    try:
+        report = health.reconcile_derived(raw, parsed, quarantine)
+    except LookupError as error:
+        return dg.AssetCheckResult(passed=False, description=str(error))
+    metadata: dict[str, object] = {
+        "raw_processed": report.raw_processed,
+        "parsed": report.parsed,
+        "quarantined": report.quarantined,
+        "missing": report.missing,
+        "unexpected": report.unexpected,
+    }
+    if report.source_snapshot_id is not None:
+        metadata["source_snapshot_id"] = report.source_snapshot_id
+    if report.source_snapshot_id is None:
+        description = "The derived tables have not processed any raw rows yet."
+    elif report.passed:
+        description = (
+            f"{report.raw_processed} raw rows = {report.parsed} parsed + "
+            f"{report.quarantined} quarantined."
+        )
+    else:
+        description = (
+            f"{report.raw_processed} raw rows processed but {report.parsed} parsed + "
+            f"{report.quarantined} quarantined: {report.missing} raw rows in neither table, "
+            f"{report.unexpected} derived rows with no raw row (e.g. "
+            f"{', '.join(report.examples) or 'n/a'})."
+        )
+    return dg.AssetCheckResult(passed=report.passed, metadata=metadata, description=description)
+
+
+@dg.asset_check(
+    asset=EVENTS,
+    name=SCHEMA_CHECK,
+    description=(
+        "The parsed table has every column the event schema declares, with the declared "
+        "type. A column no longer declared only warns: Iceberg keeps it for old rows."
+    ),
+)
+def events_schema_matches(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    (parsed,) = _tables(lake, "parsed_table")
+    if parsed is None:
+        return _missing_table(EVENTS, SCHEMA_CHECK, lake.parsed_table)
+    report = health.compare_parsed_schema(parsed, lake)
+    metadata = {
+        "declared_columns": len(report.declared),
+        "table_columns": len(report.actual),
+        "missing_columns": len(report.missing),
+        "extra_columns": len(report.extra),
+        "mismatched_columns": len(report.mismatched),
+    }
+    problems = [
+        *(f"missing {name}" for name in report.missing),
+        *(f"{name} is {have}, declared {want}" for name, (have, want) in report.mismatched.items()),
+        *(f"{name} no longer declared" for name in report.extra),
+    ]
+    return dg.AssetCheckResult(
+        passed=report.passed and not report.extra,
+        severity=dg.AssetCheckSeverity.ERROR if not report.passed else dg.AssetCheckSeverity.WARN,
+        metadata=metadata,
+        description="; ".join(problems) or "Table schema matches the declared event schema.",
+    )
+
+
+@dg.asset_check(
+    asset=EVENTS_QUARANTINE,
+    name=QUARANTINE_CHECK,
+    description=(
+        "Quarantined rows over raw rows processed; warns above "
+        "KINESIS_LAKE_QUARANTINE_WARN_RATIO (a producer or schema change gone wrong)."
+    ),
+)
+def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    raw, parsed, quarantine = _tables(lake, "raw_table", "parsed_table", "quarantine_table")
+    if raw is None or parsed is None or quarantine is None:
+        return _missing_table(EVENTS_QUARANTINE, QUARANTINE_CHECK, lake.quarantine_table)
+    try:
+        report = health.quarantine_ratio(raw, parsed, quarantine)
+    except LookupError as error:
+        return dg.AssetCheckResult(passed=False, description=str(error))
+    passed = report.ratio <= lake.quarantine_warn_ratio
+    return dg.AssetCheckResult(
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "quarantined": report.quarantined,
+            "raw_processed": report.raw_processed,
+            "ratio": round(report.ratio, 6),
+            "warn_ratio": lake.quarantine_warn_ratio,
+        },
+        description=(
+            f"{report.quarantined} of {report.raw_processed} records quarantined "
+            f"({report.ratio:.2%}; warns above {lake.quarantine_warn_ratio:.2%})."
+        ),
+    )
+
+
+@dg.asset_check(
+    asset=EVENT_COUNTS_PER_MINUTE,
+    name=AGGREGATE_CHECK,
+    description=(
+        "For every minute window, the summed counts equal the parsed rows whose "
+        "event_timestamp falls in it (parsed as of the snapshot the aggregate processed)."
+    ),
+)
+def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    parsed, aggregate = _tables(lake, "parsed_table", "aggregate_table")
+    if parsed is None or aggregate is None:
+        return _missing_table(EVENT_COUNTS_PER_MINUTE, AGGREGATE_CHECK, lake.aggregate_table)
+    try:
+        report = health.reconcile_aggregate(parsed, aggregate)
+    except LookupError as error:
+        return dg.AssetCheckResult(passed=False, description=str(error))
+    metadata: dict[str, object] = {
+        "windows": report.windows,
+        "mismatched_windows": report.mismatched_windows,
+        "parsed_rows": report.parsed_rows,
+        "aggregate_sum": report.aggregate_sum,
+    }
+    if report.parsed_snapshot_id is not None:
+        metadata["parsed_snapshot_id"] = report.parsed_snapshot_id
+    return dg.AssetCheckResult(
+        passed=report.passed,
+        metadata=metadata,
+        description=(
+            f"{report.windows} windows, {report.aggregate_sum} events counted = parsed rows."
+            if report.passed
+            else f"{report.mismatched_windows} of {report.windows} windows disagree: "
+            + json.dumps(report.examples)
+        ),
+    )
+
+
+raw_checks = [
+    raw_events_fresh,
+    raw_events_no_duplicates,
+    raw_events_match_positions,
+    raw_events_no_data_loss,
+]
+derived_checks = [
+    events_reconcile_with_raw,
+    events_schema_matches,
+    events_quarantine_ratio,
+    event_counts_match_events,
+]
+all_checks = [*raw_checks, *derived_checks]

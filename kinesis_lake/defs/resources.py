@@ -1,0 +1,301 @@
+"""Dagster resources: settings, the Kinesis client and the Spark session, all from env.
+
+Every field defaults from the same environment variable ``kinesis_lake.config.Settings``
+reads, through ``dg.EnvVar`` when the variable is set (so the UI shows where a value
+came from and secrets never land in run config), else to ``Settings``' own default. The
+CLI, the Spark jobs and Dagster therefore run with one configuration.
+
+Credentials are not fields of any resource here unless a deployment sets them on the
+Kinesis resource explicitly (as ``dg.EnvVar``); by default boto3's own chain supplies
+them. Nothing in this module puts them in metadata or logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import dagster as dg
+from botocore.config import Config as BotocoreConfig
+from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
+from pydantic import Field, PrivateAttr
+
+from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from kinesis_lake.spark.derive import DeriveResult
+    from kinesis_lake.spark.ingest import BatchReport, IngestResult
+
+
+def _default(attribute: str) -> Any:
+    """``Settings``' own default for ``attribute``: one source of defaults for both."""
+    return next(f.default for f in dataclasses.fields(Settings) if f.name == attribute)
+
+
+def _from_env(
+    cls: type[dg.ConfigurableResource],
+    variables: Mapping[str, str],
+    env: Mapping[str, str] | None,
+    **fixed: Any,
+) -> Any:
+    """Build ``cls`` with ``dg.EnvVar`` for every mapped variable that is set.
+
+    Unset (or empty, as ``Settings.from_env`` treats it) variables leave the field at its
+    default. Integer fields take ``dg.EnvVar.int``; float fields take the value itself,
+    because Dagster 1.13 has no float ``EnvVar``.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for variable, attribute in variables.items():
+        raw = env.get(variable)
+        if raw is None or raw == "":
+            continue
+        annotation = cls.model_fields[attribute].annotation
+        if annotation is int:
+            values[attribute] = dg.EnvVar.int(variable)
+        elif annotation is float:
+            values[attribute] = float(raw)
+        else:
+            values[attribute] = dg.EnvVar(variable)
+    return cls(**values, **fixed)
+
+
+class PipelineSettingsResource(dg.ConfigurableResource):
+    """The deployment's ``Settings``, configurable in Dagster, defaulting from the env.
+
+    Assets and checks call :meth:`settings` and hand the result to the same library
+    functions the CLI calls, so a run launched from the UI with changed config and a
+    ``kinesis-lake`` command with changed variables behave alike. Fields left at None
+    take ``Settings``' computed default (paths under the repository).
+    """
+
+    stream_name: str = Field(default=_default("stream_name"), description="Kinesis stream.")
+    endpoint_url: str | None = Field(
+        default=None, description="Kinesis endpoint; None means real AWS."
+    )
+    region: str | None = Field(default=None, description="AWS region; None means boto3's.")
+    shard_count: int = Field(default=_default("shard_count"), description="Shards to create.")
+    starting_position: str = Field(
+        default=_default("starting_position"),
+        description="Where a new ingestion query starts: trim_horizon, latest, at_timestamp.",
+    )
+    starting_timestamp: str | None = Field(
+        default=None, description="With at_timestamp: ISO-8601 time or epoch milliseconds."
+    )
+    max_records_per_shard: int = Field(
+        default=_default("max_records_per_shard"),
+        description="Kinesis records read per shard per micro-batch.",
+    )
+    endpoint_kind: str = Field(
+        default=_default("endpoint_kind"), description="Local endpoint kind (dev only)."
+    )
+    data_dir: str | None = Field(
+        default=None, description="Local state: catalog, warehouse. None: <repo>/.data."
+    )
+    checkpoint_dir: str | None = Field(
+        default=None, description="Spark checkpoints; None: <data_dir>/checkpoints."
+    )
+    catalog_name: str = Field(default=_default("catalog_name"), description="pyiceberg catalog.")
+    namespace: str = Field(default=_default("namespace"), description="Iceberg namespace.")
+    event_schema_path: str | None = Field(
+        default=None, description="Event schema YAML; None: <repo>/schemas/events.yaml."
+    )
+    spark_master: str = Field(default=_default("spark_master"), description="Spark master URL.")
+    freshness_minutes: int = Field(
+        default=_default("freshness_minutes"),
+        description="Raw is stale when the stream holds unconsumed data older than this.",
+    )
+    quarantine_warn_ratio: float = Field(
+        default=_default("quarantine_warn_ratio"),
+        description="Quarantined / processed raw rows above which the check warns.",
+    )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PipelineSettingsResource:
+        return _from_env(cls, dict(ENV_VARIABLES), env)
+
+    def settings(self) -> Settings:
+        """A validated ``Settings``; a bad value fails here, naming the variable."""
+        values: dict[str, Any] = {}
+        for _, attribute in ENV_VARIABLES:
+            value = getattr(self, attribute)
+            if value is None or value == "":
+                continue
+            if attribute in ("data_dir", "event_schema_path"):
+                value = Path(value).expanduser().resolve()
+            values[attribute] = value
+        return Settings(**values)
+
+
+class KinesisResource(ResourceWithBoto3Configuration):
+    """The stream this deployment ingests, and a boto3 client for cheap calls on it.
+
+    Used by the backlog sensor and the freshness check (ListShards, GetShardIterator,
+    GetRecords with Limit=1). The Spark source builds its own clients on the executors
+    from ``Settings`` (endpoint and region), with boto3's default credential chain;
+    keep this resource's stream, endpoint and region equal to those settings (both
+    default from the same variables, and :meth:`require_same_stream` enforces it).
+    """
+
+    stream_name: str = Field(default=_default("stream_name"), description="Kinesis stream.")
+    shard_count: int = Field(
+        default=_default("shard_count"), description="Shards when the project creates it."
+    )
+    connect_timeout_seconds: float = Field(
+        default=5.0, description="Short, so a sensor tick (60 s budget) never hangs on AWS."
+    )
+    read_timeout_seconds: float = Field(default=10.0, description="Per-call read timeout.")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KinesisResource:
+        return _from_env(
+            cls,
+            {
+                "KINESIS_STREAM_NAME": "stream_name",
+                "KINESIS_SHARD_COUNT": "shard_count",
+                "KINESIS_ENDPOINT_URL": "endpoint_url",
+                "AWS_REGION": "region_name",
+            },
+            env,
+        )
+
+    def get_client(self):
+        """A Kinesis client; credentials come from the fields if set, else boto3's chain."""
+        session = boto3.session.Session(
+            profile_name=self.profile_name,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+        )
+        config = construct_boto_client_retry_config(self.max_attempts).merge(
+            BotocoreConfig(
+                connect_timeout=self.connect_timeout_seconds,
+                read_timeout=self.read_timeout_seconds,
+            )
+        )
+        return session.client(
+            "kinesis",
+            region_name=self.region_name,
+            endpoint_url=self.endpoint_url,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            config=config,
+        )
+
+    def require_same_stream(self, settings: Settings) -> None:
+        """Fail loudly when this resource and the pipeline settings name different streams.
+
+        The sensor probes with this resource while Spark reads with the settings: if they
+        disagreed, backlog and freshness would describe a stream nobody ingests.
+        """
+        mine = (self.stream_name, self.endpoint_url or None)
+        theirs = (settings.stream_name, settings.endpoint_url or None)
+        if mine != theirs:
+            raise SettingsError(
+                f"Resource 'kinesis' targets stream {mine[0]!r} at {mine[1] or 'AWS'} but the "
+                f"pipeline settings target {theirs[0]!r} at {theirs[1] or 'AWS'}: configure "
+                "both from KINESIS_STREAM_NAME / KINESIS_ENDPOINT_URL."
+            )
+
+
+class SparkResource(dg.ConfigurableResource):
+    """The Spark session of a run: created on first use, stopped when the run ends.
+
+    ``dagster_pyspark.PySparkResource`` is avoided on purpose: its untyped config does
+    not resolve ``EnvVar``s, it silently reuses a live session with other settings, and
+    it never stops the session. Here the session is built by ``build_spark_session``
+    (loopback, UTC, no speculation: what correctness depends on), only when a step needs
+    it (checks and sensors never start a JVM), and stopped at teardown, but only if
+    this resource started it: a session someone else owns (a test's shared session) is
+    used and left running.
+    """
+
+    master: str = Field(default=_default("spark_master"), description="Spark master URL.")
+    app_name: str = Field(default="kinesis-lake-dagster", description="Spark application name.")
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark settings; values may be dg.EnvVar (they are resolved).",
+    )
+
+    _session: Any = PrivateAttr(default=None)
+    _owned: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SparkResource:
+        return _from_env(cls, {"SPARK_MASTER": "master"}, env)
+
+    @property
+    def session(self) -> SparkSession:
+        if self._session is None:
+            # Imported here so that loading definitions and running sensors stays JVM-free.
+            from pyspark import SparkContext
+
+            from kinesis_lake.spark.session import build_spark_session
+
+            existing = SparkContext._active_spark_context
+            session = build_spark_session(self.master, app_name=self.app_name, conf=self.conf)
+            self._owned = existing is None or session.sparkContext is not existing
+            self._session = session
+        return self._session
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._session is not None and self._owned:
+            self._session.stop()
+        self._session = None
+        self._owned = False
+
+    def ingest(self, settings: Settings) -> IngestResult:
+        """One bounded (availableNow) ingestion run into the raw table."""
+        from kinesis_lake.spark.ingest import run_ingestion
+
+        return run_ingestion(self.session, settings)
+
+    def ingest_continuously(
+        self,
+        settings: Settings,
+        *,
+        stop: threading.Event,
+        processing_time: str = "5 seconds",
+        on_batch: Callable[[BatchReport], None] | None = None,
+        instance: dg.DagsterInstance | None = None,
+    ) -> IngestResult:
+        """Continuous ingestion until ``stop`` is set (the batch in flight commits first).
+
+        With ``instance`` (a step's ``context.instance``), each micro-batch that moved rows
+        is recorded there as a raw_events materialization before ``on_batch`` sees it,
+        exactly as ``kinesis-lake stream`` records it in $DAGSTER_HOME's instance.
+        """
+        # Imported here: assets imports this module (and the JVM stays out of definitions).
+        from kinesis_lake.defs.assets import raw_batch_reporter
+        from kinesis_lake.spark.ingest import run_continuous
+
+        return run_continuous(
+            self.session,
+            settings,
+            stop=stop,
+            processing_time=processing_time,
+            on_batch=raw_batch_reporter(settings, instance, then=on_batch),
+        )
+
+    def refresh_derived(self, settings: Settings) -> DeriveResult:
+        """Bring parsed, quarantine and aggregate up to date with the raw table."""
+        from kinesis_lake.spark.derive import refresh_derived
+
+        return refresh_derived(self.session, settings)
+
+
+def lake_resources(env: Mapping[str, str] | None = None) -> dict[str, dg.ConfigurableResource]:
+    """The resources every definition here uses, keyed as the assets, checks and sensors
+    expect, built from ``env`` (default: the process environment)."""
+    return {
+        "settings": PipelineSettingsResource.from_env(env),
+        "kinesis": KinesisResource.from_env(env),
+        "spark": SparkResource.from_env(env),
+    }

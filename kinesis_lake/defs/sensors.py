@@ -1,0 +1,250 @@
+"""Sensors: ingest when the stream has a backlog, and record the stream's state.
+
+The backlog sensor is the only thing that launches ``raw_events`` automatically. A tick
+makes only cheap calls (it has 60 s): the raw table's latest snapshot summary for the
+committed positions (metadata, no data files), then ``probe_backlog`` (ListShards,
+DescribeStreamSummary, and one GetShardIterator + one GetRecords(Limit=1) per shard).
+
+* Backlog: one ``RunRequest`` of ``ingest_raw_events`` whose run key is derived from the
+  stream and the committed positions, so one backlog is requested once however many
+  ticks see it. If that run fails, the same backlog is retried under a new, still
+  deterministic key (``...:retry1``), up to ``MAX_ATTEMPTS`` runs in all.
+* No backlog, or a run that includes raw_events already queued or in progress: a
+  ``SkipReason`` that says which.
+* Every few minutes, or as soon as it changes, the stream's state (shards, retention,
+  backlog, age of the oldest unconsumed record) is recorded as a materialization of the
+  external ``kinesis_stream`` asset, with an evaluation of the raw freshness check; the
+  stream's freshness policy turns a stopped sensor into a visible stale asset.
+
+The cursor is JSON: ``{"backlog": <run key base>, "attempt": n, "observed_at_ms": ..,
+"stream_state": ..}``.
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import dagster as dg
+
+from kinesis_lake import health
+from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, STREAM_OBSERVATION_INTERVAL
+from kinesis_lake.defs.checks import FRESHNESS_CHECK, freshness_outcome
+from kinesis_lake.defs.jobs import FULL_JOB_NAME, INGEST_JOB_NAME, ingest_job
+from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+
+BACKLOG_SENSOR_NAME = "kinesis_backlog_sensor"
+AUTOMATION_SENSOR_NAME = "kinesis_lake_automation"
+MAX_ATTEMPTS = 3
+
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+_GAVE_UP = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+_RUN_KEY_TAG = "dagster/run_key"
+_SENSOR_NAME_TAG = "dagster/sensor_name"
+
+
+@dataclass
+class BacklogCursor:
+    backlog: str | None = None
+    attempt: int = 0
+    observed_at_ms: int | None = None
+    stream_state: str | None = None
+
+    @classmethod
+    def parse(cls, raw: str | None) -> "BacklogCursor":
+        if not raw:
+            return cls()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return cls()  # a cursor from an older version: start over, nothing is lost
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def backlog_run_key(stream_name: str, positions: dict[str, str]) -> str:
+    """Same stream and committed positions, same key: a backlog is requested once."""
+    canonical = json.dumps({"stream": stream_name, "positions": positions}, sort_keys=True)
+    return f"backlog-{hashlib.sha256(canonical.encode()).hexdigest()[:20]}"
+
+
+def attempt_run_key(base: str, attempt: int) -> str:
+    return base if attempt == 0 else f"{base}:retry{attempt}"
+
+
+def ingestion_in_progress(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
+    """A queued or running run that will write raw_events, if any."""
+    for record in instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS), limit=200):
+        run = record.dagster_run
+        selection = run.asset_selection
+        if run.job_name in (INGEST_JOB_NAME, FULL_JOB_NAME) and (
+            selection is None or RAW_EVENTS in selection
+        ):
+            return run
+        if selection is not None and RAW_EVENTS in selection:
+            return run
+    return None
+
+
+def _run_with_key(instance: dg.DagsterInstance, run_key: str) -> dg.DagsterRun | None:
+    runs = instance.get_runs(
+        dg.RunsFilter(tags={_RUN_KEY_TAG: run_key, _SENSOR_NAME_TAG: BACKLOG_SENSOR_NAME}),
+        limit=1,
+    )
+    return runs[0] if runs else None
+
+
+def _stream_state(fresh: health.StreamFreshness) -> str:
+    probe = fresh.probe
+    return json.dumps(
+        [probe.shards, sorted(probe.shards_with_backlog), probe.retention_hours, fresh.passed]
+    )
+
+
+def stream_observation(
+    fresh: health.StreamFreshness, positions_snapshot_id: int | None
+) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+    """The stream's state as a kinesis_stream materialization, plus the freshness verdict."""
+    probe = fresh.probe
+    metadata: dict[str, object] = {
+        "shards": probe.shards,
+        "shards_with_backlog": len(probe.shards_with_backlog),
+        "retention_hours": probe.retention_hours,
+        "oldest_unconsumed_age_seconds": round(fresh.oldest_unconsumed_age_seconds or 0.0, 3),
+        "retention_used": round(fresh.retention_used, 4),
+        "committed_positions": dg.MetadataValue.json(fresh.positions),
+        "first_unconsumed": dg.MetadataValue.json(dict(probe.first_unconsumed)),
+    }
+    if positions_snapshot_id is not None:
+        metadata["raw_snapshot_id"] = positions_snapshot_id
+    passed, check_metadata, description = freshness_outcome(fresh)
+    return [
+        dg.AssetMaterialization(
+            asset_key=KINESIS_STREAM,
+            description=(
+                f"{probe.shards} shards, backlog on "
+                f"{health.shards_label(probe.shards_with_backlog)}"
+            ),
+            metadata=metadata,
+        ),
+        dg.AssetCheckEvaluation(
+            asset_key=RAW_EVENTS,
+            check_name=FRESHNESS_CHECK,
+            passed=passed,
+            metadata=check_metadata,
+            description=description,
+        ),
+    ]
+
+
+@dg.sensor(
+    name=BACKLOG_SENSOR_NAME,
+    job=ingest_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Launches ingest_raw_events when the Kinesis stream holds records past the raw "
+        "table's committed positions (one run per backlog, never two at once), and records "
+        "the stream's state on kinesis_stream."
+    ),
+)
+def kinesis_backlog_sensor(
+    context: dg.SensorEvaluationContext,
+    settings: PipelineSettingsResource,
+    kinesis: KinesisResource,
+) -> dg.SensorResult:
+    cursor = BacklogCursor.parse(context.cursor)
+    lake = settings.settings()
+    kinesis.require_same_stream(lake)
+    committed = health.raw_positions(lake)
+    fresh = health.stream_freshness(
+        kinesis.get_client(),
+        kinesis.stream_name,
+        committed.positions,
+        max_lag_minutes=lake.freshness_minutes,
+    )
+    probe = fresh.probe
+
+    events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
+    now_ms = int(time.time() * 1000)
+    state = _stream_state(fresh)
+    due = (
+        cursor.observed_at_ms is None
+        or now_ms - cursor.observed_at_ms >= STREAM_OBSERVATION_INTERVAL.total_seconds() * 1000
+    )
+    if due or state != cursor.stream_state:
+        events = stream_observation(fresh, committed.snapshot_id)
+        cursor.observed_at_ms, cursor.stream_state = now_ms, state
+
+    def skip(reason: str) -> dg.SensorResult:
+        return dg.SensorResult(skip_reason=reason, asset_events=events, cursor=cursor.dump())
+
+    if not probe.has_backlog:
+        return skip(
+            f"No backlog: all {probe.shards} shards are committed up to their latest record."
+        )
+    running = ingestion_in_progress(context.instance)
+    if running is not None:
+        return skip(
+            f"Backlog on {health.shards_label(probe.shards_with_backlog)}, but run "
+            f"{running.run_id} ({running.job_name}) that writes raw_events is "
+            f"{running.status.value}: waiting for it."
+        )
+
+    base = backlog_run_key(kinesis.stream_name, committed.positions)
+    attempt = cursor.attempt if cursor.backlog == base else 0
+    previous = _run_with_key(context.instance, attempt_run_key(base, attempt))
+    if previous is not None:
+        if previous.status not in _GAVE_UP:
+            return skip(
+                f"Run {previous.run_id} ({previous.status.value}) already ingested from these "
+                "committed positions, yet the backlog it was launched for is still there: "
+                "check that its commits record kinesis-lake.positions. Not requesting the "
+                "same backlog twice."
+            )
+        if attempt + 1 >= MAX_ATTEMPTS:
+            return skip(
+                f"Ingestion of this backlog failed {MAX_ATTEMPTS} times (last run "
+                f"{previous.run_id}): fix the cause, then materialize raw_events by hand."
+            )
+        attempt += 1
+    cursor.backlog, cursor.attempt = base, attempt
+    run_key = attempt_run_key(base, attempt)
+    age = fresh.oldest_unconsumed_age_seconds or 0.0
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=run_key,
+                tags={
+                    "kinesis_lake/stream": kinesis.stream_name,
+                    "kinesis_lake/backlog_shards": ",".join(probe.shards_with_backlog),
+                    "kinesis_lake/oldest_unconsumed_age_seconds": f"{age:.0f}",
+                },
+            )
+        ],
+        asset_events=events,
+        cursor=cursor.dump(),
+    )
+
+
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    AUTOMATION_SENSOR_NAME,
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description=(
+        "Evaluates the assets' automation conditions: derived tables follow raw_events. "
+        "Defined explicitly because the implicit one starts stopped."
+    ),
+)
+
+sensors = [kinesis_backlog_sensor, automation_sensor]

@@ -1,0 +1,74 @@
+"""``make dev``: the local Kinesis endpoint plus ``dagster dev``, until Ctrl-C.
+
+The endpoint keeps its data under ``.data/dev/kinesis`` and Dagster its runs under
+``.data/dev/dagster_home``, so stopping and starting again picks up where it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_dev(port: int = 3000) -> None:
+    from kinesis_lake.cli import LOCAL_ENDPOINT_PORT, load_profile
+
+    load_profile(REPO_ROOT / "profiles" / "local.env")
+    data_dir = Path(
+        os.environ.setdefault("KINESIS_LAKE_DATA_DIR", str(REPO_ROOT / ".data" / "dev"))
+    )
+    dagster_home = data_dir / "dagster_home"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+
+    from kinesis_lake.config import Settings
+    from kinesis_lake.kinesis.client import kinesis_client
+    from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
+    from kinesis_lake.kinesis.streams import ensure_stream
+
+    endpoint = LocalKinesisEndpoint(
+        os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto"),
+        port=LOCAL_ENDPOINT_PORT,
+        data_dir=data_dir / "kinesis",
+    )
+    with endpoint:
+        os.environ["KINESIS_ENDPOINT_URL"] = endpoint.url
+        settings = Settings.from_env()
+        ensure_stream(
+            kinesis_client(endpoint.url, settings.region),
+            settings.stream_name,
+            settings.shard_count,
+        )
+        print(
+            f"{endpoint.kind} Kinesis endpoint on {endpoint.url}, stream '{settings.stream_name}'"
+        )
+        print(
+            f"Send events:  KINESIS_ENDPOINT_URL={endpoint.url} .venv/bin/kinesis-lake "
+            "--profile profiles/local.env produce --count 1000"
+        )
+        print(f"Dagster UI:   http://127.0.0.1:{port}")
+        env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
+        with contextlib.suppress(KeyboardInterrupt):
+            subprocess.run(dagster_dev_command(port), env=env, cwd=REPO_ROOT, check=False)
+
+
+def dagster_dev_command(port: int) -> list[str]:
+    """``dagster dev`` on loopback only, with this repository's workspace."""
+    return [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(REPO_ROOT / "workspace.yaml"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
