@@ -1,0 +1,213 @@
+"""The Definitions load, name what the CLI and README promise, and read the same env."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError
+from kinesis_lake.defs.checks import all_checks
+from kinesis_lake.defs.resources import (
+    KinesisResource,
+    PipelineSettingsResource,
+    SparkResource,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+ASSETS = {
+    "kinesis_stream",
+    "raw_events",
+    "events",
+    "events_quarantine",
+    "event_counts_per_minute",
+    "raw_events_maintenance",
+    "events_maintenance",
+    "events_quarantine_maintenance",
+    "event_counts_per_minute_maintenance",
+}
+CHECKS = {
+    "raw_events:fresh_relative_to_stream",
+    "raw_events:no_duplicate_records",
+    "raw_events:matches_committed_positions",
+    "raw_events:no_data_loss",
+    "events:reconciles_with_raw",
+    "events:schema_matches_declared",
+    "events_quarantine:quarantine_ratio",
+    "event_counts_per_minute:sums_match_events",
+}
+
+
+def _defs() -> dg.Definitions:
+    import kinesis_lake.definitions
+
+    return importlib.reload(kinesis_lake.definitions).defs
+
+
+def test_definitions_are_loadable_without_deprecation_warnings():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        defs = _defs()
+        dg.Definitions.validate_loadable(defs)
+    dagster_warnings = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, (DeprecationWarning, FutureWarning))
+        or "dagster" in type(w.message).__module__
+    ]
+    assert dagster_warnings == []
+
+
+def test_names_the_cli_and_readme_refer_to():
+    defs = _defs()
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == ASSETS
+    assert {k.to_user_string() for k in graph.asset_check_keys} == CHECKS
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {
+        "ingest_raw_events",
+        "kinesis_lake_full",
+        "iceberg_maintenance",
+    }
+    sensors = {s.name: s for s in defs.sensors}
+    assert set(sensors) == {"kinesis_backlog_sensor", "kinesis_lake_automation"}
+    assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
+    assert sensors["kinesis_backlog_sensor"].minimum_interval_seconds == 30
+    schedules = {s.name for s in defs.schedules}
+    assert schedules == {"iceberg_maintenance_hourly"}
+
+
+def test_assets_carry_pools_kinds_groups_and_automation():
+    defs = _defs()
+    graph = defs.resolve_asset_graph()
+    raw = defs.resolve_assets_def("raw_events")
+    assert raw.op.pool == "kinesis_lake_ingestion"
+    node = graph.get(dg.AssetKey("raw_events"))
+    assert node.kinds == {"spark", "iceberg"}
+    assert node.group_name == "ingestion"
+    assert node.automation_condition is None  # launched by the backlog sensor only
+    assert graph.get(dg.AssetKey("kinesis_stream")).kinds == {"kinesis"}
+    assert not graph.get(dg.AssetKey("kinesis_stream")).is_materializable
+    for name in ("events", "events_quarantine", "event_counts_per_minute"):
+        derived = graph.get(dg.AssetKey(name))
+        assert derived.automation_condition is not None
+        assert derived.group_name == "derived"
+    blocking = {
+        spec.key.to_user_string()
+        for check in all_checks
+        for spec in check.check_specs
+        if spec.blocking
+    }
+    assert blocking == {"raw_events:no_duplicate_records"}
+
+
+def test_jobs_select_what_their_names_say():
+    defs = _defs()
+    ingest = defs.resolve_job_def("ingest_raw_events")
+    assert {k.to_user_string() for k in ingest.asset_layer.selected_asset_keys} == {"raw_events"}
+    full = defs.resolve_job_def("kinesis_lake_full")
+    assert {k.to_user_string() for k in full.asset_layer.selected_asset_keys} == ASSETS - {
+        "kinesis_stream"
+    }
+
+
+def test_settings_resource_reads_the_same_variables_as_settings(monkeypatch, tmp_path):
+    schema = tmp_path / "events.yaml"
+    schema.write_text((REPO_ROOT / "schemas" / "events.yaml").read_text())
+    env = {
+        "KINESIS_STREAM_NAME": "orders",
+        "KINESIS_ENDPOINT_URL": "http://127.0.0.1:4567",
+        "AWS_REGION": "eu-west-1",
+        "KINESIS_SHARD_COUNT": "7",
+        "KINESIS_STARTING_POSITION": "latest",
+        "KINESIS_MAX_RECORDS_PER_SHARD": "1234",
+        "KINESIS_LAKE_ENDPOINT_KIND": "moto",
+        "KINESIS_LAKE_DATA_DIR": str(tmp_path / "data"),
+        "KINESIS_LAKE_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "KINESIS_LAKE_CATALOG": "other_catalog",
+        "KINESIS_LAKE_NAMESPACE": "ns",
+        "KINESIS_LAKE_EVENT_SCHEMA": str(schema),
+        "SPARK_MASTER": "local[1]",
+        "KINESIS_LAKE_FRESHNESS_MINUTES": "3",
+        "KINESIS_LAKE_QUARANTINE_WARN_RATIO": "0.25",
+    }
+    # Every variable Settings documents is one the resource maps, and vice versa.
+    assert {variable for variable, _, _ in Settings().describe()} == {v for v, _ in ENV_VARIABLES}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    resolved = _resolve(PipelineSettingsResource.from_env()).settings()
+
+    assert resolved == Settings.from_env(env)
+
+
+def test_unset_variables_fall_back_to_settings_defaults(monkeypatch):
+    for variable, _ in ENV_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    assert _resolve(PipelineSettingsResource.from_env()).settings() == Settings.from_env({})
+    kinesis = _resolve(KinesisResource.from_env())
+    assert (kinesis.stream_name, kinesis.endpoint_url, kinesis.shard_count) == (
+        Settings().stream_name,
+        None,
+        Settings().shard_count,
+    )
+
+
+def test_a_bad_value_fails_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("KINESIS_STARTING_POSITION", "yesterday")
+    with pytest.raises(SettingsError, match="KINESIS_STARTING_POSITION"):
+        _resolve(PipelineSettingsResource.from_env()).settings()
+
+
+def test_kinesis_resource_refuses_a_different_stream_than_the_settings(monkeypatch):
+    monkeypatch.setenv("KINESIS_STREAM_NAME", "a")
+    kinesis = _resolve(KinesisResource.from_env())
+    with pytest.raises(SettingsError, match="stream 'a'"):
+        kinesis.require_same_stream(Settings(stream_name="b"))
+
+
+def test_spark_conf_env_vars_are_resolved(monkeypatch):
+    monkeypatch.setenv("KINESIS_LAKE_TEST_SHUFFLE", "3")
+    monkeypatch.setenv("SPARK_MASTER", "local[1]")
+    spark = SparkResource(
+        master=dg.EnvVar("SPARK_MASTER"),
+        conf={"spark.sql.shuffle.partitions": dg.EnvVar("KINESIS_LAKE_TEST_SHUFFLE")},
+    )
+    resolved = _resolve(spark)
+    assert resolved.conf == {"spark.sql.shuffle.partitions": "3"}
+    assert resolved.master == "local[1]"
+    assert _resolve(SparkResource.from_env()).master == "local[1]"
+
+
+def test_no_credentials_in_resource_config(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
+    for resource in (KinesisResource.from_env(), PipelineSettingsResource.from_env()):
+        assert "s3cr3t-value" not in repr(resource)
+        assert "s3cr3t-value" not in repr(_resolve(resource))
+
+
+def test_workspace_and_instance_yaml_are_valid(tmp_path):
+    workspace = yaml.safe_load((REPO_ROOT / "workspace.yaml").read_text())
+    module = workspace["load_from"][0]["python_module"]
+    assert module["module_name"] == "kinesis_lake.definitions"
+    assert module["working_directory"] == "."
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        concurrency = instance.get_concurrency_config()
+        assert concurrency.pool_config.default_pool_limit == 1
+        assert instance.run_monitoring_enabled
+        assert not instance.telemetry_enabled
+        assert str(instance.root_directory) == str(home)
+
+
+def _resolve(resource):
+    """The resource as a run sees it: EnvVars replaced by their values."""
+    with dg.build_resources({"r": resource}) as built:
+        return built.r

@@ -1,0 +1,271 @@
+"""The backlog sensor against a real local Kinesis endpoint and a real Iceberg catalog.
+
+Committed positions are written the way the Iceberg sink writes them (rows appended with
+``kinesis-lake.positions`` in the snapshot summary), so these tests need no Spark; the
+end-to-end tests in ``test_pipeline.py`` drive the same sensor with real ingestion runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from kinesis_lake import health
+from kinesis_lake.config import SettingsError
+from kinesis_lake.defs.resources import KinesisResource
+from kinesis_lake.defs.sensors import (
+    BACKLOG_SENSOR_NAME,
+    MAX_ATTEMPTS,
+    BacklogCursor,
+    backlog_run_key,
+    kinesis_backlog_sensor,
+)
+from kinesis_lake.iceberg.catalog import ensure_namespace
+from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
+from kinesis_lake.iceberg.summary import POSITIONS
+from kinesis_lake_tests.pipeline_helpers import produce
+
+
+def tick(lake, instance, cursor: str | None = None):
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources=lake.resources
+    ) as context:
+        return kinesis_backlog_sensor(context)
+
+
+def stream_records(lake) -> list[dict]:
+    """Every record in the stream, read with bare boto3 calls (the ground truth)."""
+    client = lake.client
+    found = []
+    for shard in client.list_shards(StreamName=lake.settings.stream_name)["Shards"]:
+        iterator = client.get_shard_iterator(
+            StreamName=lake.settings.stream_name,
+            ShardId=shard["ShardId"],
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        while iterator:
+            page = client.get_records(ShardIterator=iterator, Limit=10_000)
+            found += [{**r, "ShardId": shard["ShardId"]} for r in page["Records"]]
+            if not page["Records"]:
+                break
+            iterator = page.get("NextShardIterator")
+    return found
+
+
+def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:
+    """Append ``records`` to the raw table with the positions summary the sink writes."""
+    catalog = health.open_lake(lake.settings)
+    ensure_namespace(catalog, lake.settings.namespace)
+    table = ensure_raw_table(catalog, lake.settings.raw_table)
+    positions = dict(health.committed_positions(table).positions)
+    for record in records:
+        shard, sequence = record["ShardId"], record["SequenceNumber"]
+        if shard not in positions or int(sequence) > int(positions[shard]):
+            positions[shard] = sequence
+    now = datetime.now(timezone.utc)
+    rows = pa.Table.from_pylist(
+        [
+            {
+                "stream_name": lake.settings.stream_name,
+                "shard_id": r["ShardId"],
+                "sequence_number": r["SequenceNumber"],
+                "sub_sequence_number": 0,
+                "partition_key": r["PartitionKey"],
+                "approximate_arrival_timestamp": r["ApproximateArrivalTimestamp"],
+                "data": r["Data"],
+                "aggregated": False,
+                "source_error": None,
+                "ingested_at": now,
+                "batch_id": 0,
+            }
+            for r in records
+        ],
+        schema=RAW_ARROW_SCHEMA,
+    )
+    table.append(rows, snapshot_properties={POSITIONS: json.dumps(positions)})
+    return positions
+
+
+def test_an_empty_stream_is_skipped_and_its_state_recorded(lake, instance):
+    result = tick(lake, instance)
+
+    assert result.run_requests == []
+    assert "No backlog" in result.skip_reason.skip_message
+    stream, freshness = result.asset_events
+    assert stream.asset_key == dg.AssetKey("kinesis_stream")
+    assert stream.metadata["shards"].value == 2
+    assert stream.metadata["shards_with_backlog"].value == 0
+    assert stream.metadata["retention_hours"].value == 24
+    assert freshness.check_name == "fresh_relative_to_stream" and freshness.passed
+    # The daemon records these events; they must be valid for this instance and graph.
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    latest = instance.get_latest_materialization_event(dg.AssetKey("kinesis_stream"))
+    assert latest.asset_materialization.metadata["shards"].value == 2
+
+
+def test_a_backlog_requests_one_ingestion_run_under_a_deterministic_key(lake, instance):
+    produce(lake.settings, 30, seed=1)
+
+    first = tick(lake, instance)
+    again = tick(lake, instance, cursor=first.cursor)
+    fresh_cursor = tick(lake, instance)
+
+    (request,) = first.run_requests
+    assert request.run_key == backlog_run_key(lake.settings.stream_name, {})
+    assert [r.run_key for r in again.run_requests] == [request.run_key]
+    assert [r.run_key for r in fresh_cursor.run_requests] == [request.run_key]
+    assert request.tags["kinesis_lake/stream"] == lake.settings.stream_name
+    assert set(request.tags["kinesis_lake/backlog_shards"].split(",")) == {
+        r["ShardId"] for r in stream_records(lake)
+    }
+    assert json.loads(first.cursor)["backlog"] == request.run_key
+    stream = first.asset_events[0]
+    assert stream.metadata["shards_with_backlog"].value >= 1
+
+
+def test_committed_positions_decide_backlog_and_key(lake, instance):
+    produce(lake.settings, 20, seed=2)
+    records = stream_records(lake)
+    half = records[: len(records) // 2]
+
+    positions = commit_as_the_sink_does(lake, half)
+    partial = tick(lake, instance)
+    (request,) = partial.run_requests
+    assert request.run_key == backlog_run_key(lake.settings.stream_name, positions)
+    assert request.run_key != backlog_run_key(lake.settings.stream_name, {})
+
+    commit_as_the_sink_does(lake, records[len(records) // 2 :])
+    caught_up = tick(lake, instance, cursor=partial.cursor)
+    assert caught_up.run_requests == []
+    assert "No backlog" in caught_up.skip_reason.skip_message
+
+
+def test_no_request_while_a_run_that_writes_raw_is_in_progress(lake, instance):
+    produce(lake.settings, 10, seed=3)
+    running = instance.add_run(
+        dg.DagsterRun(job_name="ingest_raw_events", status=dg.DagsterRunStatus.STARTED)
+    )
+    result = tick(lake, instance)
+    assert result.run_requests == []
+    assert running.run_id in result.skip_reason.skip_message
+
+    instance.report_run_failed(running)
+    # A materialization of raw_events launched from the UI (starting) counts too.
+    queued = instance.add_run(
+        dg.DagsterRun(
+            job_name="__ASSET_JOB",
+            status=dg.DagsterRunStatus.STARTING,
+            asset_selection=frozenset({dg.AssetKey("raw_events")}),
+        )
+    )
+    result = tick(lake, instance)
+    assert result.run_requests == []
+    assert queued.run_id in result.skip_reason.skip_message
+
+    # A run of something else does not hold ingestion back.
+    instance.report_run_failed(queued)
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="__ASSET_JOB",
+            status=dg.DagsterRunStatus.STARTED,
+            asset_selection=frozenset({dg.AssetKey("events")}),
+        )
+    )
+    assert len(tick(lake, instance).run_requests) == 1
+
+
+def _launched(instance, run_key: str, status: dg.DagsterRunStatus) -> dg.DagsterRun:
+    """What the daemon does with a RunRequest: a run tagged with its key and sensor."""
+    return instance.add_run(
+        dg.DagsterRun(
+            job_name="ingest_raw_events",
+            status=status,
+            tags={"dagster/run_key": run_key, "dagster/sensor_name": BACKLOG_SENSOR_NAME},
+        )
+    )
+
+
+def test_a_failed_run_is_retried_under_new_keys_then_given_up(lake, instance):
+    produce(lake.settings, 10, seed=4)
+    result = tick(lake, instance)
+    keys = []
+    for _ in range(MAX_ATTEMPTS):
+        (request,) = result.run_requests
+        keys.append(request.run_key)
+        _launched(instance, request.run_key, dg.DagsterRunStatus.FAILURE)
+        result = tick(lake, instance, cursor=result.cursor)
+
+    base = backlog_run_key(lake.settings.stream_name, {})
+    assert keys == [base, f"{base}:retry1", f"{base}:retry2"]
+    assert result.run_requests == []
+    assert f"failed {MAX_ATTEMPTS} times" in result.skip_reason.skip_message
+
+
+def test_the_same_backlog_is_never_requested_after_its_run_succeeded(lake, instance):
+    produce(lake.settings, 10, seed=5)
+    first = tick(lake, instance)
+    (request,) = first.run_requests
+    _launched(instance, request.run_key, dg.DagsterRunStatus.SUCCESS)
+
+    result = tick(lake, instance, cursor=first.cursor)
+
+    assert result.run_requests == []
+    assert "Not requesting the same backlog twice" in result.skip_reason.skip_message
+
+
+def test_the_stream_is_recorded_when_due_or_changed_not_every_tick(lake, instance):
+    first = tick(lake, instance)
+    assert len(first.asset_events) == 2
+    quiet = tick(lake, instance, cursor=first.cursor)
+    assert quiet.asset_events == []
+
+    produce(lake.settings, 5, seed=6)
+    changed = tick(lake, instance, cursor=quiet.cursor)
+    assert [e.asset_key.to_user_string() for e in changed.asset_events] == [
+        "kinesis_stream",
+        "raw_events",
+    ]
+
+    stale_cursor = BacklogCursor.parse(changed.cursor)
+    stale_cursor.observed_at_ms -= 6 * 60 * 1000
+    due = tick(lake, instance, cursor=stale_cursor.dump())
+    assert len(due.asset_events) == 2
+
+
+def test_unreadable_cursor_starts_over(lake, instance):
+    assert tick(lake, instance, cursor="not json").skip_reason is not None
+
+
+def test_old_unconsumed_records_fail_freshness_in_the_observation(lake, instance, monkeypatch):
+    produce(lake.settings, 5, seed=7)
+    time.sleep(1.1)  # older than the allowed 0 minutes, whatever the arrival-time rounding
+    strict = lake.rebuild(monkeypatch, KINESIS_LAKE_FRESHNESS_MINUTES="0")
+    result = tick(strict, instance)
+    freshness = result.asset_events[1]
+    assert not freshness.passed
+    assert freshness.metadata["oldest_unconsumed_age_seconds"].value >= 0
+    assert "Stale" in freshness.description
+
+
+@pytest.mark.parametrize(
+    "change", [{"stream_name": "other"}, {"endpoint_url": "http://127.0.0.1:1"}]
+)
+def test_a_kinesis_resource_on_another_stream_is_refused(lake, instance, change):
+    kinesis = {
+        "stream_name": lake.settings.stream_name,
+        "endpoint_url": lake.settings.endpoint_url,
+        "region_name": lake.settings.region,
+        **change,
+    }
+    resources = {**lake.resources, "kinesis": KinesisResource(**kinesis)}
+    with (
+        dg.build_sensor_context(instance=instance, resources=resources) as context,
+        pytest.raises(SettingsError, match="pipeline settings target"),
+    ):
+        kinesis_backlog_sensor(context)

@@ -1,0 +1,51 @@
+"""Builders for raw Kinesis tables and schemas shared by the events tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from kinesis_lake.events.schema import EventSchema, load_event_schema
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+ARRIVAL = datetime(2024, 5, 1, 12, 30, 15, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 2, tzinfo=timezone.utc)
+
+
+def demo_schema() -> EventSchema:
+    return load_event_schema(SCHEMAS / "events.yaml")
+
+
+def seed_schema() -> EventSchema:
+    return load_event_schema(SCHEMAS / "seed_article.yaml")
+
+
+def raw_table(
+    payloads: Sequence[bytes | None],
+    *,
+    source_errors: Sequence[str | None] | None = None,
+    shard_ids: Sequence[str] | None = None,
+    sequence_numbers: Sequence[str] | None = None,
+    sub_sequence_numbers: Sequence[int] | None = None,
+    arrivals: Sequence[datetime | None] | None = None,
+) -> pa.Table:
+    """A raw table in the shape the Kinesis reader writes; row i has sequence number i+1."""
+    size = len(payloads)
+    return pa.table(
+        {
+            "stream_name": pa.array(["events"] * size, pa.string()),
+            "shard_id": pa.array(shard_ids or ["shardId-000000000000"] * size, pa.string()),
+            "sequence_number": pa.array(
+                sequence_numbers or [str(row + 1) for row in range(size)], pa.string()
+            ),
+            "sub_sequence_number": pa.array(sub_sequence_numbers or [0] * size, pa.int64()),
+            "approximate_arrival_timestamp": pa.array(
+                arrivals or [ARRIVAL] * size, pa.timestamp("us", tz="UTC")
+            ),
+            "data": pa.array(payloads, pa.binary()),
+            "source_error": pa.array(source_errors or [None] * size, pa.string()),
+        }
+    )

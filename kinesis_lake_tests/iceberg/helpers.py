@@ -1,0 +1,82 @@
+"""Builders shared by the iceberg tests: raw rows, one-call ingestion, a racing catalog."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+
+from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
+from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
+
+DAY0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+NAMESPACE = "lake"
+RAW = f"{NAMESPACE}.raw"
+
+
+def raw_batch(keys: Sequence[int], *, day: int = 0, batch_id: int = 0) -> pa.RecordBatch:
+    """Raw rows whose sequence numbers are ``keys``, arriving on ``DAY0 + day``."""
+    size = len(keys)
+    arrivals = [DAY0 + timedelta(days=day, seconds=key % 86_000) for key in keys]
+    return pa.RecordBatch.from_pydict(
+        {
+            "stream_name": ["events"] * size,
+            "shard_id": ["shardId-000000000000"] * size,
+            "sequence_number": [str(key) for key in keys],
+            "sub_sequence_number": [0] * size,
+            "partition_key": [f"pk-{key % 7}" for key in keys],
+            "approximate_arrival_timestamp": arrivals,
+            "data": [f'{{"n": {key}}}'.encode() for key in keys],
+            "aggregated": [False] * size,
+            "source_error": [None] * size,
+            "ingested_at": [DAY0 + timedelta(days=day, hours=1)] * size,
+            "batch_id": [batch_id] * size,
+        },
+        schema=RAW_ARROW_SCHEMA,
+    )
+
+
+def ingest(
+    table: Table, writer_id: str, batch_id: int, keys: Sequence[int], *, day: int = 0
+) -> CommitOutcome:
+    """What the Spark sink does for one micro-batch: write files, then commit them."""
+    target = TableWriteTarget.from_table(table)
+    paths = write_data_files(
+        target,
+        [raw_batch(keys, day=day, batch_id=batch_id)],
+        file_prefix=f"{writer_id}-{batch_id}-{uuid.uuid4().hex[:8]}",
+    )
+    return commit_files(table, paths, writer_id=writer_id, batch_id=batch_id)
+
+
+def keys_of(table: Table) -> list[int]:
+    """Sorted sequence numbers of every row (duplicates kept, so they show)."""
+    table.refresh()
+    values = table.scan(selected_fields=("sequence_number",)).to_arrow().column(0).to_pylist()
+    return sorted(int(value) for value in values)
+
+
+class RacingCatalog(SqlCatalog):
+    """A real SQL catalog that lets another writer commit right before its next commit.
+
+    The other writer's commit is real (its own catalog connection, its own metadata),
+    so the commit that follows genuinely loses the race: a deterministic conflict.
+    """
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **properties)
+        self._hooks: list[Callable[[], Any]] = []
+
+    def before_next_commit(self, hook: Callable[[], Any]) -> None:
+        self._hooks.append(hook)
+
+    def commit_table(self, table: Table, requirements: Any, updates: Any) -> Any:
+        if self._hooks:
+            self._hooks.pop(0)()
+        return super().commit_table(table, requirements, updates)

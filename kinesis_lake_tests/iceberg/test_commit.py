@@ -1,0 +1,216 @@
+"""The exactly-once commit protocol: replays skipped, races retried, nothing lost."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField, StringType
+
+from kinesis_lake.iceberg.catalog import local_catalog_properties, open_catalog
+from kinesis_lake.iceberg.commit import (
+    commit_arrow,
+    commit_files,
+    last_committed_batch,
+    watermark_property,
+)
+from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
+from kinesis_lake.iceberg.retry import fail_fast
+from kinesis_lake.iceberg.tables import ensure_table
+from kinesis_lake_tests.iceberg.helpers import RAW, RacingCatalog, ingest, keys_of, raw_batch
+
+
+def _write(table: Table, keys: range, prefix: str) -> list[str]:
+    return write_data_files(
+        TableWriteTarget.from_table(table), [raw_batch(keys)], file_prefix=prefix
+    )
+
+
+def test_commit_then_replay_of_the_same_batch_is_skipped(raw: Table) -> None:
+    first = commit_files(
+        raw, _write(raw, range(10), "a"), writer_id="w", batch_id=0, summary={"pos": "42"}
+    )
+    replay = commit_files(raw, _write(raw, range(10), "b"), writer_id="w", batch_id=0)
+    older = commit_files(raw, _write(raw, range(10), "c"), writer_id="w", batch_id=-1)
+
+    assert (first.committed, first.skipped_duplicate, first.files, first.rows) == (
+        True,
+        False,
+        1,
+        10,
+    )
+    assert (replay.committed, replay.skipped_duplicate, replay.rows) == (False, True, None)
+    assert older.skipped_duplicate
+    assert keys_of(raw) == list(range(10))
+    assert last_committed_batch(raw, "w") == 0
+    summary = raw.snapshot_by_id(first.snapshot_id).summary
+    assert (summary["kinesis-lake.writer-id"], summary["kinesis-lake.batch-id"]) == ("w", "0")
+    assert summary["pos"] == "42"
+
+
+def test_watermark_survives_snapshot_expiry(raw: Table) -> None:
+    ingest(raw, "w", 0, range(5))
+    ingest(raw, "other", 0, range(5, 10))
+    current = raw.current_snapshot().snapshot_id
+    with raw.maintenance.expire_snapshots() as expiry:
+        expiry.by_ids([s.snapshot_id for s in raw.snapshots() if s.snapshot_id != current])
+
+    assert ingest(raw, "w", 0, range(5)).skipped_duplicate
+    assert keys_of(raw) == list(range(10))
+
+
+def test_empty_batch_still_records_that_it_is_done(raw: Table) -> None:
+    ingest(raw, "w", 0, range(3))
+    before = raw.current_snapshot().snapshot_id
+
+    outcome = commit_files(raw, [], writer_id="w", batch_id=1)
+
+    assert (outcome.committed, outcome.snapshot_id, outcome.files, outcome.rows) == (
+        True,
+        None,
+        0,
+        0,
+    )
+    assert raw.current_snapshot().snapshot_id == before
+    assert raw.properties[watermark_property("w")] == "1"
+    assert ingest(raw, "w", 1, range(100, 103)).skipped_duplicate
+
+
+def test_fail_fast_view_does_not_let_pyiceberg_rebase_silently(
+    raw: Table, catalog: Catalog
+) -> None:
+    view = fail_fast(raw)
+    ingest(catalog.load_table(RAW), "other", 0, range(3))
+
+    with pytest.raises(CommitFailedException):
+        view.append(pa.Table.from_batches([raw_batch(range(10, 13))]))
+    assert keys_of(raw) == [0, 1, 2]
+    # The zero-retry override lived in memory only.
+    assert raw.properties["commit.retry.num-retries"] == "10"
+
+
+def test_a_second_writer_committing_first_is_retried_without_loss(
+    raw: Table, data_dir: Path
+) -> None:
+    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
+    table = racing.load_table(RAW)
+    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing.before_next_commit(lambda: ingest(other, "w2", 0, range(100, 110)))
+
+    outcome = commit_files(table, _write(table, range(10), "w1"), writer_id="w1", batch_id=0)
+
+    assert outcome.committed
+    assert outcome.attempts == 2
+    assert keys_of(table) == [*range(10), *range(100, 110)]
+    assert table.properties[watermark_property("w1")] == "0"
+    assert table.properties[watermark_property("w2")] == "0"
+    assert table.current_snapshot().snapshot_id == outcome.snapshot_id
+
+
+def test_a_zombie_of_the_same_writer_committing_first_makes_the_retry_a_skip(
+    raw: Table, data_dir: Path
+) -> None:
+    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
+    table = racing.load_table(RAW)
+    zombie = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing.before_next_commit(lambda: ingest(zombie, "w", 0, range(10)))
+
+    outcome = commit_files(table, _write(table, range(10), "w-again"), writer_id="w", batch_id=0)
+
+    assert (outcome.committed, outcome.skipped_duplicate, outcome.attempts) == (False, True, 2)
+    assert keys_of(table) == list(range(10))
+
+
+def test_running_out_of_attempts_raises(raw: Table, data_dir: Path) -> None:
+    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
+    table = racing.load_table(RAW)
+    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    for batch_id in range(2):
+        racing.before_next_commit(
+            lambda b=batch_id: ingest(other, "w2", b, range(100 * (b + 1), 100 * (b + 1) + 3))
+        )
+
+    with pytest.raises(CommitFailedException):
+        commit_files(
+            table, _write(table, range(3), "w1"), writer_id="w1", batch_id=0, max_attempts=2
+        )
+    assert last_committed_batch(table, "w1") is None
+
+
+def test_concurrent_writers_lose_and_duplicate_nothing(raw: Table, data_dir: Path) -> None:
+    errors: list[BaseException] = []
+
+    def writer(name: str, offset: int) -> None:
+        try:
+            table = open_catalog(data_dir=data_dir).load_table(RAW)
+            for batch_id in range(6):
+                start = offset + batch_id * 10
+                assert ingest(table, name, batch_id, range(start, start + 10)).committed
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}", i * 1000)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert keys_of(raw) == sorted(i * 1000 + k for i in range(3) for k in range(60))
+
+
+WINDOWS = Schema(
+    NestedField(1, "window", StringType(), required=True),
+    NestedField(2, "events", LongType(), required=True),
+)
+WINDOWS_ARROW = pa.schema(
+    [
+        pa.field("window", pa.string(), nullable=False),
+        pa.field("events", pa.int64(), nullable=False),
+    ]
+)
+
+
+def _counts(table: Table) -> dict[str, int]:
+    table.refresh()
+    return {r["window"]: r["events"] for r in table.scan().to_arrow().to_pylist()}
+
+
+def test_commit_arrow_overwrites_a_filter_atomically_and_once(catalog: Catalog) -> None:
+    table = ensure_table(catalog, "lake.windows", WINDOWS)
+    first = pa.table({"window": ["a", "b"], "events": [1, 2]}, schema=WINDOWS_ARROW)
+    second = pa.table({"window": ["b", "c"], "events": [20, 30]}, schema=WINDOWS_ARROW)
+
+    appended = commit_arrow(table, first, writer_id="agg", batch_id=1)
+    replaced = commit_arrow(
+        table, second, writer_id="agg", batch_id=2, overwrite_filter="window in ('b', 'c')"
+    )
+    replay = commit_arrow(
+        table, second, writer_id="agg", batch_id=2, overwrite_filter="window in ('b', 'c')"
+    )
+
+    assert (appended.committed, appended.rows, appended.files) == (True, 2, 1)
+    assert (replaced.committed, replaced.rows) == (True, 2)
+    assert replay.skipped_duplicate
+    assert _counts(table) == {"a": 1, "b": 20, "c": 30}
+    assert table.current_snapshot().summary["kinesis-lake.batch-id"] == "2"
+    assert last_committed_batch(table, "agg") == 2
+
+
+def test_commit_arrow_with_nothing_to_write_moves_only_the_watermark(catalog: Catalog) -> None:
+    table = ensure_table(catalog, "lake.windows", WINDOWS)
+    empty = WINDOWS_ARROW.empty_table()
+
+    outcome = commit_arrow(
+        table, empty, writer_id="agg", batch_id=7, overwrite_filter="window = 'x'"
+    )
+
+    assert (outcome.committed, outcome.snapshot_id, outcome.rows) == (True, None, 0)
+    assert table.current_snapshot() is None
+    assert last_committed_batch(table, "agg") == 7

@@ -1,0 +1,68 @@
+"""client.py and retry.py: the retry contract that fault tests rely on."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.fault_proxy import FaultProxy
+from kinesis_lake.kinesis.retry import RetryPolicy, is_retryable
+
+
+def _client_error(code: str, status: int = 400) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "GetRecords",
+    )
+
+
+def test_full_jitter_delays_stay_within_the_exponential_ceiling() -> None:
+    policy = RetryPolicy(base_delay_s=0.1, max_delay_s=1.0)
+    rng = random.Random(7)
+    for attempt in range(12):
+        ceiling = min(1.0, 0.1 * 2**attempt)
+        delays = [policy.delay(attempt, rng) for _ in range(200)]
+        assert all(0.0 <= d <= ceiling for d in delays)
+        # Full jitter spreads over the whole range, not just near the ceiling.
+        assert min(delays) < ceiling / 4 < ceiling * 3 / 4 < max(delays)
+    assert policy.delay(10_000, rng) <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (_client_error("ProvisionedThroughputExceededException"), True),
+        (_client_error("LimitExceededException"), True),
+        (_client_error("KMSThrottlingException"), True),
+        (_client_error("SomethingNew", status=503), True),
+        (_client_error("ResourceNotFoundException"), False),
+        (_client_error("ExpiredIteratorException"), False),
+        (_client_error("InvalidArgumentException"), False),
+        (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), True),
+        (ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True),
+        (ValueError("bug"), False),
+    ],
+)
+def test_is_retryable(error: BaseException, expected: bool) -> None:
+    assert is_retryable(error) is expected
+
+
+def test_missing_region_names_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    with pytest.raises(ValueError, match="AWS_REGION") as raised:
+        kinesis_client("http://127.0.0.1:1")
+    assert "regionName" in str(raised.value)
+
+
+def test_botocore_does_not_retry_behind_our_back(proxy: FaultProxy) -> None:
+    """One injected throttle must surface: our retry code, not botocore's, owns retries."""
+    client = kinesis_client(proxy.url)
+    proxy.inject("Kinesis_20131202.ListStreams", "throttle", 1)
+    with pytest.raises(ClientError, match="ProvisionedThroughputExceededException"):
+        client.list_streams()
+    assert proxy.counts[("ListStreams", "throttle")] == 1
+    assert "StreamNames" in client.list_streams()

@@ -1,0 +1,78 @@
+"""LocalKinesisEndpoint: persistence, loopback-only binding, clear configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint, resolve_endpoint_kind
+from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
+
+SHARD = "shardId-000000000000"
+
+
+def test_kinesalite_keeps_data_across_stop_and_kill(kinesalite, new_stream, tmp_path: Path) -> None:
+    endpoint = LocalKinesisEndpoint("kinesalite", data_dir=tmp_path / "kinesalite")
+    with endpoint:
+        url = endpoint.url
+        client = kinesis_client(url)
+        stream = new_stream(client)
+        put(client, stream, entries(3))
+    endpoint.start()
+    try:
+        assert endpoint.url == url  # restarts reuse the port, so clients stay valid
+        put(client, stream, entries(1, "second-life"))
+        endpoint.kill()  # a crash, not a clean shutdown
+        endpoint.start()
+        assert [r.data for r in read_shard(client, stream, SHARD)] == [
+            b"r0",
+            b"r1",
+            b"r2",
+            b"second-life0",
+        ]
+    finally:
+        endpoint.stop()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            host, local_port = local.split(":")
+            if state == "0A" and int(local_port, 16) == port:  # 0A = LISTEN
+                addresses.add(host)
+    return addresses
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
+def test_endpoints_listen_on_loopback_only(endpoint) -> None:
+    port = int(endpoint.url.rsplit(":", 1)[1])
+    assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, little-endian hex
+
+
+def test_bad_kind_names_the_setting() -> None:
+    with pytest.raises(ValueError, match="KINESIS_LAKE_ENDPOINT_KIND") as raised:
+        resolve_endpoint_kind("kinesis")
+    assert "kinesalite" in str(raised.value) and "moto" in str(raised.value)
+
+
+def test_missing_kinesalite_says_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(
+        FileNotFoundError, match=r"npm install --prefix \.local/node kinesalite@3\.3\.3"
+    ):
+        resolve_endpoint_kind("kinesalite", node_modules=tmp_path)
+    assert resolve_endpoint_kind("auto", node_modules=tmp_path) == "moto"
+
+
+def test_moto_cannot_persist(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="data_dir needs kinesalite"):
+        LocalKinesisEndpoint("moto", data_dir=tmp_path)
+
+
+def test_start_failure_shows_the_server_output(kinesalite) -> None:
+    port = int(kinesalite.url.rsplit(":", 1)[1])
+    with pytest.raises(RuntimeError, match="EADDRINUSE"):
+        LocalKinesisEndpoint("kinesalite", port=port).start(timeout_s=10)

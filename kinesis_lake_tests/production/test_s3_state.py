@@ -1,0 +1,89 @@
+"""Where streaming state can live on S3 here, and where it cannot (and why).
+
+* The Kinesis source's progress records (``metadataPath``, a ``ShardProgressStore``)
+  are fsspec: they work on s3://, written by one process (an executor) and read by
+  another (the driver), including after the driver listed the folder (s3fs caches
+  listings, which could hide a new file from a careless reader).
+* Spark's own ``checkpointLocation`` goes through Hadoop's FileSystem, and the pip
+  pyspark ships no S3 implementation (hadoop-aws and the AWS SDK bundle are Maven jars,
+  unreachable here). That is why the AWS tests checkpoint to a local folder; on EMR,
+  EMRFS serves s3:// and the shipped profile's s3:// checkpoint folder works as is.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from kinesis_lake.spark.shard_progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
+from kinesis_lake_tests.spark.test_kinesis_offsets import outcome
+
+RUN = "run-1"
+
+
+@pytest.fixture
+def s3_root(moto_endpoint, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An empty S3 prefix on moto; s3fs finds moto through botocore's AWS_ENDPOINT_URL."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint.url)
+    bucket = f"state-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/checkpoints/lake/raw_events/kinesis-source"
+
+
+def _keys(root: str) -> list[str]:
+    bucket, prefix = root.removeprefix("s3://").split("/", 1)
+    pages = (
+        boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    )
+    return [
+        item["Key"].removeprefix(prefix + "/")
+        for page in pages
+        for item in page.get("Contents", [])
+    ]
+
+
+def test_source_progress_written_by_executors_is_read_by_the_driver_on_s3(s3_root: str) -> None:
+    driver = ShardProgressStore(s3_root)
+    for epoch in range(1, EPOCHS_RETAINED + 4):
+        driver.save(RUN, epoch, ProgressRecord(outcome("shard-0", str(epoch))))
+    driver.forget_before(RUN, EPOCHS_RETAINED + 3)  # lists the run folder (s3fs caches it)
+
+    # An executor is another process: it writes the next epoch's records.
+    executor = textwrap.dedent(
+        f"""
+        from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+        from kinesis_lake_tests.spark.test_kinesis_offsets import outcome
+        store = ShardProgressStore({s3_root!r})
+        for shard in ("shard-0", "shard-1"):
+            store.save({RUN!r}, {EPOCHS_RETAINED + 4}, ProgressRecord(outcome(shard, "999")))
+        """
+    )
+    subprocess.run([sys.executable, "-c", executor], check=True, timeout=120)
+    driver.write_status(RUN, {"epoch": EPOCHS_RETAINED + 4})
+
+    found = driver.load_epoch(RUN, EPOCHS_RETAINED + 4, ["shard-0", "shard-1"])
+    assert {shard: r.outcome.last_sequence_number for shard, r in found.items()} == {
+        "shard-0": "999",
+        "shard-1": "999",
+    }
+    assert ShardProgressStore(s3_root).read_status(RUN) == {"epoch": EPOCHS_RETAINED + 4}
+    keys = _keys(s3_root)
+    epochs = sorted({int(key.split("/")[1]) for key in keys if key.count("/") == 2})
+    assert epochs == list(range(3, EPOCHS_RETAINED + 5)), "older epochs were pruned"
+    assert not [key for key in keys if key.endswith(".tmp")], "no temporary files left behind"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "s3a"])
+def test_spark_has_no_s3_filesystem_for_its_own_checkpoints(spark, scheme: str) -> None:
+    """If this fails, an S3 Hadoop filesystem is on Spark's classpath: Spark checkpoints
+    can then go to S3 too; update docs/operations.md and checkpoint to S3 in the AWS test."""
+    jvm = spark.sparkContext._jvm
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    with pytest.raises(Exception, match=r"UnsupportedFileSystemException|S3AFileSystem not found"):
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop_conf)

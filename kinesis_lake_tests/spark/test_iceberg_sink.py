@@ -1,0 +1,130 @@
+"""The Iceberg sink's commit protocol: invisible until committed, once per batch id."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+from kinesis_lake.iceberg.commit import commit_arrow
+from kinesis_lake.iceberg.data_files import TableWriteTarget
+from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
+from kinesis_lake.spark.iceberg_sink import IcebergStreamWriter, SinkOptions
+from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
+
+
+def raw_batch(shard: str, first_sequence: int, rows: int) -> pa.RecordBatch:
+    now = datetime.now(timezone.utc)
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "stream_name": "s",
+                "shard_id": shard,
+                "sequence_number": str(first_sequence + i),
+                "sub_sequence_number": 0,
+                "partition_key": "k",
+                "approximate_arrival_timestamp": now,
+                "data": b"{}",
+                "aggregated": False,
+                "source_error": None,
+                "ingested_at": now,
+                "batch_id": 0,
+            }
+            for i in range(rows)
+        ],
+        schema=RAW_ARROW_SCHEMA,
+    )
+
+
+def sink_for(data_dir: Path) -> tuple[IcebergStreamWriter, object]:
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    ensure_namespace(catalog, "lake")
+    table = ensure_raw_table(catalog, "lake.raw")
+    options = SinkOptions.parse(
+        {
+            "table": "lake.raw",
+            "dataDir": str(data_dir),
+            "writerId": "query-1",
+            "positionColumns": "shard_id,sequence_number",
+        }
+    )
+    return IcebergStreamWriter(options, TableWriteTarget.from_table(table)), catalog
+
+
+def row_count(catalog) -> int:
+    return catalog.load_table("lake.raw").scan().to_arrow().num_rows
+
+
+def test_files_written_but_not_committed_are_invisible_and_the_rerun_commits_once(tmp_path):
+    writer, catalog = sink_for(tmp_path)
+    crashed = writer.write(iter([raw_batch("shard-1", 100, 50)]))
+    assert crashed.paths and all(Path(p.removeprefix("file://")).exists() for p in crashed.paths)
+    assert row_count(catalog) == 0, "data files alone must not be visible"
+
+    rerun = writer.write(iter([raw_batch("shard-1", 100, 50)]))
+    writer.commit([rerun], batchId=0)
+    assert row_count(catalog) == 50
+
+    replay = writer.write(iter([raw_batch("shard-1", 100, 50)]))
+    writer.commit([replay], batchId=0)
+    assert row_count(catalog) == 50, "a batch id already committed is skipped"
+    assert not any(Path(p.removeprefix("file://")).exists() for p in replay.paths)
+
+
+def test_positions_of_every_shard_accumulate_in_the_snapshot_summary(tmp_path):
+    writer, catalog = sink_for(tmp_path)
+    writer.commit([writer.write(iter([raw_batch("a", 5, 3), raw_batch("b", 90, 2)]))], batchId=0)
+    writer.commit([writer.write(iter([raw_batch("a", 8, 4)]))], batchId=1)
+
+    summary = catalog.load_table("lake.raw").current_snapshot().summary
+    assert summary["kinesis-lake.positions"] == '{"a": "11", "b": "91"}'
+    assert summary["kinesis-lake.batch-id"] == "1"
+
+
+def test_an_aborted_batch_leaves_no_files(tmp_path):
+    writer, catalog = sink_for(tmp_path)
+    message = writer.write(iter([raw_batch("a", 1, 10)]))
+    writer.abort([message], batchId=0)
+    assert not any(Path(p.removeprefix("file://")).exists() for p in message.paths)
+    assert row_count(catalog) == 0
+
+
+def test_a_second_writer_committing_during_ingestion_loses_nothing(
+    spark, kinesalite_endpoint, settings_factory
+):
+    settings = settings_factory(kinesalite_endpoint, max_records_per_shard=60)
+    produce(settings, 600, seed=41)
+    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    ensure_namespace(catalog, settings.namespace)
+    ensure_raw_table(catalog, settings.raw_table)
+    stop = threading.Event()
+    backfilled = []
+
+    def backfill() -> None:
+        batch_id = 0
+        while not stop.is_set() and batch_id < 40:
+            table = open_catalog(settings.catalog_name, data_dir=settings.data_dir).load_table(
+                settings.raw_table
+            )
+            rows = pa.Table.from_batches([raw_batch("backfill", 10_000 + batch_id * 5, 5)])
+            commit_arrow(table, rows, writer_id="backfill", batch_id=batch_id)
+            backfilled.extend(rows.column("sequence_number").to_pylist())
+            batch_id += 1
+
+    thread = threading.Thread(target=backfill)
+    thread.start()
+    try:
+        run_ingestion(spark, settings)
+    finally:
+        stop.set()
+        thread.join()
+
+    keys = raw_keys(settings)
+    streamed = {(shard, seq) for shard, seq, _ in keys if shard != "backfill"}
+    assert streamed == stream_truth(settings)
+    assert len([k for k in keys if k[0] != "backfill"]) == 600
+    assert sorted(seq for shard, seq, _ in keys if shard == "backfill") == sorted(backfilled)

@@ -1,0 +1,270 @@
+"""The source's planning rule, driven with made-up shards and read outcomes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, StartPosition
+from kinesis_lake.kinesis.streams import Shard
+from kinesis_lake.spark.kinesis_offsets import (
+    PlanningInput,
+    SourceOffset,
+    SourcePlanningError,
+    epoch_limits,
+    plan_next_offset,
+)
+
+
+def shard(shard_id: str, *parents: str, closed: bool = False) -> Shard:
+    return Shard(
+        shard_id=shard_id,
+        parent_shard_id=parents[0] if parents else None,
+        adjacent_parent_shard_id=parents[1] if len(parents) > 1 else None,
+        starting_sequence_number="1",
+        ending_sequence_number="999" if closed else None,
+    )
+
+
+def outcome(
+    shard_id: str,
+    last: str | None,
+    *,
+    stopped_by: str = "limit",
+    records: int = 1,
+    ended: bool = False,
+    caught_up: bool = False,
+    started_ms: int = 0,
+    data_loss: str | None = None,
+) -> ReadOutcome:
+    return ReadOutcome(
+        shard_id=shard_id,
+        records_read=records,
+        user_records=records,
+        last_sequence_number=last,
+        last_arrival_ms=None,
+        shard_ended=ended,
+        caught_up=caught_up,
+        millis_behind_latest=0,
+        stopped_by=stopped_by,
+        calls=1,
+        retries=0,
+        iterator_renewals=0,
+        data_loss=data_loss,
+        read_started_ms=started_ms,
+    )
+
+
+def initial(*shards: Shard, start: StartPosition | None = None) -> SourceOffset:
+    return SourceOffset.initial(
+        stream_created_ms=1,
+        shards=list(shards),
+        start=start or StartPosition.trim_horizon(),
+        new_shard_start=StartPosition.trim_horizon(),
+    )
+
+
+def plan(current, listed, outcomes=(), **kwargs) -> SourceOffset:
+    given = PlanningInput(
+        listed_shards=listed,
+        outcomes={o.shard_id: o for o in outcomes},
+        max_records_per_shard=kwargs.pop("limit", 100),
+        now_ms=kwargs.pop("now_ms", 10_000),
+        **kwargs,
+    )
+    return plan_next_offset(current, given)
+
+
+def test_offsets_round_trip_through_json_types():
+    offset = plan(initial(shard("a"), shard("b", "a")), [shard("a", closed=True), shard("b", "a")])
+    assert SourceOffset.from_dict(offset.to_dict()) == offset
+
+
+def test_an_offset_of_another_layout_version_is_refused_with_the_fix():
+    data = initial(shard("a")).to_dict()
+    data["version"] = 0
+    with pytest.raises(SourcePlanningError, match="new checkpointLocation"):
+        SourceOffset.from_dict(data)
+
+
+def test_each_epoch_continues_after_the_last_record_read():
+    first = plan(initial(shard("a")), [shard("a")])
+    assert first.shards["a"].limit == 100
+    second = plan(first, [shard("a")], [outcome("a", "42")])
+    assert second.epoch == 2
+    assert second.shards["a"].start == StartPosition.after("42")
+
+
+def test_a_read_that_found_nothing_starts_again_where_it_started():
+    at = StartPosition.at_timestamp(5)
+    first = plan(initial(shard("a"), start=at), [shard("a")])
+    idle = outcome("a", None, records=0, stopped_by="caught_up", caught_up=True)
+    assert plan(first, [shard("a")], [idle], now_ms=99_000).shards["a"].start == at
+
+
+def test_children_wait_until_every_parent_is_read_to_its_end():
+    parents = [shard("p1", closed=True), shard("p2", closed=True)]
+    child = shard("c", "p1", "p2")
+    first = plan(initial(*parents), [*parents, child])
+    assert first.shards_to_read() == ["p1", "p2"]
+
+    second = plan(first, [*parents, child], [outcome("p1", "5", ended=True), outcome("p2", "6")])
+    assert second.shards_to_read() == ["p2"], "p2 is not drained yet, so the merge child waits"
+    assert "p1" in second.finished
+
+    third = plan(second, [*parents, child], [outcome("p2", "7", ended=True)])
+    assert third.shards_to_read() == ["c"]
+    assert third.shards["c"].start == StartPosition.trim_horizon()
+
+
+def test_a_split_before_the_query_started_still_reads_the_parent_first():
+    """The children are listed in the initial offset, with their own starting position,
+    but are not read in the same epoch as their parent."""
+    at = StartPosition.at_timestamp(7)
+    listed = [shard("p", closed=True), shard("c1", "p"), shard("c2", "p")]
+    first = plan(initial(*listed, start=at), listed)
+    assert first.shards_to_read() == ["p"]
+    assert first.shards["c1"].start == at and not first.shards["c1"].read
+    second = plan(first, listed, [outcome("p", None, records=0, ended=True)])
+    assert second.shards_to_read() == ["c1", "c2"]
+    assert second.shards["c1"].start == at, "the initial starting position is kept"
+
+
+def test_a_finished_shard_is_never_read_again():
+    listed = [shard("p", closed=True), shard("c", "p")]
+    first = plan(initial(listed[0]), listed)
+    second = plan(first, listed, [outcome("p", "9", ended=True)])
+    third = plan(second, listed, [outcome("c", "12")])
+    assert "p" not in third.shards and "p" in third.finished
+
+
+def test_available_now_stops_when_every_shard_reached_the_cutoff():
+    listed = [shard("a"), shard("b")]
+    first = plan(initial(*listed), listed, cutoff_ms=5_000)
+    second = plan(
+        first,
+        listed,
+        [outcome("a", "3", stopped_by="cutoff"), outcome("b", "4", stopped_by="limit")],
+        cutoff_ms=5_000,
+    )
+    assert second.shards_to_read() == ["b"]
+    assert second.shards["a"].reached_cutoff
+    done = plan(
+        second,
+        listed,
+        [outcome("b", "8", stopped_by="caught_up", caught_up=True, started_ms=6_000)],
+        cutoff_ms=5_000,
+    )
+    assert done == second, "returning the start offset is how a source ends availableNow"
+
+
+def test_a_new_available_now_run_reads_shards_that_reached_the_old_cutoff():
+    listed = [shard("a"), shard("b")]
+    first = plan(initial(*listed), listed, cutoff_ms=5_000)
+    second = plan(
+        first,
+        listed,
+        [outcome("a", "3", stopped_by="cutoff"), outcome("b", "4", stopped_by="limit")],
+        cutoff_ms=5_000,
+    )
+    later_run = plan(second, listed, [outcome("b", "5", stopped_by="cutoff")], cutoff_ms=9_000)
+    assert later_run.shards_to_read() == ["a", "b"]
+
+
+def test_a_shard_closed_before_its_read_is_finished_once_the_read_catches_up():
+    """Its end needs no separate empty read: kinesalite reports it only to an iterator
+    later than the one a read resumed after the last record gets, so waiting for it
+    would leave the children unread forever."""
+    parent, child = shard("p", closed=True), shard("c", "p")
+    first = plan(initial(parent), [parent, child])
+    assert first.shards["p"].closed
+    caught_up = outcome("p", "9", stopped_by="caught_up", caught_up=True)
+    second = plan(first, [parent, child], [caught_up])
+    assert "p" in second.finished and second.shards_to_read() == ["c"]
+
+
+def test_a_shard_that_closed_after_its_read_began_is_read_again():
+    """Records may have arrived between the read and the split."""
+    listed_open, listed_closed = [shard("p")], [shard("p", closed=True), shard("c", "p")]
+    first = plan(initial(*listed_open), listed_open, cutoff_ms=5_000)
+    caught_up = outcome("p", "9", stopped_by="caught_up", caught_up=True, started_ms=6_000)
+    second = plan(first, listed_closed, [caught_up], cutoff_ms=5_000)
+    assert second.shards_to_read() == ["p"] and second.shards["p"].closed
+    again = outcome("p", "11", stopped_by="caught_up", caught_up=True, started_ms=7_000)
+    third = plan(second, listed_closed, [again], cutoff_ms=5_000)
+    assert third.shards_to_read() == ["c"]
+
+
+def test_available_now_ends_when_a_closed_parent_holds_records_past_the_cutoff():
+    """Its children were created after those records, so they hold nothing older."""
+    parent, child = shard("p", closed=True), shard("c", "p")
+    first = plan(initial(parent), [parent, child], cutoff_ms=5_000)
+    second = plan(first, [parent, child], [outcome("p", "9", stopped_by="cutoff")], cutoff_ms=5_000)
+    assert second == first
+
+
+def test_an_idle_stream_is_not_polled_again_before_the_idle_time():
+    listed = [shard("a")]
+    first = plan(initial(*listed), listed, now_ms=1_000)
+    idle = [outcome("a", None, records=0, stopped_by="caught_up", caught_up=True)]
+    assert plan(first, listed, idle, now_ms=1_500, idle_ms=1_000) == first
+    assert plan(first, listed, idle, now_ms=2_500, idle_ms=1_000).epoch == 2
+
+
+def test_missing_progress_record_fails_with_the_fix():
+    first = plan(initial(shard("a")), [shard("a")])
+    with pytest.raises(SourcePlanningError, match="metadataPath"):
+        plan(first, [shard("a")], [])
+
+
+def test_an_expired_unfinished_shard_is_data_loss_unless_allowed():
+    listed = [shard("a"), shard("b")]
+    first = plan(initial(*listed), listed)
+    outcomes = [outcome("a", "1"), outcome("b", "2")]
+    with pytest.raises(SourcePlanningError, match="failOnDataLoss"):
+        plan(first, [shard("b")], outcomes)
+    tolerant = plan(first, [shard("b")], outcomes, fail_on_data_loss=False)
+    assert tolerant.shards_to_read() == ["b"]
+    assert tolerant.skipped_ranges == 1
+
+
+def test_a_gap_found_by_a_read_is_counted_as_a_skipped_range():
+    first = plan(initial(shard("a")), [shard("a")])
+    second = plan(first, [shard("a")], [outcome("a", "5", data_loss="gap")])
+    assert second.skipped_ranges == 1
+
+
+def test_read_max_rows_is_split_over_the_shards_the_next_epoch_reads():
+    """The parent alone in epoch 1, its two children in epoch 2: 10 rows each time."""
+    listed = [shard("p", closed=True), shard("c1", "p"), shard("c2", "p")]
+    first = plan(initial(listed[0]), listed, max_rows=10)
+    assert {s: c.limit for s, c in first.shards.items()} == {"p": 10, "c1": 0, "c2": 0}
+    second = plan(first, listed, [outcome("p", "3", ended=True)], max_rows=10)
+    assert {s: c.limit for s, c in second.shards.items()} == {"c1": 5, "c2": 5}
+
+
+@pytest.mark.parametrize(
+    ("max_rows", "cap", "rotation", "expected"),
+    [
+        (None, 100, 0, {"a": 100, "b": 100, "c": 100}),
+        (1000, 100, 0, {"a": 100, "b": 100, "c": 100}),
+        (10, 100, 0, {"a": 4, "b": 3, "c": 3}),
+        (10, 100, 1, {"a": 3, "b": 4, "c": 3}),
+        (2, 100, 0, {"a": 1, "b": 1}),
+        (2, 100, 2, {"c": 1, "a": 1}),
+    ],
+)
+def test_epoch_limits_never_exceed_the_read_limit(max_rows, cap, rotation, expected):
+    limits = epoch_limits(["a", "b", "c"], cap, max_rows, rotation=rotation)
+    assert limits == expected
+    assert sum(limits.values()) <= (max_rows or 3 * cap)
+
+
+def test_fewer_rows_than_shards_still_reads_every_shard_in_turn():
+    listed = [shard("a"), shard("b"), shard("c")]
+    current = plan(initial(*listed), listed, max_rows=1)
+    read = []
+    for _ in range(3):
+        (shard_id,) = current.shards_to_read()
+        read.append(shard_id)
+        current = plan(current, listed, [outcome(shard_id, "1")], max_rows=1)
+    assert sorted(read) == ["a", "b", "c"]

@@ -1,0 +1,53 @@
+"""Micro-batches are bounded by the source's per-shard limit and by Spark's read limit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kinesis_lake_tests.spark.test_kinesis_source_support import (
+    keyed_events,
+    new_stream,
+    payloads,
+    put,
+    run_source,
+    source_options,
+)
+
+
+def test_per_shard_and_per_batch_limits_bound_every_batch_and_lose_nothing(
+    spark, kinesalite_endpoint, tmp_path
+):
+    url = kinesalite_endpoint.url
+    stream = new_stream(url, shards=2)
+    events = keyed_events("x", keys=6, per_key=4)
+    put(url, stream, events)
+    expected = sorted(d.decode() for _, d in events)
+
+    per_shard = run_source(
+        spark,
+        source_options(url, stream, tmp_path / "m1", maxRecordsPerShard="5"),
+        tmp_path / "c1",
+    )
+    assert sorted(payloads(per_shard)) == expected
+    per_batch_and_shard = Counter((r["batch_id"], r["shard_id"]) for r in per_shard)
+    assert max(per_batch_and_shard.values()) == 5
+    _assert_each_shard_continues_where_the_last_batch_stopped(per_shard)
+
+    per_batch = run_source(
+        spark,
+        source_options(url, stream, tmp_path / "m2", maxRecordsPerBatch="7"),
+        tmp_path / "c2",
+    )
+    assert sorted(payloads(per_batch)) == expected
+    sizes = Counter(r["batch_id"] for r in per_batch)
+    assert max(sizes.values()) == 7, "ReadMaxRows(7) is split over both shards, 7 in all"
+    assert len(sizes) >= 4  # 24 records, at most 7 per batch
+    _assert_each_shard_continues_where_the_last_batch_stopped(per_batch)
+
+
+def _assert_each_shard_continues_where_the_last_batch_stopped(rows: list[dict]) -> None:
+    for shard_id in {r["shard_id"] for r in rows}:
+        in_shard = [r for r in rows if r["shard_id"] == shard_id]
+        by_batch = sorted(in_shard, key=lambda r: (r["batch_id"], int(r["sequence_number"])))
+        by_sequence = sorted(in_shard, key=lambda r: int(r["sequence_number"]))
+        assert by_batch == by_sequence

@@ -1,0 +1,132 @@
+"""Splits and merges: nothing lost, nothing twice, every partition key in order.
+
+Run on kinesalite: moto keeps writing to a closed parent, which real Kinesis never does.
+Checked on the rows a query delivered, each with the micro-batch that held it:
+
+* exactly once: the (shard, sequence number) pairs equal the stream's, read with boto3;
+* order: per partition key, rows ordered by ``batch_id`` then sequence number give the
+  producer's order, across parents and children;
+* parent before child: every child's first batch comes after its parents' last.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake_tests.pipeline_helpers import table_rows
+from kinesis_lake_tests.spark.test_kinesis_source_support import (
+    keyed_events,
+    kinesis,
+    merge,
+    new_stream,
+    put,
+    source_options,
+    split,
+    start_source,
+    stream_positions,
+)
+
+WAIT_S = 600
+FIRST = "shardId-000000000000"
+
+
+def test_split_and_merge_mid_stream_are_followed_without_a_restart(
+    spark, kinesalite_endpoint, tmp_path
+):
+    """One running query; three waves of events, a split after the first has been read
+    and a merge of the split's children after the second."""
+    url = kinesalite_endpoint.url
+    stream = new_stream(url, shards=2)
+    client = kinesis(url)
+    options = source_options(url, stream, tmp_path / "meta")
+    query, rows = start_source(spark, options, tmp_path / "checkpoint", available_now=False)
+    sent: list[tuple[str, bytes]] = []
+    try:
+        for wave, reshard in (
+            ("a", lambda: split(client, stream, FIRST)),
+            ("b", lambda: merge(client, stream, *_children(client, stream))),
+            ("c", None),
+        ):
+            events = keyed_events(wave, keys=12, per_key=10)
+            put(url, stream, events)
+            sent += events
+            _wait_for_rows(query, rows, len(sent))
+            if reshard is not None:
+                reshard()
+    finally:
+        query.stop()
+    _assert_exactly_once_in_key_order(url, stream, rows, sent)
+
+
+def test_a_split_and_a_merge_while_stopped_are_read_parents_first(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Checked on the raw table the ingestion job (source + Iceberg sink) wrote."""
+    url = kinesalite_endpoint.url
+    stream = new_stream(url, shards=2)
+    settings = settings_factory(kinesalite_endpoint, stream_name=stream, max_records_per_shard=40)
+    client = kinesis(url)
+    sent = keyed_events("a", keys=12, per_key=5)
+    put(url, stream, sent)
+    run_ingestion(spark, settings)
+
+    # While stopped: more records for the parent, a split, more, a merge of the children.
+    for wave, reshard in (
+        ("b", lambda: split(client, stream, FIRST)),
+        ("c", lambda: merge(client, stream, *_children(client, stream))),
+        ("d", None),
+    ):
+        events = keyed_events(wave, keys=12, per_key=5)
+        put(url, stream, events)
+        sent += events
+        if reshard is not None:
+            reshard()
+    run_ingestion(spark, settings)
+
+    columns = ("shard_id", "sequence_number", "partition_key", "data", "batch_id")
+    rows = table_rows(settings, settings.raw_table, columns)
+    _assert_exactly_once_in_key_order(url, stream, rows, sent)
+
+
+def _wait_for_rows(query, rows: list[dict], count: int) -> None:
+    """Liveness bound only: how long reading takes is never asserted."""
+    deadline = time.monotonic() + WAIT_S
+    while len(rows) < count:
+        assert query.isActive, query.exception()
+        assert time.monotonic() < deadline, f"fewer than {count} rows after {WAIT_S} s"
+        time.sleep(0.2)
+
+
+def _children(client, stream: str) -> list[str]:
+    shards = client.describe_stream(StreamName=stream)["StreamDescription"]["Shards"]
+    return sorted(s["ShardId"] for s in shards if s.get("ParentShardId") == FIRST)
+
+
+def _assert_exactly_once_in_key_order(
+    url: str, stream: str, rows: list[dict], sent: list[tuple[str, bytes]]
+) -> None:
+    positions = Counter((r["shard_id"], r["sequence_number"]) for r in rows)
+    assert max(positions.values()) == 1, "no record twice"
+    assert set(positions) == stream_positions(url, stream), "no record lost"
+
+    expected: dict[str, list[bytes]] = defaultdict(list)
+    for key, data in sent:
+        expected[key].append(data)
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_key[row["partition_key"]].append(row)
+    for key, key_rows in by_key.items():
+        ordered = sorted(key_rows, key=lambda r: (r["batch_id"], int(r["sequence_number"])))
+        assert [bytes(r["data"]) for r in ordered] == expected[key], key
+
+    batches: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        batches[row["shard_id"]].append(row["batch_id"])
+    shards = kinesis(url).describe_stream(StreamName=stream)["StreamDescription"]
+    assert len(shards["Shards"]) == 5, "the split and the merge both happened"
+    for shard in shards["Shards"]:
+        for parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")):
+            if parent and batches[parent] and batches[shard["ShardId"]]:
+                assert max(batches[parent]) < min(batches[shard["ShardId"]]), shard["ShardId"]

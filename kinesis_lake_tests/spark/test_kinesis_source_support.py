@@ -1,0 +1,170 @@
+"""Shared helpers of the ``test_kinesis_source_*`` tests (this module holds no tests).
+
+Queries run the real ``kinesis`` source in the session's Spark against real endpoints
+over HTTP. ``run_source`` sinks into ``foreachBatch``, which runs in this test process,
+so a test sees every row together with the micro-batch that delivered it. Streams are
+written and inspected with plain boto3 calls, never with the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import boto3
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from kinesis_lake.kinesis.producer import put_records
+
+REGION = "us-east-1"
+QUERY_TIMEOUT_S = 600
+ACTIVE_TIMEOUT_S = 60
+
+
+def kinesis(endpoint_url: str):
+    """A bare boto3 client (botocore's own retries), independent of the code under test."""
+    return boto3.client("kinesis", endpoint_url=endpoint_url, region_name=REGION)
+
+
+def new_stream(endpoint_url: str, shards: int = 2) -> str:
+    name = f"src-{uuid.uuid4().hex[:10]}"
+    client = kinesis(endpoint_url)
+    client.create_stream(StreamName=name, ShardCount=shards)
+    wait_active(client, name)
+    return name
+
+
+def wait_active(client, stream: str) -> None:
+    """After CreateStream, SplitShard or MergeShards: writes before ACTIVE may go astray."""
+    client.get_waiter("stream_exists").wait(
+        StreamName=stream, WaiterConfig={"Delay": 0.2, "MaxAttempts": ACTIVE_TIMEOUT_S * 5}
+    )
+
+
+def shard_ids(client, stream: str) -> list[str]:
+    shards = client.describe_stream(StreamName=stream)["StreamDescription"]["Shards"]
+    return sorted(s["ShardId"] for s in shards)
+
+
+def split(client, stream: str, shard_id: str) -> None:
+    """Split a shard of the initial even layout in the middle of its hash range."""
+    shard = next(
+        s
+        for s in client.describe_stream(StreamName=stream)["StreamDescription"]["Shards"]
+        if s["ShardId"] == shard_id
+    )
+    low = int(shard["HashKeyRange"]["StartingHashKey"])
+    high = int(shard["HashKeyRange"]["EndingHashKey"])
+    client.split_shard(
+        StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((low + high + 1) // 2)
+    )
+    wait_active(client, stream)
+
+
+def merge(client, stream: str, shard_id: str, adjacent_id: str) -> None:
+    client.merge_shards(StreamName=stream, ShardToMerge=shard_id, AdjacentShardToMerge=adjacent_id)
+    wait_active(client, stream)
+
+
+def keyed_events(wave: str, keys: int, per_key: int) -> list[tuple[str, bytes]]:
+    """``per_key`` events for each of ``keys`` partition keys, interleaved; the payload
+    ``key:wave:i`` says where the event stands in its key's order."""
+    return [
+        (f"key-{k}", f"key-{k}:{wave}:{i:04d}".encode())
+        for i in range(per_key)
+        for k in range(keys)
+    ]
+
+
+def put(endpoint_url: str, stream: str, entries: Iterable[tuple[str, bytes]]) -> None:
+    """PutRecords in order, re-sending only failed entries (the project's producer)."""
+    put_records(kinesis(endpoint_url), stream, list(entries))
+
+
+def source_options(endpoint_url: str, stream: str, metadata: Path, **extra: str) -> dict:
+    options = {
+        "streamName": stream,
+        "endpointUrl": endpoint_url,
+        "regionName": REGION,
+        "startingPosition": "trim_horizon",
+        "metadataPath": str(metadata),
+    }
+    options.update(extra)
+    return options
+
+
+def start_source(
+    spark: SparkSession, options: dict, checkpoint: Path, *, available_now: bool = True
+) -> tuple[StreamingQuery, list[dict]]:
+    """Start a query; rows are appended as dicts with the ``batch_id`` that held them."""
+    rows: list[dict] = []
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        rows.extend({**row.asDict(), "batch_id": batch_id} for row in batch.collect())
+
+    writer = (
+        spark.readStream.format("kinesis")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start(), rows
+
+
+def run_source(spark: SparkSession, options: dict, checkpoint: Path) -> list[dict]:
+    """Run one ``availableNow`` query to its end and return its rows.
+
+    Raises ``StreamingQueryException`` when the query fails.
+    """
+    query, rows = start_source(spark, options, checkpoint)
+    try:
+        finished = query.awaitTermination(QUERY_TIMEOUT_S)
+    finally:
+        query.stop()
+    assert finished, f"the query did not finish within {QUERY_TIMEOUT_S} s"
+    return rows
+
+
+def payloads(rows: Iterable[dict]) -> list[str]:
+    return [bytes(r["data"]).decode() for r in rows]
+
+
+def record_keys(rows: Iterable[dict]) -> list[tuple[str, str, int]]:
+    return [(r["shard_id"], r["sequence_number"], r["sub_sequence_number"]) for r in rows]
+
+
+def stream_positions(endpoint_url: str, stream: str) -> set[tuple[str, str]]:
+    """Every (shard id, sequence number) the stream holds, read with bare boto3."""
+    client = kinesis(endpoint_url)
+    found = set()
+    for shard in client.describe_stream(StreamName=stream)["StreamDescription"]["Shards"]:
+        iterator = client.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = client.get_records(ShardIterator=iterator, Limit=10_000)
+            found.update((shard["ShardId"], r["SequenceNumber"]) for r in page["Records"])
+            if not page["Records"]:
+                break
+            iterator = page.get("NextShardIterator")
+    return found
+
+
+def progress_records(metadata: Path) -> list[dict]:
+    """Every shard progress record the executors wrote, with its epoch."""
+    found = []
+    for path in sorted(metadata.glob("*/*/*.json")):
+        found.append({**json.loads(path.read_text()), "epoch": int(path.parent.name)})
+    return found
+
+
+def status(metadata: Path) -> dict:
+    """The source status of the (single) run recorded under ``metadata``."""
+    (path,) = metadata.glob("*/status.json")
+    return json.loads(path.read_text())

@@ -1,0 +1,128 @@
+"""The Dagster UI in a real browser: materialize everything from the asset graph, then find
+raw_events' row-count and lag plots and its check results on the asset's page.
+
+Everything real: ``dagster dev`` over the repository's workspace and dagster.yaml, runs
+launched by its daemon (Spark, the local Kinesis endpoint, the Iceberg catalog), headless
+Chromium. A plot needs two points, so raw_events is materialized twice, with more events
+sent in between: first with "Materialize all" on the global asset graph, then with
+"Materialize" on the asset's page.
+
+The sensors and the schedule are stopped first. The backlog sensor would otherwise launch
+its own ingestion run for the events sent here, and the automation sensor derived runs
+after it: correct, but the test could no longer say which run the UI launched, and Spark
+runs would pile up on a 2-core machine.
+
+Screenshots go to ``test-output/browser/<test name>/`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from kinesis_lake.config import Settings
+from kinesis_lake_tests.pipeline_helpers import produce
+from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
+
+FIRST_EVENTS = 200
+MORE_EVENTS = 100
+MALFORMED_EVERY = 25
+RUN_SECONDS = 900
+"""Per run. Each step is a process and each Spark step starts a JVM: slow when busy."""
+
+RAW_CHECKS = (
+    "fresh_relative_to_stream",
+    "matches_committed_positions",
+    "no_data_loss",
+    "no_duplicate_records",
+)
+PLOTTED = ("dagster/row_count", "max_millis_behind_latest")
+_LAUNCHED = re.compile(r"Launched run ([0-9a-f]{8})")
+
+
+def shoot(target: Page | Locator, folder: Path, name: str) -> None:
+    """Screenshot of the page (or one element of it), its path printed for the log."""
+    path = folder / f"{name}.png"
+    target.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+
+
+def launched_run(page: Page, server: DagsterDevServer, button: Locator) -> str:
+    """Click a launch button; the run id the UI's "Launched run" toast names."""
+    button.click()
+    toast = page.get_by_text(_LAUNCHED)
+    expect(toast).to_be_visible()
+    match = _LAUNCHED.search(toast.inner_text())
+    assert match is not None
+    return server.run_id_with_prefix(match.group(1))
+
+
+def plot(page: Page, metadata_key: str) -> Locator:
+    """The plot card of one numeric metadata key: its title and its chart canvas."""
+    title = page.get_by_text(metadata_key, exact=True)
+    return page.locator("div", has=title).filter(has=page.locator("canvas")).last
+
+
+_LINE_DRAWN = """canvas => {
+    // Pixels of the chart line's colour (Dagster's indigo), not axes or grid (grey).
+    const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    let count = 0;
+    for (let i = 0; i < data.length; i += 4) {
+        const [r, g, b, a] = [data[i], data[i + 1], data[i + 2], data[i + 3]];
+        if (a > 0 && b > 150 && b - r > 60 && b - g > 80) count++;
+    }
+    return count > 100;
+}"""
+
+
+def wait_until_drawn(page: Page, canvas: Locator) -> None:
+    """Until the chart has drawn its series line (the canvas exists before it draws)."""
+    page.wait_for_function(_LINE_DRAWN, arg=canvas.element_handle())
+
+
+@pytest.mark.timeout(2 * RUN_SECONDS + 600)
+def test_materialize_all_from_the_graph_then_see_plots_and_checks(
+    page: Page, dagster_ui: DagsterDevServer, lake_settings: Settings, screenshots: Path
+):
+    server = dagster_ui
+    produce(lake_settings, FIRST_EVENTS, malformed_every=MALFORMED_EVERY, seed=701)
+
+    page.goto(f"{server.url}/asset-groups")
+    materialize_all = page.get_by_role("button", name=re.compile(r"Materialize all"))
+    expect(materialize_all).to_be_enabled()
+    shoot(page, screenshots, "01-asset-graph")
+    first_run = launched_run(page, server, materialize_all)
+    server.wait_for_run(first_run, RUN_SECONDS)
+    page.reload()
+    expect(materialize_all).to_be_enabled()
+    expect(page.get_by_text("ingestion", exact=True).last).to_be_visible()
+    expect(page.get_by_text("fetching statuses")).to_have_count(0)
+    shoot(page, screenshots, "02-asset-graph-materialized")
+
+    produce(lake_settings, MORE_EVENTS, malformed_every=MALFORMED_EVERY, seed=702)
+    page.goto(f"{server.url}/assets/raw_events")
+    materialize = page.get_by_role("button").filter(has_text=re.compile(r"^Materialize$"))
+    second_run = launched_run(page, server, materialize)
+    server.wait_for_run(second_run, RUN_SECONDS)
+
+    page.goto(f"{server.url}/assets/raw_events")
+    expect(page.get_by_text("Row count")).to_be_visible()
+    expect(page.get_by_text(str(FIRST_EVENTS + MORE_EVENTS), exact=True).first).to_be_visible()
+    page.get_by_role("button", name="Plots").click()
+    for key in PLOTTED:
+        card = plot(page, key)
+        card.scroll_into_view_if_needed()
+        expect(card.locator("canvas")).to_be_visible()
+        wait_until_drawn(page, card.locator("canvas"))
+        shoot(card, screenshots, f"plot-{key.replace('/', '_')}")
+    plot(page, PLOTTED[0]).scroll_into_view_if_needed()
+    shoot(page, screenshots, "03-raw-events-plots")
+
+    page.goto(f"{server.url}/assets/raw_events?view=checks")
+    for check in RAW_CHECKS:
+        expect(page.get_by_text(check, exact=True).first).to_be_visible()
+    expect(page.get_by_text("Succeeded", exact=True)).to_have_count(len(RAW_CHECKS))
+    shoot(page, screenshots, "04-raw-events-checks")
