@@ -1,0 +1,666 @@
+"""REPORT.md and PNG plots from the benchmark results of one run.
+
+The report states each number next to its target, how it was measured, and, for every
+missed target, the measured evidence of what limits it (CPU per process kind, Spark's
+per-phase batch durations, rows read per derive step, commit-time breakdown), plus the
+py-spy profile summaries in ``results/profile_*.json`` when ``benchmarks.profile`` has
+been run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+ORDER = (
+    ("ingest_vs_read_ceiling", "1. Ingest vs read ceiling"),
+    ("ingest_vs_hand_written", "2. Ingest vs hand-written consumer"),
+    ("freshness", "3. Freshness (continuous mode)"),
+    ("derive_refresh", "4. Incremental derived refresh"),
+    ("commit_cost", "5. Commit cost over time"),
+    ("memory", "6. Driver memory"),
+    ("scale_out", "7. Scale-out"),
+)
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _rps(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f} rows/s"
+
+
+# ----------------------------------------------------------------- plots
+
+
+def _plot_throughput(results: dict[str, Any], out: Path) -> str | None:
+    ceiling = results.get("ingest_vs_read_ceiling", {})
+    hand = results.get("ingest_vs_hand_written", {})
+    scale = results.get("scale_out", {})
+    bars: list[tuple[str, float]] = []
+    for reader in ceiling.get("plain_readers", []):
+        bars.append((f"plain reader\n({reader['workers']})", reader["records_per_second"]))
+    warm = ceiling.get("ours", {}).get("runs", {}).get("warm")
+    if warm:
+        bars.append(("ours local[2]\nwarm", warm["rows_per_second"]))
+    if ceiling.get("end_to_end"):
+        bars.append(
+            ("ours local[2]\nend to end", ceiling["end_to_end"]["run_ingestion_rows_per_second"])
+        )
+    if "hand_written" in hand:
+        bars.append(("hand-written\nGetRecords+append", hand["hand_written"]["rows_per_second"]))
+    for label, value in (scale.get("rows_per_second") or {}).items():
+        bars.append((f"ours local-cluster\n{label.replace('_', ' ')} warm", value))
+    if not bars:
+        return None
+    # Two plain-reader runs per kind (before and after ours): keep both, they show noise.
+    fig, axis = plt.subplots(figsize=(11, 4.5))
+    labels = [b[0] for b in bars]
+    colors = [
+        "#888888" if "plain" in lbl else "#d62728" if "hand" in lbl else "#1f77b4" for lbl in labels
+    ]
+    axis.bar(range(len(bars)), [b[1] for b in bars], color=colors)
+    axis.set_xticks(range(len(bars)), labels, fontsize=7)
+    axis.set_ylabel("records/s")
+    axis.set_title(f"Ingest throughput, {_fmt(ceiling.get('records'))} records, 4 shards")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
+def _plot_freshness(result: dict[str, Any], out: Path) -> str | None:
+    runs = [r for r in result.get("runs", []) if r.get("latencies_for_plot")]
+    if not runs:
+        return None
+    fig, axis = plt.subplots(figsize=(7, 4))
+    for run in runs:
+        values = sorted(run["latencies_for_plot"])
+        fractions = [(i + 1) / len(values) for i in range(len(values))]
+        axis.plot(values, fractions, label=f"trigger {run['trigger']}")
+    axis.axvline(3.0, color="red", linestyle="--", linewidth=1, label="target p99 3 s")
+    axis.axhline(0.99, color="grey", linestyle=":", linewidth=1)
+    axis.set_xlabel("send -> visible in a table scan (s)")
+    axis.set_ylabel("fraction of records")
+    axis.set_title("Freshness latency CDF (steady state)")
+    axis.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
+def _plot_commits(result: dict[str, Any], out: Path) -> str | None:
+    samples = result.get("samples")
+    if not samples:
+        return None
+    fig, axis = plt.subplots(figsize=(9, 4))
+    x = [s["commit"] for s in samples]
+    axis.plot(x, [s["commit_s"] * 1000 for s in samples], ".", ms=3, label="commit_files")
+    axis.plot(
+        x,
+        [(s["load_s"] + s["positions_s"] + s["commit_s"]) * 1000 for s in samples],
+        ".",
+        ms=2,
+        alpha=0.5,
+        label="sink path (load + positions + commit)",
+    )
+    for expiry in result.get("expiries", []):
+        axis.axvline(expiry["after_commit"], color="grey", linewidth=0.5, alpha=0.5)
+    axis.set_xlabel("commit number (grey lines: snapshot expiry)")
+    axis.set_ylabel("latency (ms)")
+    twin = axis.twinx()
+    twin.plot(x, [s["snapshots"] for s in samples], color="green", linewidth=1)
+    twin.plot(x, [s["manifests"] for s in samples], color="orange", linewidth=1)
+    twin.set_ylabel("snapshots (green), manifests (orange)")
+    axis.legend(loc="upper left", fontsize=8)
+    axis.set_title("Commit latency over a streaming writer's life")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
+def _plot_memory(result: dict[str, Any], out: Path) -> str | None:
+    if "small" not in result or "large" not in result:
+        return None
+    fig, axis = plt.subplots(figsize=(8, 4))
+    for label, color in (("small", "tab:blue"), ("large", "tab:orange")):
+        samples = result[label]["samples"]
+        records = _fmt(result[label]["records"])
+        axis.plot(
+            [t for t, _ in samples],
+            [v for _, v in samples],
+            color=color,
+            label=f"{records} records, RSS sum",
+        )
+        pss = result[label].get("pss_samples") or []
+        axis.plot(
+            [t for t, _ in pss],
+            [v for _, v in pss],
+            color=color,
+            linestyle="--",
+            label=f"{records} records, PSS sum",
+        )
+    axis.set_xlabel("seconds since `kinesis-lake ingest` started")
+    axis.set_ylabel("memory of the process tree (MiB)")
+    axis.set_title("Ingestion driver memory (Python + JVM + workers)")
+    axis.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
+def _plot_derive(result: dict[str, Any], out: Path) -> str | None:
+    refreshes = result.get("refreshes")
+    if not refreshes:
+        return None
+    fig, axis = plt.subplots(figsize=(7, 4))
+    for offset, label in enumerate(("small", "large")):
+        values = [r["seconds"] for r in refreshes if r["table"] == label]
+        axis.bar(
+            [offset + 0.8 * i / max(1, len(values)) for i in range(len(values))],
+            values,
+            width=0.7 / max(1, len(values)),
+            label=f"{label}: {_fmt(result['raw_rows'][label])} raw rows",
+        )
+    axis.set_xticks([0.3, 1.3], ["small", "large"])
+    axis.set_ylabel("refresh_derived seconds (per round)")
+    axis.set_title(f"Refresh after {_fmt(result.get('new_rows_per_refresh'))} new raw rows")
+    axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
+# ----------------------------------------------------------------- sections
+
+
+def _quick_note(result: dict[str, Any], full: str) -> str:
+    """Say when quick mode used smaller sizes than the full benchmark."""
+    if (result.get("environment") or {}).get("mode") != "quick":
+        return ""
+    return f" Quick mode: {full}."
+
+
+def _summary_rows(results: dict[str, Any]) -> list[str]:
+    rows = [
+        "| # | benchmark | measured | target | verdict | run at (UTC), took |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, title in ORDER:
+        result = results.get(name)
+        if result is None:
+            rows.append(f"| {title[0]} | {title[3:]} | not run | | |")
+            continue
+        if "error" in result:
+            rows.append(f"| {title[0]} | {title[3:]} | error: {result['error'][:80]} | | error |")
+            continue
+        measured = f"ratio {_fmt(result.get('ratio'))}"
+        if name == "ingest_vs_hand_written":
+            measured += (
+                f"; files {result['ours']['table']['data_files']} vs "
+                f"{result['hand_written']['table']['data_files']} "
+                f"(ratio {_fmt(result.get('files_ratio'))}, {result.get('files_verdict')}); "
+                f"snapshots {result['ours']['table']['snapshots']} vs "
+                f"{result['hand_written']['table']['snapshots']}"
+            )
+        if name == "freshness":
+            measured = (
+                f"p50 {_fmt(result['p50_s'])} s, p95 {_fmt(result['p95_s'])} s, "
+                f"p99 {_fmt(result['p99_s'])} s (trigger {result['trigger']})"
+            )
+        when = (result.get("environment") or {}).get("timestamp", "")[11:19]
+        rows.append(
+            f"| {title[0]} | {title[3:]} | {measured} | {result.get('target')} | "
+            f"{result.get('verdict')} | {when}, {_fmt(result.get('duration_s'), 0)} s |"
+        )
+    return rows
+
+
+def _ingest_section(result: dict[str, Any]) -> list[str]:
+    ours = result["ours"]
+    warm = ours["runs"]["warm"]
+    e2e = result["end_to_end"]
+    lines = [
+        f"Backlog: {_fmt(result['records'])} records (~200 B payloads), 4 shards, kinesalite. "
+        "Plain readers (GetRecords Limit 10,000 per shard in parallel, no decoding, no "
+        "writing) ran right before and right after ours:",
+        "",
+        "| reader | records/s | CPU s per 100k records |",
+        "|---|---|---|",
+    ]
+    for reader in result["plain_readers"]:
+        cpu = reader.get("cpu_s", {})
+        per = {k: v * 100_000 / reader["records"] for k, v in cpu.items()}
+        lines.append(
+            f"| plain, {reader['workers']} | {_rps(reader['records_per_second'])} | "
+            + ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+            + " |"
+        )
+    ours_cpu = result["cpu_s_per_100k_records"]["ours_warm"]
+    lines += [
+        f"| **ours, warm** (steady state) | **{_rps(warm['rows_per_second'])}** | "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(ours_cpu.items()))
+        + " |",
+        f"| ours, warm, micro-batches only | {_rps(warm['batch_rows_per_second'])} | |",
+        f"| ours, end to end: `kinesis-lake ingest` (run_ingestion's rows/s) | "
+        f"{_rps(e2e['run_ingestion_rows_per_second'])} | |",
+        f"| ours, end to end incl. JVM start ({_fmt(e2e['process_seconds'], 1)} s) | "
+        f"{_rps(e2e['process_rows_per_second'])} | |",
+        "",
+        f"Ceiling {_rps(result['ceiling_records_per_second'])}; ratio warm "
+        f"**{_fmt(result['ratio'])}**, micro-batches only {_fmt(result['ratio_batches_only'])}, "
+        f"end to end {_fmt(result['ratio_end_to_end'])} (incl. JVM start "
+        f"{_fmt(result['ratio_end_to_end_process'])}). Spark session start-up of the "
+        f"benchmark's own JVM (excluded): {_fmt(ours['session_start_s'], 1)} s.",
+        "",
+    ]
+    lines += _ingest_evidence(ours)
+    return lines
+
+
+def _phase_medians(progress: list[dict[str, Any]]) -> dict[str, float]:
+    moving = [p for p in progress if p["numInputRows"] > 0]
+    keys = sorted({k for p in moving for k in p["durationMs"]})
+    out = {}
+    for key in keys:
+        values = sorted(p["durationMs"].get(key, 0) for p in moving)
+        out[key] = values[len(values) // 2] if values else 0
+    return out
+
+
+def _ingest_evidence(ours: dict[str, Any]) -> list[str]:
+    warm = ours["runs"]["warm"]
+    lines = []
+    cpu = warm.get("cpu_per_wall_s")
+    if cpu:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items()) if v)
+        lines.append(
+            f"CPU seconds per wall-clock second during the warm run: {parts} (2 cores = "
+            "2.0 in total; kinesalite is one Node thread, so 1.0 means it is saturated)."
+        )
+    phases = _phase_medians(warm["progress"])
+    if phases:
+        parts = ", ".join(f"{k} {v:,} ms" for k, v in phases.items())
+        lines.append(
+            f"Spark progress, median per micro-batch with rows ({warm['batches_with_rows']} "
+            f"batches, {warm['empty_batches']} empty confirmation batches taking "
+            f"{warm['empty_batches_ms']:,} ms): {parts}. `addBatch` is the read + write + "
+            "commit of the batch; `latestOffset` is the driver's planning."
+        )
+    return [*lines, ""] if lines else []
+
+
+def _hand_written_section(result: dict[str, Any]) -> list[str]:
+    theirs = result["hand_written"]
+    ours = result["ours"]
+    return [
+        f"Hand-written: {_rps(theirs['rows_per_second'])} ({theirs['appends']} appends, "
+        f"{_fmt(theirs['append_seconds'], 1)} s of {_fmt(theirs['seconds'], 1)} s in "
+        f"`table.append`). Ours warm {_rps(ours['rows_per_second_warm'])}, end to end "
+        f"{_rps(ours['rows_per_second_end_to_end'])}, end to end including JVM start "
+        f"{_rps(ours['rows_per_second_including_jvm_start'])}.",
+        "",
+        f"Ratios: warm **{_fmt(result['ratio'])}**, end to end "
+        f"{_fmt(result['ratio_end_to_end'])}, including JVM start "
+        f"{_fmt(result['ratio_including_jvm_start'])}.",
+        "",
+        "| | data files | snapshots | bytes |",
+        "|---|---|---|---|",
+        f"| ours | {ours['table']['data_files']} | {ours['table']['snapshots']} | "
+        f"{_fmt(ours['table']['bytes'])} |",
+        f"| hand-written | {theirs['table']['data_files']} | {theirs['table']['snapshots']} | "
+        f"{_fmt(theirs['table']['bytes'])} |",
+        "",
+        f"Files ratio {_fmt(result['files_ratio'])} (target <= 0.1: "
+        f"{result['files_verdict']}); snapshots ratio {_fmt(result['snapshots_ratio'])}. "
+        f"{result['notes']}",
+        "",
+    ]
+
+
+def _freshness_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| trigger | p50 | p95 | p99 | max | commit-time p99 | warm-up p99 | batch p50 | "
+        "first batch | records |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in result["runs"]:
+        lat, com, cold = run["latency_s"], run["commit_latency_s"], run["warmup_latency_s"]
+        lines.append(
+            f"| {run['trigger']} | {_fmt(lat['p50'])} s | {_fmt(lat['p95'])} s | "
+            f"{_fmt(lat['p99'])} s | {_fmt(lat['max'])} s | {_fmt(com['p99'])} s | "
+            f"{_fmt(cold['p99'])} s | {_fmt(run['batch_duration_s']['p50'])} s | "
+            f"{_fmt(run.get('first_batch_s'))} s | {_fmt(lat['count'])} |"
+        )
+    first = result["runs"][0]
+    phases = ", ".join(
+        f"{k} {v:,} ms" for k, v in first["batch_duration_breakdown_ms_median"].items()
+    )
+    lines += [
+        "",
+        f"Trigger chosen: **{result['trigger']}** (Spark processing-time trigger). Expected "
+        "latency is about half a trigger interval of waiting plus one micro-batch. "
+        f"Median batch phases at {first['trigger']}: {phases}. CPU seconds per micro-batch "
+        "(steady state): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(first.get("cpu_s_per_batch", {}).items()))
+        + f". {result['notes']}",
+        "",
+    ]
+    return lines
+
+
+def _derive_section(result: dict[str, Any]) -> list[str]:
+    med = result["median_seconds"]
+    lines = [
+        f"Raw tables of {_fmt(result['raw_rows']['small'])} and "
+        f"{_fmt(result['raw_rows']['large'])} rows; each refresh adds "
+        f"{_fmt(result['new_rows_per_refresh'])} new raw rows; {result['rounds']} rounds, "
+        f"interleaved. Median refresh: small {_fmt(med['small'])} s, large "
+        f"{_fmt(med['large'])} s, ratio **{_fmt(result['ratio'])}**."
+        + _quick_note(result, "sizes 10x apart but smaller than `--full`'s 100k vs 1M raw rows"),
+        "",
+        "Rows read per refresh by step (median), the evidence of what grows with the table:",
+        "",
+        "| step (caller of read_data_files) | small table | large table |",
+        "|---|---|---|",
+    ]
+    reads = result["rows_read_by_step"]
+    for step in sorted({s for table in reads.values() for s in table}):
+        lines.append(
+            f"| `{step}` | {_fmt(reads['small'].get(step))} | {_fmt(reads['large'].get(step))} |"
+        )
+    steps = {}
+    for refresh in result["refreshes"]:
+        for step, seconds in refresh["step_seconds"].items():
+            steps.setdefault((refresh["table"], step), []).append(seconds)
+    if steps:
+        lines += ["", "| step time (median s) | small | large |", "|---|---|---|"]
+        for step in sorted({s for _, s in steps}):
+            small = steps.get(("small", step), [])
+            large = steps.get(("large", step), [])
+            lines.append(
+                f"| `{step}` | {_fmt(median(small) if small else None)} | "
+                f"{_fmt(median(large) if large else None)} |"
+            )
+    return [*lines, ""]
+
+
+def _commit_section(result: dict[str, Any]) -> list[str]:
+    first, last = result["first_window"], result["last_window"]
+    return [
+        f"{result['commits']} commits of {result['files_per_commit']} files each; "
+        f"`expire_snapshots(retain_last={result['retain_last']})` every "
+        f"{result['expire_every']} commits."
+        + _quick_note(result, "fewer commits than `--full`'s 1,000"),
+        "",
+        "| median seconds | table load | positions lookup | commit_files |",
+        "|---|---|---|---|",
+        f"| first 20 commits | {_fmt(first['load_s'], 4)} | {_fmt(first['positions_s'], 4)} | "
+        f"{_fmt(first['commit_s'], 4)} |",
+        f"| last 20 commits | {_fmt(last['load_s'], 4)} | {_fmt(last['positions_s'], 4)} | "
+        f"{_fmt(last['commit_s'], 4)} |",
+        "",
+        f"Ratio commit_files **{_fmt(result['ratio'])}**, whole sink path "
+        f"{_fmt(result['ratio_sink_path'])}. At the end: {result['final_snapshots']} "
+        f"snapshots, {result['final_manifests']} manifests, {result['final_data_files']} "
+        "data files (no compaction in this benchmark). Expiry runs took "
+        + ", ".join(f"{e['seconds']:.2f}" for e in result["expiries"][:3])
+        + (" ... " if len(result["expiries"]) > 4 else ", ")
+        + (f"{result['expiries'][-1]['seconds']:.2f} s" if result["expiries"] else "")
+        + ".",
+        "",
+    ]
+
+
+def _memory_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| backlog | micro-batches | peak RSS sum | JVM | Python | peak PSS sum | processes | "
+        "run time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label in ("small", "large"):
+        run = result[label]
+        kinds = run["peak_rss_by_kind_mb"]
+        lines.append(
+            f"| {_fmt(run['records'])} | {run['micro_batches']} | "
+            f"{_fmt(run['peak_rss_mb'], 0)} MiB | {_fmt(kinds.get('jvm'), 0)} MiB | "
+            f"{_fmt(kinds.get('python'), 0)} MiB | {_fmt(run.get('peak_pss_mb'), 0)} MiB | "
+            f"{run.get('max_processes', 'n/a')} | {_fmt(run['seconds'], 0)} s |"
+        )
+    lines += [
+        "",
+        f"Ratio (RSS sum) **{_fmt(result['ratio'])}**; PSS sum {_fmt(result.get('ratio_pss'))}; "
+        f"JVM {_fmt(result['ratio_jvm'])}, Python {_fmt(result['ratio_python'])} (per-kind "
+        f"peaks need not coincide). {result['notes']}"
+        + _quick_note(result, "backlogs 10x apart but smaller than `--full`'s 100k vs 1M"),
+        "",
+    ]
+    return lines
+
+
+def _scale_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| master | warm rows/s | micro-batches only | CPU s per wall s (warm) |",
+        "|---|---|---|---|",
+    ]
+    for label, master in result["masters"].items():
+        warm = result["runs"][label]["runs"]["warm"]
+        cpu = warm.get("cpu_per_wall_s") or {}
+        cpu_text = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items()) if v)
+        lines.append(
+            f"| `{master}` | {_rps(warm['rows_per_second'])} | "
+            f"{_rps(warm['batch_rows_per_second'])} | {cpu_text} |"
+        )
+    lines += [
+        "",
+        f"Ratio warm **{_fmt(result['ratio'])}**, micro-batches only "
+        f"{_fmt(result['ratio_batches_only'])}. {result['notes']}",
+        "",
+    ]
+    return lines
+
+
+_SECTIONS = {
+    "ingest_vs_read_ceiling": _ingest_section,
+    "ingest_vs_hand_written": _hand_written_section,
+    "freshness": _freshness_section,
+    "derive_refresh": _derive_section,
+    "commit_cost": _commit_section,
+    "memory": _memory_section,
+    "scale_out": _scale_section,
+}
+
+
+_PROFILE_ORDER = ("ingest", "freshness", "derive", "commits")
+_PROFILE_ROWS = 12
+
+
+def _profiles(results_dir: Path) -> list[str]:
+    lines = []
+
+    def order(path: Path) -> int:
+        name = path.stem.removeprefix("profile_")
+        return _PROFILE_ORDER.index(name) if name in _PROFILE_ORDER else len(_PROFILE_ORDER)
+
+    paths = sorted(results_dir.glob("profile_*.json"), key=order)
+    for path in paths:
+        profile = json.loads(path.read_text())
+        lines += [
+            f"### Profile: {profile['title']}",
+            "",
+            f"{profile['how']} ({profile['environment']['timestamp']}, "
+            f"{profile['samples']:,} samples).",
+            "",
+        ]
+        if profile.get("buckets"):
+            lines += [
+                "Named costs (share of samples whose stack passes through them; a sample "
+                "can count in more than one):",
+                "",
+                "| share | cost |",
+                "|---|---|",
+                *(f"| {share:.1%} | {name} |" for name, share in profile["buckets"].items()),
+                "",
+            ]
+        lines += [
+            "Self time (the innermost frame):",
+            "",
+            "| share of samples | function (file:line) |",
+            "|---|---|",
+        ]
+        for row in profile["top_self"][:_PROFILE_ROWS]:
+            lines.append(f"| {row['share']:.1%} | `{row['frame']}` |")
+        # Process entry points (every sample of a process is under them) say nothing.
+        inclusive = [
+            row
+            for row in profile.get("top_inclusive", [])
+            if "<module> (daemon.py" not in row["frame"] and "benchmarks/" not in row["frame"]
+        ]
+        if inclusive:
+            lines += ["", "Inclusive (the frame or anything it calls):", ""]
+            lines += ["| share | function |", "|---|---|"]
+            for row in inclusive[:_PROFILE_ROWS]:
+                lines.append(f"| {row['share']:.1%} | `{row['frame']}` |")
+        if profile.get("by_process"):
+            lines += [
+                "",
+                "Samples by process: "
+                + ", ".join(f"{r['frame']} {r['share']:.0%}" for r in profile["by_process"]),
+            ]
+        lines.append("")
+    return lines
+
+
+def _runs_note(results: dict[str, Any]) -> list[str]:
+    """Say so when the results on disk come from more than one invocation."""
+    starts = sorted(
+        {
+            (r.get("environment") or {}).get("timestamp", "?")
+            for r in results.values()
+            if isinstance(r, dict)
+        }
+    )
+    if len(starts) <= 1:
+        return []
+    return [
+        f"These results come from {len(starts)} invocations ({', '.join(starts)}); the "
+        "Summary's last column says which benchmark ran when. The total above is the sum "
+        "of the benchmarks' own durations.",
+        "",
+    ]
+
+
+def write_report(
+    results_dir: Path,
+    environment: dict[str, Any],
+    results: dict[str, Any],
+    *,
+    total_seconds: float,
+    analysis: str | None = None,
+) -> Path:
+    """Write REPORT.md (and its plots) for ``results``; returns its path."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    # Results of benchmarks not run this time are read back from their JSON, so a
+    # partial run (--only) still produces a complete report.
+    merged = dict(results)
+    for name, _ in ORDER:
+        path = results_dir / f"{name}.json"
+        if name not in merged and path.exists():
+            merged[name] = json.loads(path.read_text())
+    plots = {
+        "throughput": _plot_throughput(merged, results_dir / "ingest_throughput.png"),
+        "freshness": _plot_freshness(
+            merged.get("freshness", {}), results_dir / "freshness_latency.png"
+        ),
+        "commits": _plot_commits(merged.get("commit_cost", {}), results_dir / "commit_cost.png"),
+        "memory": _plot_memory(merged.get("memory", {}), results_dir / "memory_rss.png"),
+        "derive": _plot_derive(
+            merged.get("derive_refresh", {}), results_dir / "derive_refresh.png"
+        ),
+    }
+    env = environment
+    lines = [
+        "# kinesis-lake benchmarks",
+        "",
+        f"Mode **{env['mode']}** (scale {env['scale']}), {env['timestamp']}, "
+        f"{total_seconds:.0f} s in total. Machine: {env['cores_logical']} cores, "
+        f"{env['memory_total_mb']:,} MiB; load average at start "
+        f"{env['load_average_at_start']} (other jobs share this machine: compare ratios, "
+        "not absolute numbers). Python {python}, {java}, pyspark {pyspark}, pyiceberg "
+        "{pyiceberg}, pyarrow {pyarrow}, kinesalite {kinesalite} (node {node}), commit "
+        "{git_commit}.".format(**env),
+        "",
+        "Regenerate: `make bench` (quick) or `make bench-full`. Raw numbers: "
+        "`benchmarks/results/<name>.json`.",
+        "",
+        *_runs_note(merged),
+        "## Summary",
+        "",
+        *_summary_rows(merged),
+        "",
+        "Start-up accounting: JVM (and local-cluster executor) start-up is reported apart "
+        "(`session_start_s`) and excluded from steady-state numbers. The first micro-batch "
+        "in a JVM pays Python-worker start-up (imports of pyspark, pyarrow, pyiceberg, "
+        "boto3 in every worker): each Spark JVM first ingests a small warm-up stream of "
+        "its own, and the measured run after it (its own query: start, planning, reads, "
+        'writes, commits, stop, all timed) is the steady state ("warm"). End to end is '
+        "measured separately with `kinesis-lake ingest` in a new process on the same "
+        "backlog (benchmark 1's end-to-end rows, also benchmark 6's large run). Derive "
+        "times refreshes only after an untimed first refresh per table; freshness starts "
+        "the producer after the query's first (empty) micro-batch and excludes a warm-up "
+        "period, both reported apart.",
+        "",
+    ]
+    if plots["throughput"]:
+        lines += [f"![throughput]({plots['throughput']})", ""]
+    plot_for = {
+        "freshness": plots["freshness"],
+        "commit_cost": plots["commits"],
+        "memory": plots["memory"],
+        "derive_refresh": plots["derive"],
+    }
+    for name, title in ORDER:
+        result = merged.get(name)
+        lines += [f"## {title}", ""]
+        if result is None:
+            lines += ["Not run.", ""]
+            continue
+        if "error" in result:
+            lines += ["Failed:", "", "```", result["error"], "```", ""]
+            continue
+        try:
+            lines += _SECTIONS[name](result)
+        except (KeyError, TypeError, IndexError) as error:
+            lines += [f"(section could not be rendered: {error!r})", ""]
+        if plot_for.get(name):
+            lines += [f"![{name}]({plot_for[name]})", ""]
+    from benchmarks.analysis import FINDINGS, analyse
+
+    analysis = analysis if analysis is not None else analyse(merged, results_dir)
+    if analysis.strip():
+        lines += ["## What limits the missed targets", "", analysis.strip(), ""]
+    lines += ["## Performance bugs found in kinesis_lake", "", FINDINGS.strip(), ""]
+    profile_lines = _profiles(results_dir)
+    if profile_lines:
+        lines += ["## Profiles", "", *profile_lines]
+    path = results_dir / "REPORT.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
