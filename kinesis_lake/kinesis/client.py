@@ -6,9 +6,15 @@ so no secret ever passes through this project's configuration or logs.
 
 from __future__ import annotations
 
+import functools
+import os
+from datetime import datetime, timezone
+
 import boto3
+import botocore.session
 from botocore.client import BaseClient
 from botocore.config import Config
+from botocore.utils import parse_timestamp
 
 #: boto3 generates the concrete client class at runtime, so the best static type without
 #: extra stub packages (``types-boto3[kinesis]``) is botocore's base class.
@@ -22,7 +28,7 @@ def kinesis_client(
     max_attempts: int = 1,
     timeout_s: float = 30.0,
 ) -> KinesisClient:
-    """Build a Kinesis client whose only retries are the ones this package makes.
+    """A Kinesis client whose only retries are the ones this package makes.
 
     ``max_attempts`` is the total number of HTTP attempts botocore makes per call
     (botocore's ``total_max_attempts``); the default 1 turns botocore's own retries off,
@@ -30,10 +36,22 @@ def kinesis_client(
     fault-injection tests exercise. (botocore's ``max_attempts`` key counts retries
     *after* the first attempt, so 1 there would still retry once behind our back.)
 
+    Clients are shared per process and arguments: building one costs tens of
+    milliseconds (botocore loads its service models), which every Spark task paid
+    before. boto3 clients are thread-safe and refresh expiring credentials themselves.
+
     Raises ``ValueError`` when no region can be resolved, because botocore's own error for
     that (``NoRegionError``) does not say which setting of this project to fix.
     """
-    session = boto3.session.Session()
+    region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return _shared_client(endpoint_url, region, max_attempts, timeout_s)
+
+
+@functools.lru_cache(maxsize=32)
+def _shared_client(
+    endpoint_url: str | None, region_name: str | None, max_attempts: int, timeout_s: float
+) -> KinesisClient:
+    session = boto3.session.Session(botocore_session=_utc_botocore_session())
     region = region_name or session.region_name
     if not region:
         raise ValueError(
@@ -48,3 +66,23 @@ def kinesis_client(
         tcp_keepalive=True,
     )
     return session.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
+
+
+def _utc_botocore_session() -> botocore.session.Session:
+    """A botocore session that parses response timestamps as UTC.
+
+    Kinesis sends ``ApproximateArrivalTimestamp`` as epoch seconds, and botocore's
+    default parser attaches the *local* zone (``dateutil.tz.tzlocal``), which costs more
+    per record than the rest of decoding; the instant is the same either way.
+    """
+    session = botocore.session.get_session()
+    session.get_component("response_parser_factory").set_parser_defaults(
+        timestamp_parser=_parse_timestamp_utc
+    )
+    return session
+
+
+def _parse_timestamp_utc(value: str | int | float) -> datetime:
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    return parse_timestamp(value)

@@ -24,6 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from kinesis_lake.spark.worker_process import freeze_imported_objects
+
 
 @dataclass(frozen=True)
 class FileTask(InputPartition):
@@ -46,6 +48,7 @@ class _FilesReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         task: FileTask = partition  # type: ignore[assignment]
+        freeze_imported_objects()
         schema = pa.ipc.read_schema(pa.py_buffer(task.schema_ipc))
         io = load_file_io(task.io_properties, task.location)
         with io.new_input(task.path).open() as stream:

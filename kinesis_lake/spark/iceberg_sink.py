@@ -53,6 +53,7 @@ from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, open_catalog
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
 from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
+from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 SINK_NAME = "kinesis_lake_iceberg"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -160,6 +161,7 @@ class _FileWritingTask:
         self.target = target
 
     def _write_task(self, batches: Iterator[pa.RecordBatch]) -> DataFilesWritten:
+        freeze_imported_objects()
         context = TaskContext.get()
         query_id = context.getLocalProperty(_QUERY_ID_PROPERTY) if context else None
         raw_batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY) if context else None

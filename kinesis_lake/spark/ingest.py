@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import fsspec
 from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -142,9 +143,8 @@ def run_continuous(
     """Ingest until ``stop`` is set; report each committed batch that moved rows.
 
     Stopping waits for the batch in flight (Spark itself has no graceful stop: ``stop()``
-    interrupts), so it commits and is reported before this returns. Anything not
-    committed, such as a batch that began in the instant of the stop, is replayed exactly
-    on the next start.
+    interrupts), so it commits and is reported before this returns. Only a trigger that
+    has not planned a batch yet is interrupted, and it holds nothing to replay.
     """
     started = time.monotonic()
     before = _raw_rows(settings)
@@ -170,7 +170,7 @@ def run_continuous(
         if query.exception() is not None:
             raise query.exception()
     finally:
-        _stop_gracefully(query)
+        _stop_gracefully(query, checkpoint_location(settings))
     # The batch that was in flight when ``stop`` was set committed during the graceful
     # stop: it must be reported like every other.
     report_new_batches()
@@ -179,21 +179,40 @@ def run_continuous(
     )
 
 
-def _stop_gracefully(query: StreamingQuery) -> None:
-    """Let a batch that is processing data finish and commit, then stop.
+def _stop_gracefully(query: StreamingQuery, checkpoint: str) -> None:
+    """Let a planned batch finish and commit, then stop.
 
-    Only a trigger with data to process is waited for. A trigger that is just asking the
-    source for new offsets holds nothing to lose, and when that takes longer than the
-    interval (a slow endpoint, a busy machine) such triggers run back to back: waiting
-    for the trigger to go idle would wait for the deadline at every stop.
+    A batch is in flight once Spark has written it to the checkpoint's offset log and not
+    yet to its commit log; that is the only state worth waiting for. Spark's status alone
+    is not enough: it says data is available only some moments after the offsets are
+    logged, and a stop in between would interrupt a batch that had begun. A trigger that
+    is just asking the source for new offsets holds nothing to lose, and when that takes
+    longer than the interval (a slow endpoint, a busy machine) such triggers run back to
+    back: waiting for the trigger to go idle would wait for the deadline at every stop.
     """
     deadline = time.monotonic() + 120
     while query.isActive and time.monotonic() < deadline:
         status = query.status
-        if not (status.get("isTriggerActive") and status.get("isDataAvailable")):
+        busy = status.get("isTriggerActive") and status.get("isDataAvailable")
+        if not (busy or _planned_batch_uncommitted(checkpoint)):
             break
         time.sleep(0.2)
     query.stop()
+
+
+def _planned_batch_uncommitted(checkpoint: str) -> bool:
+    """Whether the offset log is ahead of the commit log (fsspec: local or s3:// alike)."""
+    fs, base = fsspec.core.url_to_fs(checkpoint)
+
+    def latest(log: str) -> int:
+        try:
+            names = fs.ls(f"{base}/{log}", detail=False)
+        except FileNotFoundError:
+            return -1
+        ids = [int(name.rsplit("/", 1)[-1]) for name in names if name.rsplit("/", 1)[-1].isdigit()]
+        return max(ids, default=-1)
+
+    return latest("offsets") > latest("commits")
 
 
 def source_status(settings: Settings, progress: dict) -> dict:

@@ -104,6 +104,7 @@ from kinesis_lake.spark.kinesis_source_options import (
     check_against_stream,
 )
 from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 KINESIS_ARROW_SCHEMA = pa.schema(
     [
@@ -328,6 +329,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---- executor: reading ------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         task: ShardReadTask = partition  # type: ignore[assignment]
+        freeze_imported_objects()
         store = ShardProgressStore(task.metadata_path)
         pinned = store.load(task.run_id, task.epoch, task.shard_id)
         end = pinned.outcome.last_sequence_number if pinned is not None else None
