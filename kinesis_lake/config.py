@@ -49,6 +49,7 @@ class Settings:
     endpoint_kind: str = "auto"
     data_dir: Path = field(default_factory=lambda: _repo_root() / ".data")
     checkpoint_dir: str = ""
+    source_progress_dir: str = ""
     catalog_name: str = "kinesis_lake"
     namespace: str = "kinesis_lake"
     event_schema_path: Path = field(
@@ -61,6 +62,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.checkpoint_dir:
             object.__setattr__(self, "checkpoint_dir", str(self.data_dir / "checkpoints"))
+        if not self.source_progress_dir:
+            object.__setattr__(self, "source_progress_dir", self.checkpoint_dir)
         self.validate()
 
     def validate(self) -> None:
@@ -207,7 +210,15 @@ _ENV_SPEC: tuple[_EnvSetting, ...] = (
         "KINESIS_LAKE_CHECKPOINT_DIR",
         "checkpoint_dir",
         str,
-        "Spark checkpoints and source progress (a path or s3://); default DATA_DIR/checkpoints.",
+        "Spark checkpoints (a path Spark can write: local, shared, or s3:// on EMR); "
+        "default DATA_DIR/checkpoints.",
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_SOURCE_PROGRESS_DIR",
+        "source_progress_dir",
+        str,
+        "Where executors record how far they read each shard (a path or s3://, seen by "
+        "the driver and every executor); default CHECKPOINT_DIR.",
     ),
     _EnvSetting(
         "KINESIS_LAKE_CATALOG",

@@ -102,6 +102,10 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     checkpoint_dir: str | None = Field(
         default=None, description="Spark checkpoints; None: <data_dir>/checkpoints."
     )
+    source_progress_dir: str | None = Field(
+        default=None,
+        description="Per-shard read progress (path or s3://); None: the checkpoint folder.",
+    )
     catalog_name: str = Field(default=_default("catalog_name"), description="pyiceberg catalog.")
     namespace: str = Field(default=_default("namespace"), description="Iceberg namespace.")
     event_schema_path: str | None = Field(

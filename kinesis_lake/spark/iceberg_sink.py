@@ -23,7 +23,11 @@ sequence number it wrote per shard, and the commit stores the merged map of ever
 last committed position in the snapshot summary (``kinesis-lake.positions``), atomically
 with the data. That is what the Iceberg Kafka Connect sink does with Kafka offsets: the
 table itself says how far the stream has been committed, so a backlog sensor or a
-reconciliation check needs no scan and no side store.
+reconciliation check needs no scan and no side store. It is also where a query with no
+checkpoint starts (:func:`kinesis_lake.spark.ingest.start_ingestion_query`), and why a
+batch that would re-add a committed position is refused rather than committed: that is
+a second, stale checkpoint (a machine that was replaced, then came back) writing what
+another query already wrote (:class:`OverlappingPositionsError`).
 
 Options: ``table`` (required, ``namespace.name``), ``catalog`` (pyiceberg catalog name),
 ``dataDir`` (home of the embedded default catalog), ``writerId``, ``batchIdColumn`` (a
@@ -50,7 +54,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, open_catalog
-from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
+from kinesis_lake.iceberg.commit import CommitOutcome, commit_files, last_committed_batch
 from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
 from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
 from kinesis_lake.spark.worker_process import freeze_imported_objects
@@ -126,6 +130,7 @@ class DataFilesWritten(WriterCommitMessage):
     query_id: str | None
     batch_id: int | None
     positions: dict[str, str] = field(default_factory=dict)
+    first_positions: dict[str, str] = field(default_factory=dict)
 
 
 class IcebergDataSource(DataSource):
@@ -182,7 +187,9 @@ class _FileWritingTask:
             for batch in batches
         )
         paths = write_data_files(self.target, aligned, file_prefix=prefix)
-        return DataFilesWritten(paths, tracker.rows, query_id, batch_id, tracker.positions)
+        return DataFilesWritten(
+            paths, tracker.rows, query_id, batch_id, tracker.positions, tracker.first_positions
+        )
 
     def _commit(self, messages: list, batch_id: int, writer_id: str | None) -> CommitOutcome | None:
         written = [m for m in messages if isinstance(m, DataFilesWritten)]
@@ -194,6 +201,7 @@ class _FileWritingTask:
         summary = {**self.options.summary, "kinesis-lake.rows": str(sum(m.rows for m in written))}
         if self.options.position_columns is not None:
             positions = committed_positions(table)
+            _refuse_overlap(table, written, positions, writer, batch_id, self.target, paths)
             for message in written:
                 positions = merge_positions(positions, message.positions)
             summary[POSITIONS] = json.dumps(positions, sort_keys=True)
@@ -231,24 +239,68 @@ class IcebergBatchWriter(_FileWritingTask, DataSourceArrowWriter):
         self._abort(messages)
 
 
+class OverlappingPositionsError(RuntimeError):
+    """A batch holds records at or before positions the table has already committed."""
+
+
+def _refuse_overlap(
+    table,
+    written: list[DataFilesWritten],
+    committed: dict[str, str],
+    writer: str,
+    batch_id: int,
+    target: TableWriteTarget,
+    paths: list[str],
+) -> None:
+    """Fail the batch, deleting its files, if it would add records twice.
+
+    A replay of a batch this writer already committed is not an overlap: the commit
+    skips it. Anything else that starts at or before a committed position comes from a
+    checkpoint that fell behind the table, and committing it would duplicate rows.
+    """
+    already = last_committed_batch(table, writer)
+    if already is not None and batch_id <= already:
+        return
+    overlap = {
+        shard: sequence
+        for message in written
+        for shard, sequence in message.first_positions.items()
+        if shard in committed and int(sequence) <= int(committed[shard])
+    }
+    if overlap:
+        if paths:
+            delete_files(target.io_properties, target.location, paths)
+        shard, sequence = sorted(overlap.items())[0]
+        raise OverlappingPositionsError(
+            f"Batch {batch_id} of writer {writer} starts at or before what {table.name()} "
+            f"has already committed (shard {shard}: record {sequence}, committed up to "
+            f"{committed[shard]}; {len(overlap)} shard(s) in all). Its checkpoint is behind "
+            "the table, so another query has ingested this range: committing would "
+            "duplicate rows. Delete this query's checkpoint folder; a new checkpoint "
+            "resumes after the table's committed positions."
+        )
+
+
 class _BatchTracker:
-    """Counts rows and keeps the highest sequence number per shard as batches pass."""
+    """Counts rows and keeps the lowest and highest sequence number per shard."""
 
     def __init__(self, position_columns: tuple[str, str] | None) -> None:
         self.rows = 0
         self.positions: dict[str, str] = {}
+        self.first_positions: dict[str, str] = {}
         self._columns = position_columns
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         self.rows += batch.num_rows
         if self._columns is not None and batch.num_rows:
             shard_column, sequence_column = self._columns
-            latest: dict[str, str] = {}
             shards = batch.column(shard_column).to_pylist()
             sequences = batch.column(sequence_column).to_pylist()
             for shard, sequence in zip(shards, sequences, strict=True):
-                latest[shard] = _higher(latest.get(shard), sequence)
-            self.positions = merge_positions(self.positions, latest)
+                self.positions[shard] = _higher(self.positions.get(shard), sequence)
+                first = self.first_positions.get(shard)
+                if first is None or int(sequence) < int(first):
+                    self.first_positions[shard] = sequence
         return batch
 
 

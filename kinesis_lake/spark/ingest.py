@@ -26,7 +26,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.raw_table import ensure_raw_table as ensure_raw_iceberg_table
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
+from kinesis_lake.spark.iceberg_sink import SINK_NAME, committed_positions
 from kinesis_lake.spark.kinesis_offsets import SourceOffset
 from kinesis_lake.spark.shard_progress import ShardProgressStore
 
@@ -75,8 +75,14 @@ def checkpoint_location(settings: Settings) -> str:
 
 
 def source_metadata_path(settings: Settings) -> str:
-    """Beside the checkpoint, so the two move together between machines."""
-    return f"{checkpoint_location(settings)}/kinesis-source"
+    """Beside the checkpoint by default, so the two move together between machines.
+
+    Its own folder when Spark's checkpoint must stay where executors cannot see it
+    (driver-local disk, because Spark has no S3 filesystem): executors write these
+    records and the driver reads them, so they need storage both share, such as s3://.
+    """
+    root = settings.source_progress_dir.rstrip("/")
+    return f"{root}/{settings.namespace}/raw_events/kinesis-source"
 
 
 def ensure_raw_table(settings: Settings):
@@ -92,16 +98,29 @@ def start_ingestion_query(
     available_now: bool = True,
     processing_time: str = "5 seconds",
 ) -> StreamingQuery:
-    ensure_raw_table(settings)
+    """Start the raw table's streaming query.
+
+    Where a query with no checkpoint starts: after the positions the raw table's
+    snapshots record as committed, if there are any; the configured starting position
+    only for an empty table. The table is the durable state, so a lost or unshareable
+    checkpoint (a new machine, a checkpoint folder that cannot live on S3) resumes
+    exactly once instead of re-reading the stream. Spark ignores the starting position
+    when a checkpoint exists: the checkpoint, when there is one, wins.
+    """
+    table = ensure_raw_table(settings)
     reader = (
         spark.readStream.format("kinesis")
         .option("streamName", settings.stream_name)
-        .option("startingPosition", settings.starting_position)
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
         .option("metadataPath", source_metadata_path(settings))
     )
-    if settings.starting_timestamp:
-        reader = reader.option("startingTimestamp", settings.starting_timestamp)
+    resume_after = committed_positions(table)
+    if resume_after:
+        reader = reader.option("startingPosition", json.dumps(resume_after, sort_keys=True))
+    else:
+        reader = reader.option("startingPosition", settings.starting_position)
+        if settings.starting_timestamp:
+            reader = reader.option("startingTimestamp", settings.starting_timestamp)
     if settings.region:
         reader = reader.option("regionName", settings.region)
     if settings.endpoint_url:

@@ -30,7 +30,7 @@ from kinesis_lake_tests.production.lake_checks import (
     raw_writer_ids,
 )
 
-FIRST, SECOND = 300, 100
+FIRST, SECOND, THIRD = 300, 100, 60
 MALFORMED_EVERY = 10
 DRIVER_ADDRESS = "127.0.0.2"
 
@@ -45,7 +45,7 @@ def test_the_driver_address_is_configuration(monkeypatch: pytest.MonkeyPatch) ->
     }
 
 
-def test_aws_profile_on_a_cluster_then_resumed_on_another_machine(
+def test_aws_profile_on_a_cluster_then_resumed_elsewhere_with_and_without_checkpoint(
     aws_profile: str,
     spark_cluster: SparkStandaloneCluster,
     monkeypatch: pytest.MonkeyPatch,
@@ -104,3 +104,22 @@ def test_aws_profile_on_a_cluster_then_resumed_on_another_machine(
     assert_derived_tables_add_up(moved, raw=total, malformed=total // MALFORMED_EVERY)
     assert raw_writer_ids(moved) == writers, "the moved checkpoint resumed the same query"
     assert not (tmp_path / "node-a" / "scratch").exists(), "nothing durable was kept locally"
+
+    # A third machine with no checkpoint at all (a lost volume, or Spark's checkpoint
+    # kept on local disk because it cannot go to S3 without hadoop-aws): the raw table's
+    # committed positions, in S3 with the data, are where the new query starts.
+    produce(settings, THIRD, malformed_every=MALFORMED_EVERY, seed=23)
+    node_c = tmp_path / "node-c"
+    monkeypatch.setenv("KINESIS_LAKE_CHECKPOINT_DIR", str(node_c / "checkpoints"))
+    monkeypatch.setenv("KINESIS_LAKE_DATA_DIR", str(node_c / "scratch"))
+    (node_c / "home").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(node_c / "home"))
+    without_checkpoint = Settings.from_env()
+
+    fresh = run_cli(without_checkpoint, "ingest", "--derive")
+
+    assert fresh.returncode == 0, fresh.stderr[-4000:]
+    total += THIRD
+    assert_raw_is_the_stream_exactly_once(without_checkpoint, total)
+    assert_derived_tables_add_up(without_checkpoint, raw=total, malformed=total // MALFORMED_EVERY)
+    assert len(raw_writer_ids(without_checkpoint) - writers) == 1, "a new query, not the old one"

@@ -8,20 +8,26 @@
   pyspark ships no S3 implementation (hadoop-aws and the AWS SDK bundle are Maven jars,
   unreachable here). That is why the AWS tests checkpoint to a local folder; on EMR,
   EMRFS serves s3:// and the shipped profile's s3:// checkpoint folder works as is.
+  Where neither S3 nor a shared volume can hold it, a new checkpoint resumes from the
+  positions the raw table's snapshots record (``test_aws_cluster.py``, third machine).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
 
+from kinesis_lake.spark.ingest import checkpoint_location
 from kinesis_lake.spark.shard_progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 from kinesis_lake_tests.spark.test_kinesis_offsets import outcome
 
 RUN = "run-1"
@@ -87,3 +93,32 @@ def test_spark_has_no_s3_filesystem_for_its_own_checkpoints(spark, scheme: str) 
     hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
     with pytest.raises(Exception, match=r"UnsupportedFileSystemException|S3AFileSystem not found"):
         jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop_conf)
+
+
+def test_ingestion_with_progress_in_s3_and_the_checkpoint_on_local_disk(
+    s3_root: str, moto_endpoint, settings_factory
+) -> None:
+    """The topology for a Spark without an S3 filesystem: executors' progress records in
+    S3, Spark's checkpoint on the driver's disk, and a lost checkpoint resumes from the
+    raw table's committed positions."""
+    progress_root = s3_root.split("/checkpoints/", 1)[0] + "/progress"
+    settings = settings_factory(moto_endpoint, source_progress_dir=progress_root)
+    produce(settings, 150, seed=61)
+
+    first = run_cli(settings, "ingest")
+
+    assert first.returncode == 0, first.stderr[-4000:]
+    progress = f"{progress_root}/{settings.namespace}/raw_events/kinesis-source"
+    assert [key for key in _keys(progress) if key.endswith("status.json")], "progress in S3"
+    checkpoint = Path(checkpoint_location(settings))
+    assert (checkpoint / "commits").is_dir()
+    assert not (checkpoint / "kinesis-source").exists(), "nothing of the source's on local disk"
+
+    shutil.rmtree(checkpoint)  # the driver's disk is gone
+    produce(settings, 50, seed=62)
+    second = run_cli(settings, "ingest")
+
+    assert second.returncode == 0, second.stderr[-4000:]
+    keys = raw_keys(settings)
+    assert len(keys) == len(set(keys)) == 200
+    assert {(shard, sequence) for shard, sequence, _ in keys} == stream_truth(settings)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
+from dataclasses import replace
 
-from kinesis_lake.spark.ingest import run_ingestion
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from kinesis_lake.spark.ingest import checkpoint_location, run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 
 
@@ -52,3 +57,40 @@ def test_an_idle_stream_adds_nothing(spark, kinesalite_endpoint, settings_factor
 
     assert again.rows == 0
     assert len(raw_keys(settings)) == 50
+
+
+def test_a_lost_checkpoint_resumes_after_the_tables_committed_positions(
+    spark, kinesalite_endpoint, settings_factory, tmp_path
+):
+    """The raw table is the durable state: a new checkpoint starts where it left off,
+    even when the configured starting position would say otherwise."""
+    settings = settings_factory(kinesalite_endpoint, max_records_per_shard=80)
+    produce(settings, 250, seed=5)
+    run_ingestion(spark, settings)
+    produce(settings, 120, seed=6)
+    elsewhere = replace(
+        settings,
+        checkpoint_dir=str(tmp_path / "another-machine" / "checkpoints"),
+        starting_position="latest",
+    )
+
+    resumed = run_ingestion(spark, elsewhere)
+
+    assert resumed.rows == 120
+    keys = raw_keys(settings)
+    assert len(keys) == len(set(keys)) == 370
+    assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+
+    # The first machine's checkpoint comes back: it is behind the table, and its next
+    # batch would re-add the 120 records. It is refused, and nothing is added.
+    produce(settings, 40, seed=7)
+    with pytest.raises(StreamingQueryException, match="Delete this query's checkpoint"):
+        run_ingestion(spark, settings)
+    assert len(raw_keys(settings)) == 370
+    shutil.rmtree(checkpoint_location(settings))
+
+    run_ingestion(spark, settings)
+
+    keys = raw_keys(settings)
+    assert len(keys) == len(set(keys)) == 410
+    assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
