@@ -1,11 +1,10 @@
-"""The Dagster UI in a real browser: materialize everything from the asset graph, then find
-raw_events' row-count and lag plots and its check results on the asset's page.
+"""The Dagster UI in a real browser: materialize everything from the asset graph, twice,
+then find every table's plots and check results on its asset page.
 
 Everything real: ``dagster dev`` over the repository's workspace and dagster.yaml, runs
 launched by its daemon (Spark, the local Kinesis endpoint, the Iceberg catalog), headless
-Chromium. A plot needs two points, so raw_events is materialized twice, with more events
-sent in between: first with "Materialize all" on the global asset graph, then with
-"Materialize" on the asset's page.
+Chromium. A plot needs two points, so everything is materialized twice with "Materialize
+all" on the global asset graph, with more events sent in between.
 
 The sensors and the schedule are stopped first. The backlog sensor would otherwise launch
 its own ingestion run for the events sent here, and the automation sensor derived runs
@@ -24,6 +23,17 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from kinesis_lake.config import Settings
+from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS, EVENTS_QUARANTINE, RAW_EVENTS
+from kinesis_lake.defs.checks import (
+    AGGREGATE_CHECK,
+    DATA_LOSS_CHECK,
+    DUPLICATES_CHECK,
+    FRESHNESS_CHECK,
+    POSITIONS_CHECK,
+    QUARANTINE_CHECK,
+    RECONCILIATION_CHECK,
+    SCHEMA_CHECK,
+)
 from kinesis_lake_tests.pipeline_helpers import produce
 from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
 
@@ -33,13 +43,17 @@ MALFORMED_EVERY = 25
 RUN_SECONDS = 900
 """Per run. Each step is a process and each Spark step starts a JVM: slow when busy."""
 
-RAW_CHECKS = (
-    "fresh_relative_to_stream",
-    "matches_committed_positions",
-    "no_data_loss",
-    "no_duplicate_records",
-)
-PLOTTED = ("dagster/row_count", "max_millis_behind_latest")
+ROW_COUNT = "dagster/row_count"
+TABLES = {
+    # asset key: (its checks, the numeric metadata plotted besides the row count)
+    RAW_EVENTS.to_user_string(): (
+        (DUPLICATES_CHECK, FRESHNESS_CHECK, POSITIONS_CHECK, DATA_LOSS_CHECK),
+        "max_millis_behind_latest",
+    ),
+    EVENTS.to_user_string(): ((RECONCILIATION_CHECK, SCHEMA_CHECK), "rows_added"),
+    EVENTS_QUARANTINE.to_user_string(): ((QUARANTINE_CHECK,), "rows_added"),
+    EVENT_COUNTS_PER_MINUTE.to_user_string(): ((AGGREGATE_CHECK,), "windows_recomputed"),
+}
 _LAUNCHED = re.compile(r"Launched run ([0-9a-f]{8})")
 
 
@@ -84,7 +98,7 @@ def wait_until_drawn(page: Page, canvas: Locator) -> None:
 
 
 @pytest.mark.timeout(2 * RUN_SECONDS + 600)
-def test_materialize_all_from_the_graph_then_see_plots_and_checks(
+def test_materialize_all_from_the_graph_then_see_plots_and_checks_of_every_table(
     page: Page, dagster_ui: DagsterDevServer, lake_settings: Settings, screenshots: Path
 ):
     server = dagster_ui
@@ -103,26 +117,26 @@ def test_materialize_all_from_the_graph_then_see_plots_and_checks(
     shoot(page, screenshots, "02-asset-graph-materialized")
 
     produce(lake_settings, MORE_EVENTS, malformed_every=MALFORMED_EVERY, seed=702)
-    page.goto(f"{server.url}/assets/raw_events")
-    materialize = page.get_by_role("button").filter(has_text=re.compile(r"^Materialize$"))
-    second_run = launched_run(page, server, materialize)
+    second_run = launched_run(page, server, materialize_all)
     server.wait_for_run(second_run, RUN_SECONDS)
 
     page.goto(f"{server.url}/assets/raw_events")
     expect(page.get_by_text("Row count")).to_be_visible()
     expect(page.get_by_text(str(FIRST_EVENTS + MORE_EVENTS), exact=True).first).to_be_visible()
-    page.get_by_role("button", name="Plots").click()
-    for key in PLOTTED:
-        card = plot(page, key)
-        card.scroll_into_view_if_needed()
-        expect(card.locator("canvas")).to_be_visible()
-        wait_until_drawn(page, card.locator("canvas"))
-        shoot(card, screenshots, f"plot-{key.replace('/', '_')}")
-    plot(page, PLOTTED[0]).scroll_into_view_if_needed()
-    shoot(page, screenshots, "03-raw-events-plots")
+    for number, (table, (checks, plotted)) in enumerate(TABLES.items(), start=3):
+        page.goto(f"{server.url}/assets/{table}")
+        page.get_by_role("button", name="Plots").click()
+        for key in (ROW_COUNT, plotted):
+            card = plot(page, key)
+            card.scroll_into_view_if_needed()
+            expect(card.locator("canvas")).to_be_visible()
+            wait_until_drawn(page, card.locator("canvas"))
+            shoot(card, screenshots, f"plot-{table}-{key.replace('/', '_')}")
+        plot(page, ROW_COUNT).scroll_into_view_if_needed()
+        shoot(page, screenshots, f"{number:02d}-{table}-plots")
 
-    page.goto(f"{server.url}/assets/raw_events?view=checks")
-    for check in RAW_CHECKS:
-        expect(page.get_by_text(check, exact=True).first).to_be_visible()
-    expect(page.get_by_text("Succeeded", exact=True)).to_have_count(len(RAW_CHECKS))
-    shoot(page, screenshots, "04-raw-events-checks")
+        page.goto(f"{server.url}/assets/{table}?view=checks")
+        for check in checks:
+            expect(page.get_by_text(check, exact=True).first).to_be_visible()
+        expect(page.get_by_text("Succeeded", exact=True)).to_have_count(len(checks))
+        shoot(page, screenshots, f"{number:02d}-{table}-checks")
