@@ -10,7 +10,7 @@ a key repeated in one object keeps its last value, as ``json`` does.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -18,24 +18,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinesis_lake.events.columns import (
-    ALL_EVENT_TYPES,
     ARRIVAL_TIMESTAMP,
     DATA,
-    EVENT_TIMESTAMP,
-    EVENT_TYPE,
     IDENTITY_COLUMNS,
     SEQUENCE_NUMBER,
     SHARD_ID,
     SOURCE_ERROR,
     STREAM_NAME,
     SUB_SEQUENCE_NUMBER,
-    WINDOW_START,
 )
 from kinesis_lake.events.convert import RowErrors, convert_field, json_kind
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
-    aggregate_arrow_schema,
     parsed_arrow_schema,
     quarantine_arrow_schema,
 )
@@ -54,8 +49,6 @@ _RAW_TYPES: dict[str, pa.DataType] = {
 
 # Shared placeholder for rows that never decoded to an object; only ever read.
 _NO_OBJECT: dict[str, Any] = {}
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _reject_constant(name: str) -> Any:
@@ -180,43 +173,3 @@ def parse_events(
         schema=quarantine_arrow_schema(),
     )
     return parsed, quarantine
-
-
-def _minute_starts(parsed: pa.Table) -> pa.ChunkedArray:
-    return pc.floor_temporal(parsed.column(EVENT_TIMESTAMP), unit="minute")
-
-
-def aggregate_counts(
-    parsed: pa.Table, schema: EventSchema, *, now: datetime | None = None
-) -> pa.Table:
-    """Event counts per (minute of ``event_timestamp``, event type), sorted by both.
-
-    Without an ``event_type_field`` every event counts under ``"all"``. ``now`` stamps
-    ``updated_at`` (default: the current time).
-    """
-    if schema.event_type_field is None:
-        event_types = pa.repeat(pa.scalar(ALL_EVENT_TYPES), parsed.num_rows)
-    else:
-        event_types = parsed.column(schema.event_type_field)
-    counts = (
-        pa.table({WINDOW_START: _minute_starts(parsed), EVENT_TYPE: event_types})
-        .group_by([WINDOW_START, EVENT_TYPE], use_threads=False)
-        .aggregate([([], "count_all")])
-        .sort_by([(WINDOW_START, "ascending"), (EVENT_TYPE, "ascending")])
-    )
-    return pa.Table.from_arrays(
-        [
-            counts.column(WINDOW_START),
-            counts.column(EVENT_TYPE),
-            counts.column("count_all"),
-            _constant(_utc(now), counts.num_rows),
-        ],
-        schema=aggregate_arrow_schema(),
-    )
-
-
-def minute_windows(parsed: pa.Table) -> list[datetime]:
-    """The distinct minutes (ascending) that ``parsed`` touches: the aggregate windows that
-    must be recomputed after appending it."""
-    starts = pc.unique(_minute_starts(parsed)).cast(pa.int64()).to_pylist()
-    return [_EPOCH + timedelta(microseconds=start) for start in sorted(starts)]
