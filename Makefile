@@ -23,8 +23,9 @@ test: setup
 	bash scripts/bootstrap.sh --test-tools
 	$(BIN)/python -m pytest kinesis_lake_tests
 
+# DATA_DIR=.data/demo opens the UI on what `make demo` left; default .data/dev.
 dev: setup
-	$(BIN)/kinesis-lake dev
+	$(if $(DATA_DIR),KINESIS_LAKE_DATA_DIR=$(abspath $(DATA_DIR))) $(BIN)/kinesis-lake dev
 
 bench: setup
 	$(BIN)/python -m benchmarks.run --quick

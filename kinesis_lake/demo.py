@@ -1,16 +1,20 @@
 """``make demo``: the whole pipeline once, on this machine, through Dagster.
 
-It starts the local Kinesis endpoint, sends sample events (a few deliberately malformed),
-materializes every asset and runs every asset check in one Dagster run, prints the parsed
-table like Spark's ``.show()`` and a summary, and exits non-zero if anything disagrees.
-State goes to ``.data/demo`` (cleared at start) so a demo never sees an old one.
+It starts the local Kinesis endpoint and, in two waves, sends sample events (a few
+deliberately malformed) and materializes every asset and runs every asset check in one
+Dagster run; then it prints the parsed table like Spark's ``.show()`` and a summary, and
+exits non-zero if anything disagrees. Two runs, so the UI has two points to plot.
+
+State goes to ``.data/demo`` (cleared at start, so a demo never sees an old one), laid
+out like ``make dev``'s: the lake, the endpoint's streams and the Dagster instance with
+the repository's ``dagster.yaml``. ``make dev DATA_DIR=.data/demo`` then opens the UI on
+what the demo did: both runs, every table's plots and every check's result.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,35 +38,53 @@ def run_demo(events: int = 2000) -> int:
     from kinesis_lake.kinesis.producer import put_records, sample_events
     from kinesis_lake.kinesis.streams import ensure_stream
 
-    with LocalKinesisEndpoint(os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto")) as endpoint:
+    endpoint = LocalKinesisEndpoint.keeping_data_in(
+        data_dir / "kinesis", os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto")
+    )
+    dagster_home = data_dir / "dagster_home"
+    dagster_home.mkdir()
+    shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    with endpoint, dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         os.environ["KINESIS_ENDPOINT_URL"] = endpoint.url
         settings = Settings.from_env()
         print(f"Local {endpoint.kind} Kinesis endpoint on {endpoint.url}")
         client = kinesis_client(settings.endpoint_url, settings.region)
         ensure_stream(client, settings.stream_name, settings.shard_count)
-        sent = put_records(
-            client,
-            settings.stream_name,
-            sample_events(events, malformed_every=MALFORMED_EVERY, seed=7),
-        )
-        malformed = events // MALFORMED_EVERY
-        print(
-            f"Sent {sent.sent} events to '{settings.stream_name}' "
-            f"({malformed} deliberately malformed for the demo schema)"
-        )
 
         from kinesis_lake.definitions import defs
 
-        with tempfile.TemporaryDirectory() as dagster_home:
-            instance = dg.DagsterInstance.local_temp(dagster_home)
-            job = defs.resolve_implicit_global_asset_job_def()
+        job = defs.resolve_implicit_global_asset_job_def()
+        sent, runs_ok, evaluations = 0, True, []
+        for wave, count in enumerate((events // 2, events - events // 2), start=1):
+            put = put_records(
+                client,
+                settings.stream_name,
+                sample_events(count, malformed_every=MALFORMED_EVERY, seed=6 + wave),
+            )
+            sent += put.sent
+            print(
+                f"Wave {wave}: sent {put.sent} events to '{settings.stream_name}' "
+                f"({count // MALFORMED_EVERY} deliberately malformed for the demo schema); "
+                "materializing every asset and running every check"
+            )
             result = job.execute_in_process(
                 instance=instance,
                 raise_on_error=False,
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
-        evaluations = result.get_asset_check_evaluations()
-        return _report(settings, sent.sent, result.success, evaluations)
+            runs_ok = runs_ok and result.success
+            evaluations = result.get_asset_check_evaluations()
+        code = _report(settings, sent, runs_ok, evaluations)
+    print(
+        "\nSee both runs, every table's plots and every check in the Dagster UI:\n"
+        f"  make dev DATA_DIR={_shown(data_dir)}"
+    )
+    return code
+
+
+def _shown(path: Path) -> str:
+    """Relative to the repository when inside it (as the user would type it)."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def _report(settings, sent: int, run_ok: bool, evaluations) -> int:

@@ -32,10 +32,10 @@ def run_dev(port: int = 3000) -> None:
     from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
     from kinesis_lake.kinesis.streams import ensure_stream
 
-    endpoint = LocalKinesisEndpoint(
+    endpoint = LocalKinesisEndpoint.keeping_data_in(
+        data_dir / "kinesis",
         os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto"),
         port=LOCAL_ENDPOINT_PORT,
-        data_dir=data_dir / "kinesis",
     )
     with endpoint:
         os.environ["KINESIS_ENDPOINT_URL"] = endpoint.url

@@ -121,6 +121,16 @@ class LocalKinesisEndpoint:
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
 
+    @classmethod
+    def keeping_data_in(
+        cls, data_dir: Path, kind: str = "auto", *, port: int | None = None
+    ) -> LocalKinesisEndpoint:
+        """An endpoint whose streams outlive it where the kind allows: kinesalite keeps
+        them under ``data_dir``; moto (the fallback without Node) can only keep them in
+        memory, so with moto a stream lasts as long as the endpoint process."""
+        resolved = resolve_endpoint_kind(kind)
+        return cls(resolved, port=port, data_dir=data_dir if resolved == "kinesalite" else None)
+
     @property
     def kind(self) -> str:
         """The resolved kind: "kinesalite" or "moto"."""
