@@ -199,7 +199,8 @@ def _quick_note(result: dict[str, Any], full: str) -> str:
     return f" Quick mode: {full}."
 
 
-def _summary_rows(results: dict[str, Any]) -> list[str]:
+def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[str]:
+    """One row per benchmark; "run at" is when its invocation started."""
     rows = [
         "| # | benchmark | measured | target | verdict | run at (UTC), took |",
         "|---|---|---|---|---|---|",
@@ -226,7 +227,7 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                 f"p50 {_fmt(result['p50_s'])} s, p95 {_fmt(result['p95_s'])} s, "
                 f"p99 {_fmt(result['p99_s'])} s (trigger {result['trigger']})"
             )
-        when = (result.get("environment") or {}).get("timestamp", "")[11:19]
+        when = (result.get("environment") or environment).get("timestamp", "")[11:19]
         rows.append(
             f"| {title[0]} | {title[3:]} | {measured} | {result.get('target')} | "
             f"{result.get('verdict')} | {when}, {_fmt(result.get('duration_s'), 0)} s |"
@@ -614,7 +615,7 @@ def write_report(
         *_runs_note(merged),
         "## Summary",
         "",
-        *_summary_rows(merged),
+        *_summary_rows(merged, environment),
         "",
         "Start-up accounting: JVM (and local-cluster executor) start-up is reported apart "
         "(`session_start_s`) and excluded from steady-state numbers. The first micro-batch "

@@ -35,6 +35,8 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.speculation": "false",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # PySpark's daemon with our imports preloaded and frozen (see worker_daemon).
+    "spark.python.daemon.module": "kinesis_lake.spark.worker_daemon",
 }
 
 
