@@ -335,56 +335,49 @@ def analyse(results: dict[str, Any], results_dir: Path) -> str:
 # here (not computed) because they name code and fixes; each cites the measurement that
 # shows it, so a fix can be checked by re-running ``make bench`` and ``benchmarks.profile``.
 FINDINGS = """
-1. **Every reused Python worker pays a full `gc.collect()` after every task.**
-   PySpark's daemon (`pyspark/daemon.py`, `manager`, after each `worker(...)` call) runs
-   `gc.collect()` between tasks. A worker that has imported kinesis-lake, pyiceberg,
-   pyarrow and boto3 tracks ~200k objects, and one collection costs 0.1-0.4 s of CPU
-   (measured: 0.35 s on this machine; 0.001 ms after `gc.freeze()`). It is the largest
-   single item in the ingest and freshness profiles. Fix in kinesis-lake: call
-   `gc.freeze()` once per worker process after the heavy imports, e.g. at the end of
-   `kinesis_lake/spark/kinesis_source.py`, `iceberg_sink.py` and
-   `iceberg_files_reader.py` (and in `derive.parse_on_executors`' function), so the
-   per-task collection only scans objects created by the task.
-2. **botocore's default timestamp parser costs ~30 us per record.** Every
-   `ApproximateArrivalTimestamp` becomes a `datetime` with a fresh dateutil `tzlocal()`,
-   and `shard_reader._epoch_ms` then converts it back with `datetime.timestamp()`, which
-   asks `tzlocal` again. Measured on a 10,000-record GetRecords response: 42-46 us per
-   record with the default parser, 12-16 us with a UTC one. Fix in
-   `kinesis_lake/kinesis/client.py` `kinesis_client()`: build the client from a botocore
-   session whose `response_parser_factory` has
-   `set_parser_defaults(timestamp_parser=<epoch float -> datetime in timezone.utc>)`.
-3. **A new boto3 Session and client per Spark task.** `kinesis_client()` creates
-   `boto3.session.Session()` on every call, and `KinesisStreamReader.read`
-   (`kinesis_lake/spark/kinesis_source.py`) calls it for every shard of every
-   micro-batch, so each task re-loads and re-parses the Kinesis service model and
-   endpoint rules (measured 0.27 s per call under load). In continuous mode with a 1 s
-   trigger that is 4 client builds per second. Fix: cache clients per (endpoint, region,
-   max_attempts, timeout) in the worker process (`functools.lru_cache` on a small
-   factory; boto3 clients are thread-safe).
-4. **The streaming raw table keeps 100 snapshots, and pyiceberg's commit cost grows with
-   them.** `RAW_TABLE_PROPERTIES["history.expire.min-snapshots-to-keep"] = "100"`
-   (`kinesis_lake/iceberg/raw_table.py`) is also what the maintenance asset uses as
-   `retain_last`, so every streaming commit works on 100-150 snapshots; pyiceberg deep-
-   copies the whole metadata whenever a transaction's `table_metadata` is read (several
-   times per commit: 53% of the commit loop's samples). Benchmark 5's latency tracks the
-   retained snapshot count (its plot), which puts the last/first ratio right around the
-   2.0 target (1.6 to 2.7 across runs on this machine). Fix: retain ~10-20 snapshots on
-   the raw table (consumers are protected by `expiry_cutoff_ms` anyway) or expire by
-   count more often.
-5. **`maintenance.expire_snapshots` plans a full table scan twice just to report file
-   counts** (`_with_live_files(..., before=True/False)`), reading every manifest; on a
-   table with many small files that dominates the expiry (benchmark 5's expiry times
-   grow with the data files). Fix: report counts from the snapshot summaries
-   (`total-data-files`, `total-files-size`) instead of planning a scan.
-6. **The duplicate check of `refresh_derived` reads a whole day of parsed events.**
+Fixed (the profile of the same warm 50,000-record ingest went from 382 to 232 py-spy
+samples, -39% Python CPU; benchmark 2 went from 0.45 to over 1):
+
+1. **Every reused Python worker paid a full `gc.collect()` after every task, and every
+   new worker imported pyarrow, pyiceberg, boto3 and kinesis-lake again.** PySpark's
+   daemon (`pyspark/daemon.py`) runs `gc.collect()` between tasks; with those modules
+   loaded a collection walked ~200k objects (0.35 s measured; 0.001 ms after
+   `gc.freeze()`): 36% and 25% of the ingest profile. Fixed with
+   `spark.python.daemon.module = kinesis_lake.spark.worker_daemon`: PySpark's own daemon,
+   with the imports done and frozen once before it forks workers
+   (`kinesis_lake/spark/worker_daemon.py`), plus a once-per-process `gc.freeze()` in our
+   tasks for sessions that do not use it (`worker_process.py`).
+2. **botocore's default timestamp parser cost ~30 us per record** (a dateutil `tzlocal()`
+   per `ApproximateArrivalTimestamp`: 42-46 us per record against 12-16 us with a UTC
+   parser). Fixed in `kinesis_lake/kinesis/client.py`: clients come from a botocore
+   session whose response parser makes UTC datetimes.
+3. **A new boto3 Session and client per Spark task** (0.27 s per build under load; 4 per
+   second in continuous mode). Fixed: clients are shared per process and arguments.
+4. **Maintenance planned two full scans per pass only to count files.** Fixed: counts
+   come from the snapshot summary totals.
+
+Still open:
+
+5. **pyiceberg's commit cost grows with the snapshots a table keeps.** pyiceberg
+   deep-copies the whole table metadata whenever a transaction's `table_metadata` is
+   read (several times per commit: 53% of the commit loop's samples), so a commit on a
+   table with 150 snapshots costs several times one on a table with 10 (benchmark 5's
+   plot tracks the retained count, not the commit count). The raw table keeps at least
+   100 snapshots (`history.expire.min-snapshots-to-keep`) and the maintenance asset
+   expires by age (24 h by default): a table committing every few seconds keeps
+   thousands. Options: retain fewer snapshots on the raw table (consumers' snapshots are
+   already protected by `expiry_cutoff_ms`), expire more often, or a pyiceberg change
+   that stops copying metadata on reads.
+6. **The planner side of PySpark's Python data sources starts processes per query and
+   per batch** (`python_streaming_source_runner` and the `pyspark.daemon` workers for
+   `create_data_source`, `write_into_data_source` and `python_streaming_sink_runner`),
+   each importing pyspark, pyarrow and our modules: most of what is left of the import
+   and `gc.collect()` shares in the ingest profile. Those runners are started by Spark
+   itself with a fixed module, so only a change in Spark can preload them.
+7. **The duplicate check of `refresh_derived` reads a whole day of parsed events.**
    `_keys_already_parsed` (`kinesis_lake/spark/derive.py`) loads every parsed row of each
-   day partition the new events fall in and takes the distinct `event_id`s, so a refresh
-   of 10k rows late in a busy day reads the day (benchmark 4's "rows read by step": 15k
-   vs 105k rows for the same 10k new rows). At quick sizes it does not show in the time
-   yet (per-task overheads dominate a refresh: `gc.collect()` is 75% of the derive
-   profile), but it grows with the day's volume, not with the new rows.
-   Fix options: keep a compact key table sorted by `event_id` with file-level bounds
-   (lookups prune by min/max), bound the duplicate window to a few minutes of event time
-   around the new rows (and document it), or push the new keys down as an `In` filter
-   on a table sorted by key.
+   day partition the new events fall in, so a refresh of 10k rows late in a busy day
+   reads the day (benchmark 4's "rows read by step"). It grows with the day's volume,
+   not with the new rows. Options: a compact key table sorted by `event_id` with
+   file-level bounds, or a bounded duplicate window around the new rows' event time.
 """
