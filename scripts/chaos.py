@@ -139,17 +139,24 @@ def run_round(
         referenced = 0
     unreferenced_before = watcher.files_on_disk() - referenced
     committed_before = watcher.spark_committed_batch()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kinesis_lake.cli", "ingest"],
-        env=settings_env(settings),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    stderr_path = settings.data_dir.parent / "last-round.stderr"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kinesis_lake.cli", "ingest"],
+            env=settings_env(settings),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     started = time.monotonic()
     outcome = "missed"
     while time.monotonic() - started < limit_s:
         if process.poll() is not None:
+            if process.returncode != 0:
+                # Not killed, yet failed: never count that as a finished run.
+                tail = stderr_path.read_text(errors="replace")[-4000:]
+                print(tail, file=sys.stderr)
+                raise SystemExit(f"an ingestion run failed on its own (exit {process.returncode})")
             return "finished"
         if watcher.moment_reached(mode, unreferenced_before, committed_before):
             if mode == "random":
