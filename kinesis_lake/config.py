@@ -183,7 +183,8 @@ _ENV_SPEC: tuple[_EnvSetting, ...] = (
         "KINESIS_STARTING_POSITION",
         "starting_position",
         str,
-        "Where a new ingestion query starts: trim_horizon, latest or at_timestamp.",
+        "Where ingestion starts while the raw table is empty: trim_horizon, latest or "
+        "at_timestamp (later the checkpoint, else the committed positions, decide).",
     ),
     _EnvSetting(
         "KINESIS_STARTING_TIMESTAMP",

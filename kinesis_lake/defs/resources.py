@@ -84,7 +84,7 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     shard_count: int = Field(default=_default("shard_count"), description="Shards to create.")
     starting_position: str = Field(
         default=_default("starting_position"),
-        description="Where a new ingestion query starts: trim_horizon, latest, at_timestamp.",
+        description="Where ingestion starts while the raw table is empty (see Settings).",
     )
     starting_timestamp: str | None = Field(
         default=None, description="With at_timestamp: ISO-8601 time or epoch milliseconds."
