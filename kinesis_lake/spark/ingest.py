@@ -202,18 +202,16 @@ def _stop_gracefully(query: StreamingQuery, checkpoint: str) -> None:
     """Let a planned batch finish and commit, then stop.
 
     A batch is in flight once Spark has written it to the checkpoint's offset log and not
-    yet to its commit log; that is the only state worth waiting for. Spark's status alone
-    is not enough: it says data is available only some moments after the offsets are
-    logged, and a stop in between would interrupt a batch that had begun. A trigger that
-    is just asking the source for new offsets holds nothing to lose, and when that takes
-    longer than the interval (a slow endpoint, a busy machine) such triggers run back to
-    back: waiting for the trigger to go idle would wait for the deadline at every stop.
+    yet to its commit log; that is the only state worth waiting for. Spark's status is
+    not used: it says data is available only some moments after the offsets are logged,
+    and a stop in between would interrupt a batch that had begun. A trigger that is just
+    asking the source for new offsets holds nothing to lose, and when that takes longer
+    than the interval (a slow endpoint, a busy machine) such triggers run back to back:
+    waiting for the trigger to go idle would wait for the deadline at every stop.
     """
     deadline = time.monotonic() + 120
     while query.isActive and time.monotonic() < deadline:
-        status = query.status
-        busy = status.get("isTriggerActive") and status.get("isDataAvailable")
-        if not (busy or _planned_batch_uncommitted(checkpoint)):
+        if not _planned_batch_uncommitted(checkpoint):
             break
         time.sleep(0.2)
     query.stop()
