@@ -21,9 +21,11 @@ from kinesis_lake.defs.assets import (
     EVENTS_QUARANTINE,
     RAW_EVENTS,
 )
+from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 
 FRESHNESS_CHECK = "fresh_relative_to_stream"
+STALL_CHECK = "ingestion_advances"
 DUPLICATES_CHECK = "no_duplicate_records"
 POSITIONS_CHECK = "matches_committed_positions"
 DATA_LOSS_CHECK = "no_data_loss"
@@ -104,6 +106,33 @@ def raw_events_fresh(
         measure_freshness(settings.settings(), kinesis)
     )
     return dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
+
+
+@dg.asset_check(
+    asset=RAW_EVENTS,
+    name=STALL_CHECK,
+    description=(
+        "Fails when a run the backlog sensor launched finished (failed, or succeeded "
+        "without committing) while the stream still holds records past the committed "
+        "positions: ingestion is stuck and says why. Also evaluated by the backlog sensor "
+        "whenever the verdict changes; the sensor keeps retrying with back-off."
+    ),
+)
+def raw_events_ingestion_advances(
+    context: dg.AssetCheckExecutionContext,
+    settings: PipelineSettingsResource,
+    kinesis: KinesisResource,
+) -> dg.AssetCheckResult:
+    lake = settings.settings()
+    fresh = measure_freshness(lake, kinesis)
+    base = backlog_run_key(kinesis.stream_name, fresh.positions)
+    stall = backlog_history(context.instance, base).stall(fresh.probe.shards_with_backlog)
+    return dg.AssetCheckResult(
+        passed=stall is None,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"shards_with_backlog": len(fresh.probe.shards_with_backlog)},
+        description=stall or "No run launched for the current backlog has finished without it.",
+    )
 
 
 @dg.asset_check(
@@ -351,6 +380,7 @@ def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetChe
 
 
 raw_checks = [
+    raw_events_ingestion_advances,
     raw_events_fresh,
     raw_events_no_duplicates,
     raw_events_match_positions,

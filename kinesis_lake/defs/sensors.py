@@ -7,8 +7,11 @@ DescribeStreamSummary, and one GetShardIterator + one GetRecords(Limit=1) per sh
 
 * Backlog: one ``RunRequest`` of ``ingest_raw_events`` whose run key is derived from the
   stream and the committed positions, so one backlog is requested once however many
-  ticks see it. If that run fails, the same backlog is retried under a new, still
-  deterministic key (``...:retry1``), up to ``MAX_ATTEMPTS`` runs in all.
+  ticks see it. If a run for it finishes and the positions have not moved (it failed, or
+  it succeeded without committing anything), the same backlog is retried under a new,
+  still deterministic key (``...:retry1``), with back-off and without end; while that
+  lasts the ``ingestion_advances`` check of raw_events fails with the cause
+  (:mod:`kinesis_lake.defs.backlog_runs`).
 * No backlog, or a run that includes raw_events already queued or in progress: a
   ``SkipReason`` that says which.
 * Every few minutes, or as soon as it changes, the stream's state (shards, retention,
@@ -16,11 +19,10 @@ DescribeStreamSummary, and one GetShardIterator + one GetRecords(Limit=1) per sh
   external ``kinesis_stream`` asset, with an evaluation of the raw freshness check; the
   stream's freshness policy turns a stopped sensor into a visible stale asset.
 
-The cursor is JSON: ``{"backlog": <run key base>, "attempt": n, "observed_at_ms": ..,
-"stream_state": ..}``.
+The cursor is JSON: ``{"backlog": <run key base>, "attempt": finished runs for it,
+"retry_at_ms": .., "stalled": .., "observed_at_ms": .., "stream_state": ..}``.
 """
 
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -29,13 +31,17 @@ import dagster as dg
 
 from kinesis_lake import health
 from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, STREAM_OBSERVATION_INTERVAL
-from kinesis_lake.defs.checks import FRESHNESS_CHECK, freshness_outcome
+from kinesis_lake.defs.backlog_runs import (
+    BACKLOG_SENSOR_NAME,
+    attempt_run_key,
+    backlog_history,
+    backlog_run_key,
+)
+from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK, freshness_outcome
 from kinesis_lake.defs.jobs import FULL_JOB_NAME, INGEST_JOB_NAME, ingest_job
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 
-BACKLOG_SENSOR_NAME = "kinesis_backlog_sensor"
 AUTOMATION_SENSOR_NAME = "kinesis_lake_automation"
-MAX_ATTEMPTS = 3
 
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
@@ -44,15 +50,14 @@ IN_PROGRESS = [
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
-_GAVE_UP = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-_RUN_KEY_TAG = "dagster/run_key"
-_SENSOR_NAME_TAG = "dagster/sensor_name"
 
 
 @dataclass
 class BacklogCursor:
     backlog: str | None = None
     attempt: int = 0
+    retry_at_ms: int | None = None
+    stalled: bool = False
     observed_at_ms: int | None = None
     stream_state: str | None = None
 
@@ -71,16 +76,6 @@ class BacklogCursor:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def backlog_run_key(stream_name: str, positions: dict[str, str]) -> str:
-    """Same stream and committed positions, same key: a backlog is requested once."""
-    canonical = json.dumps({"stream": stream_name, "positions": positions}, sort_keys=True)
-    return f"backlog-{hashlib.sha256(canonical.encode()).hexdigest()[:20]}"
-
-
-def attempt_run_key(base: str, attempt: int) -> str:
-    return base if attempt == 0 else f"{base}:retry{attempt}"
-
-
 def ingestion_in_progress(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     """A queued or running run that will write raw_events, if any."""
     for record in instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS), limit=200):
@@ -95,12 +90,23 @@ def ingestion_in_progress(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     return None
 
 
-def _run_with_key(instance: dg.DagsterInstance, run_key: str) -> dg.DagsterRun | None:
-    runs = instance.get_runs(
-        dg.RunsFilter(tags={_RUN_KEY_TAG: run_key, _SENSOR_NAME_TAG: BACKLOG_SENSOR_NAME}),
-        limit=1,
-    )
-    return runs[0] if runs else None
+def _stall_verdict(
+    cursor: BacklogCursor, stall: str | None
+) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+    """The ingestion_advances verdict, emitted when it changes (not on every tick)."""
+    stalled = stall is not None
+    if stalled == cursor.stalled:
+        return []
+    cursor.stalled = stalled
+    return [
+        dg.AssetCheckEvaluation(
+            asset_key=RAW_EVENTS,
+            check_name=STALL_CHECK,
+            passed=not stalled,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=stall or "Ingestion advances: the committed positions moved.",
+        )
+    ]
 
 
 def _stream_state(fresh: health.StreamFreshness) -> str:
@@ -189,6 +195,7 @@ def kinesis_backlog_sensor(
         return dg.SensorResult(skip_reason=reason, asset_events=events, cursor=cursor.dump())
 
     if not probe.has_backlog:
+        events += _stall_verdict(cursor, None)
         return skip(
             f"No backlog: all {probe.shards} shards are committed up to their latest record."
         )
@@ -201,24 +208,17 @@ def kinesis_backlog_sensor(
         )
 
     base = backlog_run_key(kinesis.stream_name, committed.positions)
-    attempt = cursor.attempt if cursor.backlog == base else 0
-    previous = _run_with_key(context.instance, attempt_run_key(base, attempt))
-    if previous is not None:
-        if previous.status not in _GAVE_UP:
-            return skip(
-                f"Run {previous.run_id} ({previous.status.value}) already ingested from these "
-                "committed positions, yet the backlog it was launched for is still there: "
-                "check that its commits record kinesis-lake.positions. Not requesting the "
-                "same backlog twice."
-            )
-        if attempt + 1 >= MAX_ATTEMPTS:
-            return skip(
-                f"Ingestion of this backlog failed {MAX_ATTEMPTS} times (last run "
-                f"{previous.run_id}): fix the cause, then materialize raw_events by hand."
-            )
-        attempt += 1
-    cursor.backlog, cursor.attempt = base, attempt
-    run_key = attempt_run_key(base, attempt)
+    history = backlog_history(context.instance, base)
+    stall = history.stall(probe.shards_with_backlog)
+    events += _stall_verdict(cursor, stall)
+    if cursor.backlog != base or cursor.attempt != history.attempts:
+        cursor.backlog, cursor.attempt = base, history.attempts
+        cursor.retry_at_ms = history.next_attempt_at_ms()
+    if now_ms < (cursor.retry_at_ms or 0):
+        wait = (cursor.retry_at_ms - now_ms) / 1000
+        reason = stall or "Ingestion of this backlog is backing off."
+        return skip(f"{reason} Next attempt in {wait:.0f} s.")
+    run_key = attempt_run_key(base, history.attempts)
     age = fresh.oldest_unconsumed_age_seconds or 0.0
     return dg.SensorResult(
         run_requests=[

@@ -33,6 +33,7 @@ ASSETS = {
 }
 CHECKS = {
     "raw_events:fresh_relative_to_stream",
+    "raw_events:ingestion_advances",
     "raw_events:no_duplicate_records",
     "raw_events:matches_committed_positions",
     "raw_events:no_data_loss",

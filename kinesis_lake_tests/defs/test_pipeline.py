@@ -49,6 +49,7 @@ PIPELINE = dg.AssetSelection.assets(RAW_EVENTS, EVENTS, EVENTS_QUARANTINE, EVENT
 DERIVED = dg.AssetSelection.assets(EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
 EVERY_CHECK = {
     "raw_events:fresh_relative_to_stream",
+    "raw_events:ingestion_advances",
     "raw_events:no_duplicate_records",
     "raw_events:matches_committed_positions",
     "raw_events:no_data_loss",

@@ -17,14 +17,14 @@ import pytest
 
 from kinesis_lake import health
 from kinesis_lake.config import SettingsError
-from kinesis_lake.defs.resources import KinesisResource
-from kinesis_lake.defs.sensors import (
+from kinesis_lake.defs.backlog_runs import (
     BACKLOG_SENSOR_NAME,
-    MAX_ATTEMPTS,
-    BacklogCursor,
+    MAX_IMMEDIATE_ATTEMPTS,
     backlog_run_key,
-    kinesis_backlog_sensor,
 )
+from kinesis_lake.defs.checks import STALL_CHECK
+from kinesis_lake.defs.resources import KinesisResource
+from kinesis_lake.defs.sensors import BacklogCursor, kinesis_backlog_sensor
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
@@ -191,32 +191,85 @@ def _launched(instance, run_key: str, status: dg.DagsterRunStatus) -> dg.Dagster
     )
 
 
-def test_a_failed_run_is_retried_under_new_keys_then_given_up(lake, instance):
+def _due_now(cursor: str) -> str:
+    """The cursor as it will be once the retry's back-off has passed (time, simulated)."""
+    state = BacklogCursor.parse(cursor)
+    state.retry_at_ms = 0
+    return state.dump()
+
+
+def _stall_verdict(result) -> dg.AssetCheckEvaluation:
+    (verdict,) = [
+        e
+        for e in result.asset_events
+        if isinstance(e, dg.AssetCheckEvaluation) and e.check_name == STALL_CHECK
+    ]
+    return verdict
+
+
+def test_a_failed_run_is_retried_under_new_keys_with_growing_back_off(lake, instance):
     produce(lake.settings, 10, seed=4)
     result = tick(lake, instance)
-    keys = []
-    for _ in range(MAX_ATTEMPTS):
+    keys, waits = [], []
+    reported = False
+    for _ in range(MAX_IMMEDIATE_ATTEMPTS + 2):
         (request,) = result.run_requests
         keys.append(request.run_key)
         _launched(instance, request.run_key, dg.DagsterRunStatus.FAILURE)
-        result = tick(lake, instance, cursor=result.cursor)
+        waiting = tick(lake, instance, cursor=result.cursor)
+        state = BacklogCursor.parse(waiting.cursor)
+        waits.append(state.retry_at_ms - int(time.time() * 1000))
+        if waiting.run_requests:
+            result = waiting
+            continue
+        # Not given up: the operator is told why and when, and the retry comes later.
+        assert "failed" in waiting.skip_reason.skip_message
+        assert "retrying" in waiting.skip_reason.skip_message
+        verdicts = [e for e in waiting.asset_events if e.asset_key == dg.AssetKey("raw_events")]
+        if not reported:  # the failing verdict is emitted once, when it changes
+            verdict = _stall_verdict(waiting)
+            assert not verdict.passed
+            assert verdict.severity == dg.AssetCheckSeverity.ERROR
+            reported = True
+        else:
+            assert all(v.check_name != STALL_CHECK for v in verdicts)
+        result = tick(lake, instance, cursor=_due_now(waiting.cursor))
 
     base = backlog_run_key(lake.settings.stream_name, {})
-    assert keys == [base, f"{base}:retry1", f"{base}:retry2"]
-    assert result.run_requests == []
-    assert f"failed {MAX_ATTEMPTS} times" in result.skip_reason.skip_message
+    assert keys == [base] + [f"{base}:retry{n}" for n in range(1, len(keys))]
+    # Immediate retries first, then a back-off that grows with every failed run.
+    delayed = waits[MAX_IMMEDIATE_ATTEMPTS - 1 :]
+    assert all(w <= 0 for w in waits[: MAX_IMMEDIATE_ATTEMPTS - 1])
+    assert delayed[0] > 0 and delayed[1] > delayed[0]
 
 
-def test_the_same_backlog_is_never_requested_after_its_run_succeeded(lake, instance):
+def test_a_run_that_succeeds_without_moving_positions_is_reported_and_retried(lake, instance):
     produce(lake.settings, 10, seed=5)
     first = tick(lake, instance)
     (request,) = first.run_requests
-    _launched(instance, request.run_key, dg.DagsterRunStatus.SUCCESS)
+    stuck = _launched(instance, request.run_key, dg.DagsterRunStatus.SUCCESS)
 
-    result = tick(lake, instance, cursor=first.cursor)
+    waiting = tick(lake, instance, cursor=first.cursor)
 
-    assert result.run_requests == []
-    assert "Not requesting the same backlog twice" in result.skip_reason.skip_message
+    assert waiting.run_requests == []
+    message = waiting.skip_reason.skip_message
+    assert stuck.run_id in message and "did not move" in message
+    verdict = _stall_verdict(waiting)
+    assert not verdict.passed
+    assert stuck.run_id in verdict.description
+    # The daemon records these events; they must be valid for this instance and graph.
+    for event in waiting.asset_events:
+        instance.report_runless_asset_event(event)
+
+    retried = tick(lake, instance, cursor=_due_now(waiting.cursor))
+    (retry,) = retried.run_requests
+    assert retry.run_key == f"{request.run_key}:retry1"
+
+    # Once the positions move, the verdict turns back to passing.
+    commit_as_the_sink_does(lake, stream_records(lake))
+    recovered = tick(lake, instance, cursor=retried.cursor)
+    assert recovered.run_requests == []
+    assert _stall_verdict(recovered).passed
 
 
 def test_the_stream_is_recorded_when_due_or_changed_not_every_tick(lake, instance):

@@ -33,6 +33,7 @@ from kinesis_lake.defs.checks import (
     QUARANTINE_CHECK,
     RECONCILIATION_CHECK,
     SCHEMA_CHECK,
+    STALL_CHECK,
 )
 from kinesis_lake_tests.pipeline_helpers import produce
 from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
@@ -47,7 +48,7 @@ ROW_COUNT = "dagster/row_count"
 TABLES = {
     # asset key: (its checks, the numeric metadata plotted besides the row count)
     RAW_EVENTS.to_user_string(): (
-        (DUPLICATES_CHECK, FRESHNESS_CHECK, POSITIONS_CHECK, DATA_LOSS_CHECK),
+        (DUPLICATES_CHECK, FRESHNESS_CHECK, STALL_CHECK, POSITIONS_CHECK, DATA_LOSS_CHECK),
         "max_millis_behind_latest",
     ),
     EVENTS.to_user_string(): ((RECONCILIATION_CHECK, SCHEMA_CHECK), "rows_added"),
