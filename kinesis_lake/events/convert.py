@@ -16,6 +16,12 @@ Accepted JSON values per type (anything else is a "wrong type" error):
 - timestamp: an ISO-8601 string with a ``Z`` or ``+HH:MM`` offset (whatever Python 3.11's
   ``datetime.fromisoformat`` reads; fractions beyond microseconds are truncated), or a number of
   milliseconds since the Unix epoch. Strings without an offset are rejected: their zone is unknown.
+  Numbers whose magnitude is below ``AMBIGUOUS_EPOCH_BELOW`` (10**11 ms, 1973-03-03) are rejected
+  as ambiguous: read as milliseconds they are dates in 1966-1973, but they are what a producer
+  sending epoch *seconds* for any date up to year 5138 sends, and a silently wrong time is worse
+  than a quarantined record. Times must lie in 0001-01-01 .. 9999-12-30 UTC: the last day of
+  year 9999 is refused because the derived tables bound every event by the end of its day and
+  minute, which do not exist for it.
 - date: an ISO-8601 date string. decimal(p,s): a number or numeric string with at most ``s``
   fraction digits and ``p - s`` integer digits (never rounded).
 """
@@ -23,6 +29,8 @@ Accepted JSON values per type (anything else is a "wrong type" error):
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
@@ -37,7 +45,10 @@ from kinesis_lake.events.schema import EventField
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MIN_TIMESTAMP = pa.scalar(datetime.min.replace(tzinfo=timezone.utc), TIMESTAMP_ARROW_TYPE)
-_MAX_TIMESTAMP = pa.scalar(datetime.max.replace(tzinfo=timezone.utc), TIMESTAMP_ARROW_TYPE)
+# The last event time whose day (and minute) still has an end that datetime can represent.
+LATEST_EVENT_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=timezone.utc)
+_MAX_TIMESTAMP = pa.scalar(LATEST_EVENT_TIME, TIMESTAMP_ARROW_TYPE)
+AMBIGUOUS_EPOCH_BELOW = 10**11
 _EXCERPT_CHARS = 60
 _FLOAT32_MAX = 3.4028234663852886e38
 _INTEGER_RANGES = {"long": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1)}
@@ -50,8 +61,28 @@ _DECIMAL_CONTEXT = Context(prec=100)
 _STRING = frozenset({str})
 _BOOLEAN = frozenset({bool})
 _INTEGER = frozenset({int})
-_NUMBER = frozenset({int, float, Decimal})
-_TIMESTAMP = frozenset({str, int, float, Decimal})
+
+
+class HugeNumber(float):
+    """A JSON number beyond the double range (``1e400``): infinite as a float, but it keeps the
+    digits the producer sent so messages quote them rather than ``Infinity``."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> HugeNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def parse_json_float(text: str) -> float:
+    """``parse_float`` for the JSON decoder: a float, or a ``HugeNumber`` past the double range."""
+    number = float(text)
+    return number if math.isfinite(number) else HugeNumber(text)
+
+
+_NUMBER = frozenset({int, float, Decimal, HugeNumber})
+_TIMESTAMP = frozenset({str, int, float, Decimal, HugeNumber})
 _DECIMAL = frozenset({int, Decimal, str})
 
 
@@ -93,22 +124,63 @@ def json_kind(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _excerpt(value: Any) -> str:
-    """A short JSON rendering of a value, so messages show it without flooding the table.
+class _Punctuation(str):
+    """Text ``_render`` emits as is (brackets, separators), told apart from string values."""
 
-    Decimals (decoded fractions in schemas with decimal fields) render as the number they were:
-    exactly at the top level, as a float inside containers.
+
+def _render(value: Any, limit: int) -> str:
+    """JSON text of a decoded value, stopping soon after ``limit`` characters.
+
+    Iterative, with its own stack: a value nested thousands deep (which the decoder accepts
+    when the interpreter's stack allows) must not raise ``RecursionError`` while its message is
+    written, and only the first ``limit`` characters are ever built, however big the value.
+    Numbers render as the producer wrote them where it matters: Decimals exactly,
+    ``HugeNumber`` with its digits.
     """
-    if isinstance(value, Decimal):
-        text = str(value)
-    else:
-        text = json.dumps(value, ensure_ascii=False, default=float)
+    parts: list[str] = []
+    size = 0
+    stack: list[Any] = [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if type(item) is _Punctuation:
+            piece = item
+        elif isinstance(item, dict):
+            stack.append(_Punctuation("}"))
+            for index, (key, inner) in enumerate(reversed(item.items())):
+                stack.append(inner)
+                stack.append(_Punctuation(json.dumps(str(key)[:limit], ensure_ascii=False) + ": "))
+                if index < len(item) - 1:
+                    stack.append(_Punctuation(", "))
+            piece = "{"
+        elif isinstance(item, list):
+            stack.append(_Punctuation("]"))
+            for index, inner in enumerate(reversed(item)):
+                stack.append(inner)
+                if index < len(item) - 1:
+                    stack.append(_Punctuation(", "))
+            piece = "["
+        elif isinstance(item, str):
+            piece = json.dumps(item[:limit], ensure_ascii=False)
+        elif isinstance(item, HugeNumber):
+            piece = item.text
+        elif isinstance(item, (bool, type(None), float)):
+            piece = json.dumps(item)
+        else:  # int, Decimal
+            piece = str(item)
+        parts.append(piece)
+        size += len(piece)
+    return "".join(parts)
+
+
+def excerpt(value: Any) -> str:
+    """A short JSON rendering of a value, so messages show it without flooding the table."""
+    text = _render(value, _EXCERPT_CHARS)
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
 
 
 def _wrong_type(field: EventField, value: Any) -> str:
     message = (
-        f"field {field.name!r}: expected {field.type}, got {json_kind(value)} {_excerpt(value)}"
+        f"field {field.name!r}: expected {field.type}, got {json_kind(value)} {excerpt(value)}"
     )
     if field.type in _INTEGER_RANGES and isinstance(value, (float, Decimal)):
         message += " (integer fields do not accept fractional notation such as 3.0)"
@@ -116,7 +188,7 @@ def _wrong_type(field: EventField, value: Any) -> str:
 
 
 def _out_of_range(field: EventField, value: Any) -> str:
-    return f"field {field.name!r}: value {_excerpt(value)} out of range for {field.type}"
+    return f"field {field.name!r}: value {excerpt(value)} out of range for {field.type}"
 
 
 def _reject(
@@ -160,7 +232,7 @@ def _is_utf8(text: str) -> bool:
 
 
 def _invalid_unicode(field: EventField, value: Any) -> str:
-    return f"field {field.name!r}: string {_excerpt(value)} is not valid Unicode (lone surrogate)"
+    return f"field {field.name!r}: string {excerpt(value)} is not valid Unicode (lone surrogate)"
 
 
 def _booleans(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
@@ -252,9 +324,24 @@ def _timestamps(values: list[Any], field: EventField, errors: RowErrors) -> pa.A
     return array
 
 
+class _AmbiguousEpochError(ValueError):
+    """A number that reads as a plausible time both in seconds and in milliseconds."""
+
+
+_DIGITS = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?")
+
+
 def _to_datetime(value: str | int | float | Decimal) -> datetime:
     if type(value) is not str:
+        if -AMBIGUOUS_EPOCH_BELOW < value < AMBIGUOUS_EPOCH_BELOW:
+            raise _AmbiguousEpochError
         return _EPOCH + timedelta(milliseconds=value if type(value) is int else float(value))
+    if _DIGITS.fullmatch(value):
+        # fromisoformat would read some as basic-format dates and report e.g. the month.
+        raise ValueError(
+            "a string of digits is not a timestamp; send epoch milliseconds as a JSON number, "
+            "or an ISO-8601 string with an offset"
+        )
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         raise ValueError("no UTC offset (append Z or +HH:MM)")
@@ -262,13 +349,22 @@ def _to_datetime(value: str | int | float | Decimal) -> datetime:
 
 
 def _outside_years(field: EventField, value: Any) -> str:
-    return f"field {field.name!r}: timestamp {_excerpt(value)} is not within years 1-9999 in UTC"
+    return (
+        f"field {field.name!r}: timestamp {excerpt(value)} is not between 0001-01-01 and "
+        "9999-12-30 in UTC (the last day of 9999 has no day or minute end to window it in)"
+    )
 
 
 def _bad_timestamp(field: EventField, value: Any, exc: Exception) -> str:
+    if isinstance(exc, _AmbiguousEpochError):
+        return (
+            f"field {field.name!r}: number {excerpt(value)} is an ambiguous time: numbers are "
+            f"read as epoch milliseconds and any below {AMBIGUOUS_EPOCH_BELOW:,} (1973-03-03) "
+            "look like epoch seconds; send milliseconds or an ISO-8601 string"
+        )
     if isinstance(value, str):
-        return f"field {field.name!r}: unparseable timestamp {_excerpt(value)}: {exc}"
-    return f"field {field.name!r}: epoch milliseconds {_excerpt(value)} out of range"
+        return f"field {field.name!r}: unparseable timestamp {excerpt(value)}: {exc}"
+    return f"field {field.name!r}: epoch milliseconds {excerpt(value)} out of range"
 
 
 def _dates(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
@@ -278,7 +374,7 @@ def _dates(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
 
 
 def _bad_date(field: EventField, value: Any, exc: Exception) -> str:
-    return f"field {field.name!r}: unparseable date {_excerpt(value)}: {exc}"
+    return f"field {field.name!r}: unparseable date {excerpt(value)}: {exc}"
 
 
 def _decimals(
@@ -312,7 +408,7 @@ def _decimal_parser(precision: int, scale: int) -> Callable[[int | str | Decimal
 
 
 def _bad_decimal(field: EventField, value: Any, exc: Exception) -> str:
-    return f"field {field.name!r}: value {_excerpt(value)} {exc} for {field.type}"
+    return f"field {field.name!r}: value {excerpt(value)} {exc} for {field.type}"
 
 
 _CONVERTERS: dict[str, Callable[[list[Any], EventField, RowErrors], pa.Array]] = {

@@ -3,13 +3,15 @@
 Runs inside Spark executors (``mapInArrow``) on Arrow batches, so it never raises on bad data:
 every input row ends up in exactly one of the two outputs, and a quarantined row carries its raw
 payload and the first reason it failed (see ``convert.py`` for what each type accepts). JSON keys
-that the schema does not declare are ignored, so producers can add fields before the schema does;
-a key repeated in one object keeps its last value, as ``json`` does.
+that the schema does not declare are ignored, so producers can add fields before the schema does.
+A key repeated in one object (at any depth) quarantines the record: JSON leaves its meaning open
+and silently keeping one value would store a guess. A string ``event_key`` must not be empty.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -27,7 +29,13 @@ from kinesis_lake.events.columns import (
     STREAM_NAME,
     SUB_SEQUENCE_NUMBER,
 )
-from kinesis_lake.events.convert import RowErrors, convert_field, json_kind
+from kinesis_lake.events.convert import (
+    RowErrors,
+    convert_field,
+    excerpt,
+    json_kind,
+    parse_json_float,
+)
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
@@ -55,23 +63,57 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _decoder(schema: EventSchema) -> json.JSONDecoder:
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
+def _checked_int(text: str) -> int:
+    """``parse_int`` that names the problem where ``int`` would advise a Python setting."""
+    digits = len(text.lstrip("-"))
+    limit = sys.get_int_max_str_digits()
+    if limit and digits > limit:
+        raise ValueError(f"an integer has {digits} digits, more than the {limit} accepted")
+    return int(text)
+
+
+def _decoder(schema: EventSchema, *, checked_ints: bool = False) -> json.JSONDecoder:
     """Strict JSON (Python otherwise accepts NaN and Infinity); fractions are decoded as
-    ``Decimal`` only when a decimal field needs their exact digits, because it is slower."""
+    ``Decimal`` only when a decimal field needs their exact digits, because it is slower.
+
+    ``checked_ints`` is for re-decoding a payload that failed: it costs a Python call per
+    integer, so the usual path keeps ``int``.
+    """
     exact = any(decimal_params(field.type) for field in schema.fields)
     return json.JSONDecoder(
-        parse_constant=_reject_constant, parse_float=Decimal if exact else float
+        parse_constant=_reject_constant,
+        parse_float=Decimal if exact else parse_json_float,
+        parse_int=_checked_int if checked_ints else None,
+        object_pairs_hook=_object,
     )
 
 
 def _decode(
     payloads: list[bytes | None],
     source_errors: list[str | None],
-    decoder: json.JSONDecoder,
+    schema: EventSchema,
     errors: RowErrors,
 ) -> list[dict[str, Any]]:
     """One JSON object per row; rows that fail get an error and an empty placeholder object."""
-    decode = decoder.decode
+    decode = _decoder(schema).decode
+    declared = {field.name for field in schema.fields}
     objects = []
     append = objects.append
     for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
@@ -79,14 +121,24 @@ def _decode(
             errors.add(row, f"kinesis source error: {source_error}")
         elif payload is None:
             errors.add(row, "record has no payload (data is null)")
+        elif not payload:
+            errors.add(row, "record payload is empty (0 bytes); expected a JSON object")
         else:
             try:
                 # Decoding explicitly, rather than handing bytes to json, rules out UTF-16/32.
-                value = decode(payload.decode("utf-8"))
+                text = payload.decode("utf-8")
+                value = decode(text)
             except UnicodeDecodeError as exc:
                 errors.add(row, f"invalid UTF-8 at byte {exc.start}: {exc.reason}")
+            except _DuplicateKeyError as exc:
+                errors.add(
+                    row,
+                    f"duplicate JSON key {excerpt(exc.key)} in one object: which value is meant "
+                    "is ambiguous; send each key once",
+                    exc.key if exc.key in declared else None,
+                )
             except ValueError as exc:  # malformed, NaN/Infinity, integers over 4300 digits
-                errors.add(row, f"invalid JSON: {exc}")
+                errors.add(row, _invalid_json(text, exc, schema))
             except RecursionError:
                 errors.add(row, "invalid JSON: nested too deeply")
             else:
@@ -97,6 +149,21 @@ def _decode(
                 errors.add(row, f"JSON payload is {kind}, expected an object")
         append(_NO_OBJECT)
     return objects
+
+
+def _invalid_json(text: str, exc: ValueError, schema: EventSchema) -> str:
+    if text.startswith("\ufeff"):
+        return (
+            "payload starts with a UTF-8 byte order mark (EF BB BF); "
+            "send JSON without a byte order mark"
+        )
+    try:  # once more, with integers checked, so the reason is in the record's terms
+        _decoder(schema, checked_ints=True).decode(text)
+    except ValueError as checked:
+        exc = checked
+    except RecursionError:
+        pass
+    return f"invalid JSON: {exc}"
 
 
 def _with_article(kind: str) -> str:
@@ -112,6 +179,16 @@ def _raw_columns(raw: pa.RecordBatch | pa.Table) -> dict[str, pa.ChunkedArray]:
         # A wiring bug, not bad data: fail loudly instead of quarantining everything.
         raise ValueError(f"raw input lacks columns {missing}; expected {list(_RAW_TYPES)}")
     return {name: table.column(name).cast(type_) for name, type_ in _RAW_TYPES.items()}
+
+
+def _refuse_empty_keys(keys: pa.Array, name: str, errors: RowErrors) -> None:
+    """An empty string is no identity: every producer that forgets the key would collide."""
+    if not pa.types.is_string(keys.type):
+        return
+    for row in pc.indices_nonzero(pc.fill_null(pc.equal(keys, ""), False)).to_pylist():
+        errors.add(
+            row, f"field {name!r}: empty string is not an event key; send a non-empty one", name
+        )
 
 
 def _utc(now: datetime | None) -> datetime:
@@ -137,10 +214,11 @@ def parse_events(
     columns = _raw_columns(raw)
     size = len(columns[DATA])
     errors = RowErrors(size)
-    objects = _decode(
-        columns[DATA].to_pylist(), columns[SOURCE_ERROR].to_pylist(), _decoder(schema), errors
-    )
+    objects = _decode(columns[DATA].to_pylist(), columns[SOURCE_ERROR].to_pylist(), schema, errors)
     fields = [convert_field(objects, field, errors) for field in schema.fields]
+    names = [field.name for field in schema.fields]
+    if schema.event_key is not None:
+        _refuse_empty_keys(fields[names.index(schema.event_key)], schema.event_key, errors)
 
     arrival = columns[ARRIVAL_TIMESTAMP]
     if schema.event_time_field is None:
@@ -149,7 +227,6 @@ def parse_events(
             for row in pc.indices_nonzero(arrival.is_null()).to_pylist():
                 errors.add(row, f"no event time: {ARRIVAL_TIMESTAMP} is null")
     else:
-        names = [field.name for field in schema.fields]
         event_time = fields[names.index(schema.event_time_field)]
 
     failures = [row for row, message in enumerate(errors.messages) if message is not None]
