@@ -19,10 +19,11 @@ from types import ModuleType
 
 from google.protobuf.message import DecodeError
 
-from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 
 KPL_MAGIC = b"\xf3\x89\x9a\xc2"
 _DIGEST_SIZE = hashlib.md5().digest_size
+_KEY_BYTES_SHOWN = 64
 
 
 def _import_aws_kinesis_agg() -> tuple[ModuleType, ModuleType]:
@@ -97,16 +98,17 @@ def _split(sequence_number: str, arrival_ms: int, data: bytes) -> list[KinesisRe
                 f"user record {index} points at partition key {user_record.partition_key_index}"
                 f" but the key table has {len(keys)} entries"
             )
-        result.append(
-            KinesisRecord(
-                sequence_number,
-                index,
-                keys[user_record.partition_key_index],
-                arrival_ms,
-                user_record.data,
-                True,
-                None,
+        key = keys[user_record.partition_key_index]
+        error = None
+        if isinstance(key, bytes):  # protobuf returns a key that is not UTF-8 as bytes
+            error = (
+                f"user record {index} of KPL aggregate {sequence_number}: partition key is not "
+                f"UTF-8 (bytes {key[:_KEY_BYTES_SHOWN].hex(' ')}"
+                f"{' ...' if len(key) > _KEY_BYTES_SHOWN else ''}); stored with \\x escapes"
             )
+            key = escaped_text(key)
+        result.append(
+            KinesisRecord(sequence_number, index, key, arrival_ms, user_record.data, True, error)
         )
     return result
 

@@ -87,7 +87,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
-from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
 from kinesis_lake.kinesis.streams import StreamNotFoundError, describe_stream, list_shards
@@ -394,8 +394,29 @@ def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
 def records_to_arrow(
     stream_name: str, shard_id: str, records: Sequence[KinesisRecord]
 ) -> pa.RecordBatch:
+    """The Arrow batch Spark receives for ``records``, one row per user record.
+
+    A record Arrow cannot hold as read (a key that is not UTF-8, an arrival time out of
+    range, ...) must not fail the batch: that failed on every retry and held back every
+    shard. Only then, the records are converted one by one (:func:`_representable`) and
+    the bad ones flagged in ``source_error``, so valid records stay on the fast path.
+    """
+    try:
+        return _arrow_batch(stream_name, shard_id, records)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return _arrow_batch(stream_name, shard_id, [_representable(shard_id, r) for r in records])
+
+
+_REQUIRED_COLUMNS = [f.name for f in KINESIS_ARROW_SCHEMA if not f.nullable]
+_MIN_ARRIVAL_MS, _MAX_ARRIVAL_MS = 0, (2**63 - 1) // 1000
+_MAX_INT64 = 2**63 - 1
+
+
+def _arrow_batch(
+    stream_name: str, shard_id: str, records: Sequence[KinesisRecord]
+) -> pa.RecordBatch:
     count = len(records)
-    return pa.RecordBatch.from_arrays(
+    batch = pa.RecordBatch.from_arrays(
         [
             pa.array([stream_name] * count, pa.string()),
             pa.array([shard_id] * count, pa.string()),
@@ -409,6 +430,62 @@ def records_to_arrow(
         ],
         schema=KINESIS_ARROW_SCHEMA,
     )
+    if any(batch.column(name).null_count for name in _REQUIRED_COLUMNS):
+        raise ValueError("a required column holds a null")
+    return batch
+
+
+def _representable(shard_id: str, record: KinesisRecord) -> KinesisRecord:
+    """``record`` as Arrow can hold it: each field that cannot be stored as read is
+    replaced by a stand-in (text escaped, bytes kept) and named in ``error``."""
+    problems = []
+    sequence_number, partition_key, error = (
+        _text(name, value, problems)
+        for name, value in (
+            ("sequence_number", record.sequence_number),
+            ("partition_key", record.partition_key),
+            ("source_error", record.error),
+        )
+    )
+    sub_sequence_number = record.sub_sequence_number
+    if not isinstance(sub_sequence_number, int) or not 0 <= sub_sequence_number <= _MAX_INT64:
+        problems.append(f"sub_sequence_number {sub_sequence_number!r} is not a 64-bit count")
+        sub_sequence_number = 0
+    arrival_ms = record.arrival_ms
+    if not isinstance(arrival_ms, int) or not _MIN_ARRIVAL_MS <= arrival_ms <= _MAX_ARRIVAL_MS:
+        problems.append(f"arrival time {arrival_ms!r} ms is out of range; stored as epoch 0")
+        arrival_ms = 0
+    data = record.data
+    if isinstance(data, bytearray | memoryview):
+        data = bytes(data)
+    elif not isinstance(data, bytes):
+        problems.append(f"data is {type(data).__name__}, not bytes; stored as its text")
+        data = b"" if data is None else str(data).encode("utf-8", "backslashreplace")
+    if problems:
+        flagged = (
+            f"record {sequence_number}/{sub_sequence_number} on shard {shard_id} cannot be "
+            f"stored as read: {'; '.join(problems)}"
+        )
+        error = flagged if error is None else f"{error}; {flagged}"
+    return KinesisRecord(
+        sequence_number,
+        sub_sequence_number,
+        partition_key,
+        arrival_ms,
+        data,
+        bool(record.aggregated),
+        error,
+    )
+
+
+def _text(name: str, value: object, problems: list[str]) -> str | None:
+    if value is None and name == "source_error":
+        return None
+    stand_in = escaped_text(value)
+    if stand_in is None:
+        return value  # type: ignore[return-value]
+    problems.append(f"{name} is not valid UTF-8 text; stored with escapes")
+    return stand_in
 
 
 def source_status(

@@ -106,3 +106,26 @@ def test_aggregate_rejects_what_does_not_fit() -> None:
         aggregate([("k", b"x" * 600_000), ("k", b"y" * 600_000)])
     with pytest.raises(ValueError):
         aggregate([])
+
+
+def test_non_utf8_partition_key_is_flagged_not_fatal() -> None:
+    """Issue 15, defect 2: protobuf hands a key table entry that is not UTF-8 back as
+    bytes. The user record keeps its data and place, its key is stored with ``\\x``
+    escapes, and ``error`` says what was wrong; its neighbours are untouched."""
+    body = _field(1, b"\xff\xfe") + _field(1, b"good")
+    for key_index, data in ((1, b"first"), (0, b"poisoned"), (1, b"last")):
+        body += _field(3, _varint(1 << 3 | 0) + _varint(key_index) + _field(3, data))
+    data = KPL_MAGIC + body + hashlib.md5(body).digest()
+
+    first, poisoned, last = user_records("77", "outer", 1, data)
+
+    assert (first.partition_key, first.data, first.error) == ("good", b"first", None)
+    assert (last.partition_key, last.data, last.error) == ("good", b"last", None)
+    assert poisoned.partition_key == "\\xff\\xfe"
+    assert (poisoned.data, poisoned.sub_sequence_number, poisoned.aggregated) == (
+        b"poisoned",
+        1,
+        True,
+    )
+    assert poisoned.error is not None
+    assert "77" in poisoned.error and "not UTF-8" in poisoned.error and "ff fe" in poisoned.error
