@@ -144,13 +144,20 @@ class FaultProxy:
         finally:
             connection.close()
 
+    def _exchange(
+        self, action: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """Answer a request that no fault intercepted; subclasses rewrite it here."""
+        return self._forward("POST", path, headers, body)
+
 
 def _action(operation: str) -> str:
     return operation.rsplit(".", 1)[-1]
 
 
-def _error_body(code: str) -> bytes:
-    return json.dumps({"__type": code, "message": f"{code} injected by FaultProxy"}).encode()
+def _error_body(code: str, message: str | None = None) -> bytes:
+    text = message or f"{code} injected by FaultProxy"
+    return json.dumps({"__type": code, "message": text}).encode()
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -167,7 +174,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         elif fault == "partial_put":
             self._partial_put(body)
         else:
-            self._reply(*self.owner._forward("POST", self.path, self.headers.items(), body))
+            self._reply(*self.owner._exchange(action, self.path, self.headers.items(), body))
 
     def _partial_put(self, body: bytes) -> None:
         """Fail the first half of the entries truthfully: only the second half is sent on."""

@@ -34,7 +34,11 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
     ),
     "startingTimestamp": (None, "For at_timestamp: ISO-8601 time or epoch milliseconds."),
     "maxRecordsPerShard": ("100000", "Kinesis records read per shard per micro-batch."),
-    "maxRecordsPerBatch": (None, "Default Spark read limit (ReadMaxRows) over all shards."),
+    "maxRecordsPerBatch": (
+        None,
+        "Default Spark read limit (ReadMaxRows) over all shards. Counts Kinesis records, "
+        "not rows: a KPL aggregate counts once, yields many rows, and is never split.",
+    ),
     "metadataPath": (
         str(DEFAULT_METADATA_ROOT),
         "Where executors record how far they read (shared storage on a cluster).",
