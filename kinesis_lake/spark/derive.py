@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, LessThan, Or
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -56,6 +56,7 @@ from kinesis_lake.spark.iceberg_files_reader import read_data_files
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
 _QUARANTINED = "__quarantined"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 UNKNOWN_EVENT_TYPE = "unknown"
 
 
@@ -238,39 +239,62 @@ def parse_on_executors(raw_rows: DataFrame, schema: EventSchema) -> DataFrame:
     return raw_rows.mapInArrow(parse_partition, from_arrow_schema(union))
 
 
+_KEY_EXCERPT_CHARS = 60
+
+
 def quarantine_duplicates(
     spark: SparkSession, split: DataFrame, raw_rows: DataFrame, schema: EventSchema, parsed: Table
 ) -> DataFrame:
-    """Send every repeat of an ``event_key`` to quarantine, keeping the first occurrence.
+    """Send every repeat of an ``event_key`` on the same UTC day to quarantine, keeping the first.
 
-    Producers retry, so the same event can arrive twice. The first occurrence wins in
-    Kinesis order (shard, then sequence number as an integer, then sub-sequence); later
-    ones, in this slice or already in the parsed table, are quarantined with the reason
-    rather than dropped, so ``parsed + quarantined == raw`` still holds. Earlier events are
-    looked up only in the parsed table's day partitions that the new events fall in: the
-    cost follows the new data, and a repeat arriving days later is not caught (documented).
+    Producers retry, so the same event can arrive twice, with the same event time. The dedup
+    window is declared, not accidental: two events are the same event when they share the key
+    and the UTC day of their event time. The first occurrence wins in Kinesis order (shard, then
+    sequence number as an integer, then sub-sequence); later ones, in this slice or already in
+    the parsed table, are quarantined with the reason rather than dropped, so
+    ``parsed + quarantined == raw`` still holds. The outcome of a record therefore depends only
+    on the records before it, never on what else its batch holds, and the lookup reads only the
+    parsed table's day partitions the new events fall in: the cost follows the new data. The
+    same key on another day is another event.
+
+    A parsed row that *is* the record being judged (same Kinesis identity) does not count as an
+    earlier occurrence: after a crash between the parsed and quarantine commits, the
+    quarantine-only re-run must reach the verdicts of the first run, not quarantine every
+    event it finds already parsed.
     """
     key = schema.event_key
     assert key is not None
-    valid = split.filter(~F.col(_QUARANTINED))
-    order = Window.partitionBy(key).orderBy(
+    valid = split.filter(~F.col(_QUARANTINED)).withColumn("__day", _day(C.EVENT_TIMESTAMP))
+    order = Window.partitionBy(key, "__day").orderBy(
         C.SHARD_ID, F.length(C.SEQUENCE_NUMBER), C.SEQUENCE_NUMBER, C.SUB_SEQUENCE_NUMBER
     )
     ranked = valid.withColumn("__rank", F.row_number().over(order))
-    seen = _keys_already_parsed(spark, valid, parsed, key)
-    if seen is not None:
-        ranked = ranked.join(seen, key, "left")
+    earlier = _parsed_in_days(spark, valid, parsed, key)
+    identity = F.struct(*C.IDENTITY_COLUMNS)
+    if earlier is not None:
+        occurrences = earlier.groupBy(key, "__day").agg(F.collect_set(identity).alias("__ids"))
+        ranked = ranked.join(occurrences, [key, "__day"], "left")
+        seen = F.size(F.array_except("__ids", F.array(identity))) > 0
     else:
-        ranked = ranked.withColumn("__seen", F.lit(None).cast("boolean"))
-    duplicate = (F.col("__rank") > 1) | F.coalesce(F.col("__seen"), F.lit(False))
+        seen = F.lit(False)
+    duplicate = (F.col("__rank") > 1) | F.coalesce(seen, F.lit(False))
     payloads = raw_rows.select(*C.IDENTITY_COLUMNS, F.col(C.DATA).alias("__payload"))
+    shown = F.col(key).cast("string")
+    shown = F.when(
+        F.length(shown) > _KEY_EXCERPT_CHARS,
+        F.concat(F.substring(shown, 1, _KEY_EXCERPT_CHARS - 3), F.lit("...")),
+    ).otherwise(shown)
     repeats = (
         ranked.filter(duplicate)
         .join(payloads, list(C.IDENTITY_COLUMNS), "left")
         .withColumn(C.PAYLOAD, F.col("__payload"))
         .withColumn(
             C.ERROR,
-            F.format_string(f"duplicate event: {key}=%s was already parsed", F.col(key)),
+            F.format_string(
+                f"duplicate event: {key}=%s was already parsed with an event time on the same "
+                "UTC day",
+                shown,
+            ),
         )
         .withColumn(C.ERROR_FIELD, F.lit(key))
         .withColumn(C.QUARANTINED_AT, F.current_timestamp())
@@ -284,16 +308,16 @@ def quarantine_duplicates(
     )
 
 
-def _keys_already_parsed(
+def _day(column: str) -> Column:
+    """The UTC day of a timestamp column (the Spark session's time zone is UTC)."""
+    return F.date_trunc("day", column)
+
+
+def _parsed_in_days(
     spark: SparkSession, new_events: DataFrame, parsed: Table, key: str
 ) -> DataFrame | None:
-    """Distinct keys of parsed rows in the day partitions the new events fall into."""
-    day_micros = [
-        row[0]
-        for row in new_events.select(F.unix_micros(F.date_trunc("day", C.EVENT_TIMESTAMP)))
-        .distinct()
-        .collect()
-    ]
+    """Key, day and identity of the parsed rows in the day partitions new events fall into."""
+    day_micros = [row[0] for row in new_events.select(F.unix_micros("__day")).distinct().collect()]
     if not day_micros or parsed.current_snapshot() is None:
         return None
     days = [_from_micros(m) for m in day_micros]
@@ -318,7 +342,7 @@ def _keys_already_parsed(
         location=target.location,
         io_properties=target.io_properties,
     )
-    return earlier.select(key).distinct().withColumn("__seen", F.lit(True))
+    return earlier.select(key, *C.IDENTITY_COLUMNS, _day(C.EVENT_TIMESTAMP).alias("__day"))
 
 
 def _union_schema(schema: EventSchema) -> pa.Schema:
@@ -447,7 +471,8 @@ def _window_counts(
 
 
 def _from_micros(micros: int) -> datetime:
-    return datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc)
+    """Exact (no float rounding) and valid for every year Spark can hold."""
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _iso(moment: datetime) -> str:

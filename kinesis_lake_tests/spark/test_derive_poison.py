@@ -1,0 +1,198 @@
+"""Derive against poison records and crashes: no record halts it, and every raw record is
+parsed or quarantined exactly once whatever the batches hold and wherever a refresh stopped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.catalog import local_catalog_properties
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake.spark.derive import refresh_derived
+from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake_tests.pipeline_helpers import settings_env, table_rows
+from kinesis_lake_tests.spark.quarantine_commit_fails import QuarantineCommitFails
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def put(settings: Settings, *payloads: bytes | dict[str, Any]) -> None:
+    """Put records one by one on one partition key, so they keep the order given."""
+    client = kinesis_client(settings.endpoint_url, settings.region)
+    ensure_stream(client, settings.stream_name, settings.shard_count)
+    for payload in payloads:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="p")
+
+
+def event(event_id: str, when: str) -> dict[str, Any]:
+    return {"event_id": event_id, "event_type": "t", "event_time": when}
+
+
+def ingest_and_derive(spark, settings: Settings, *payloads: bytes | dict[str, Any]) -> None:
+    put(settings, *payloads)
+    run_ingestion(spark, settings)
+    refresh_derived(spark, settings)
+
+
+def assert_accounted(settings: Settings) -> tuple[list[dict], list[dict]]:
+    """parsed + quarantined == raw, each raw record once, and the aggregate is a recount."""
+    identity = ("shard_id", "sequence_number", "sub_sequence_number")
+    raw = [tuple(r[c] for c in identity) for r in table_rows(settings, settings.raw_table)]
+    parsed = table_rows(settings, settings.parsed_table)
+    quarantined = table_rows(settings, settings.quarantine_table)
+    derived = [tuple(r[c] for c in identity) for r in [*parsed, *quarantined]]
+    assert Counter(derived) == Counter(raw), "every raw record parsed or quarantined once"
+    counts = table_rows(settings, settings.aggregate_table)
+    recount = Counter(
+        (r["event_timestamp"].replace(second=0, microsecond=0), r["event_type"]) for r in parsed
+    )
+    assert {(r["window_start"], r["event_type"]): r["event_count"] for r in counts} == recount
+    return parsed, quarantined
+
+
+def test_an_event_time_on_the_last_day_of_9999_does_not_halt_derive(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Issue 15 defect 1: adding a day or a minute to it raised OverflowError in derive."""
+    settings = settings_factory(kinesalite_endpoint)
+    ingest_and_derive(spark, settings, event("x", "2024-05-01T10:00:00Z"))
+    ingest_and_derive(
+        spark,
+        settings,
+        event("y", "9999-12-31T00:00:00Z"),
+        event("z", "9999-12-31T23:59:30Z"),
+        event("w", "9999-12-30T23:59:30Z"),
+    )
+    ingest_and_derive(spark, settings, event("v", "2024-05-01T10:01:00Z"))
+
+    parsed, quarantined = assert_accounted(settings)
+    assert sorted(r["event_id"] for r in parsed) == ["v", "w", "x"]
+    assert len(quarantined) == 2
+    assert all("9999-12-30 in UTC" in r["error"] for r in quarantined)
+    assert {r["error_field"] for r in quarantined} == {"event_time"}
+
+
+def test_duplicate_detection_does_not_depend_on_what_else_the_batch_holds(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Issue 15 defect 5: a key repeated on another day was quarantined only when its batch
+    also touched the original's day. Now the window is declared: key and UTC day."""
+    settings = settings_factory(kinesalite_endpoint)
+    ingest_and_derive(
+        spark,
+        settings,
+        event("a", "2024-05-01T10:00:00Z"),
+        event("b", "2024-05-01T10:00:00Z"),
+        event("d", "2024-05-01T10:00:00Z"),
+    )
+    ingest_and_derive(spark, settings, event("a", "2024-05-02T10:00:00Z"))  # alone
+    ingest_and_derive(
+        spark,
+        settings,
+        event("b", "2024-05-02T10:00:00Z"),  # with an event on b's original day
+        event("c", "2024-05-01T11:00:00Z"),
+        event("d", "2024-05-01T23:59:00Z"),  # same key, same day: a duplicate
+    )
+
+    parsed, quarantined = assert_accounted(settings)
+    fate = {(r["event_id"], r["event_time"].day): "parsed" for r in parsed}
+    fate |= {
+        (json.loads(r["payload"])["event_id"], 1 if "05-01" in r["payload"].decode() else 2): "q"
+        for r in quarantined
+    }
+    assert fate[("a", 2)] == fate[("b", 2)] == "parsed", "same record, same fate in any batch"
+    assert fate[("d", 1)] == "q"
+    assert len(quarantined) == 1
+    assert quarantined[0]["error"] == (
+        "duplicate event: event_id=d was already parsed with an event time on the same UTC day"
+    )
+
+
+def test_a_long_duplicate_key_is_shown_capped(spark, kinesalite_endpoint, settings_factory):
+    """Issue 15 defect 7: the duplicate message printed the whole key."""
+    settings = settings_factory(kinesalite_endpoint)
+    long_key = "k" * 5000
+    ingest_and_derive(
+        spark,
+        settings,
+        event(long_key, "2024-05-01T10:00:00Z"),
+        event(long_key, "2024-05-01T10:00:00Z"),
+    )
+    _, (row,) = assert_accounted(settings)
+    assert row["error"] == (
+        f"duplicate event: event_id={'k' * 57}... was already parsed with an event time on "
+        "the same UTC day"
+    )
+
+
+_DERIVE = (
+    "from kinesis_lake.config import Settings\n"
+    "from kinesis_lake.spark.derive import refresh_derived\n"
+    "from kinesis_lake.spark.session import build_spark_session\n"
+    "refresh_derived(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
+)
+
+
+def derive_with_failing_quarantine_commit(settings: Settings) -> subprocess.CompletedProcess:
+    """Refresh in a new process whose catalog (the same SQLite database) refuses snapshots of
+    the quarantine table, so the refresh dies right after the parsed commit landed."""
+    local = local_catalog_properties(settings.data_dir)
+    prefix = f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__"
+    env = {
+        **settings_env(settings),
+        f"{prefix}URI": local["uri"],
+        f"{prefix}WAREHOUSE": local["warehouse"],
+        f"{prefix}PY_CATALOG_IMPL": f"{QuarantineCommitFails.__module__}.QuarantineCommitFails",
+        "PYTHONPATH": str(REPO),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", _DERIVE],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_a_crash_between_the_parsed_and_quarantine_commits_duplicates_nothing(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Issue 10 defect 4: the re-run found the slice's own events in parsed and quarantined
+    every one of them as a duplicate."""
+    settings = settings_factory(kinesalite_endpoint)
+    ingest_and_derive(spark, settings, event("e1", "2024-05-01T10:00:00Z"), b"not json")
+    put(
+        settings,
+        event("e2", "2024-05-01T10:00:00Z"),
+        event("e3", "2024-05-01T10:00:01Z"),
+        event("e1", "2024-05-01T10:30:00Z"),  # a true duplicate
+        b"{broken",
+    )
+    run_ingestion(spark, settings)
+
+    crashed = derive_with_failing_quarantine_commit(settings)
+
+    assert crashed.returncode != 0
+    assert "injected: the process died before the quarantine commit" in crashed.stderr
+    assert sorted(r["event_id"] for r in table_rows(settings, settings.parsed_table)) == [
+        "e1",
+        "e2",
+        "e3",
+    ], "the crash point: parsed committed, quarantine did not"
+    assert len(table_rows(settings, settings.quarantine_table)) == 1
+
+    refresh_derived(spark, settings)
+
+    parsed, quarantined = assert_accounted(settings)
+    assert sorted(r["event_id"] for r in parsed) == ["e1", "e2", "e3"]
+    reasons = sorted(r["error"].split(":")[0] for r in quarantined)
+    assert reasons == ["duplicate event", "invalid JSON", "invalid JSON"]
