@@ -126,14 +126,40 @@ class KinesisSourceOptions:
 
 
 def check_against_stream(options: KinesisSourceOptions, shards: Sequence[Shard]) -> None:
-    """Refuse a JSON starting position that names shards the stream does not have."""
+    """Refuse a JSON starting position naming shards the stream never had.
+
+    A shard the listing lacks is not necessarily a typo: Kinesis stops listing a closed
+    shard once its records are past retention ("ListShards does not list expired
+    shards"), so a position saved before that, such as the raw table's committed
+    positions a day after a split, names it. Kinesis numbers shards in creation order and
+    a closed shard's children are newer and still listed, so a missing id numbered below
+    the newest listed shard is taken as aged out: it has nothing left to read, and the
+    query simply does not read it (:meth:`SourceOffset.initial` starts only the shards
+    listed). A missing id that is not of that form cannot have aged out, and is refused.
+    """
     known = {s.shard_id for s in shards}
-    unknown = sorted(set(options.per_shard_start) - known)
-    if unknown:
+    newest = max((n for n in map(_shard_number, known) if n is not None), default=-1)
+    impossible = sorted(
+        shard_id
+        for shard_id in set(options.per_shard_start) - known
+        if not _could_have_aged_out(shard_id, newest)
+    )
+    if impossible:
         raise KinesisOptionError(
             f"startingPosition names shards that stream {options.stream_name!r} does not "
-            f"have: {', '.join(unknown)}. Its shards are: {', '.join(sorted(known))}."
+            f"have: {', '.join(impossible)}. Its shards are: {', '.join(sorted(known))}."
         )
+
+
+def _could_have_aged_out(shard_id: str, newest_listed: int) -> bool:
+    number = _shard_number(shard_id)
+    return number is not None and number < newest_listed
+
+
+def _shard_number(shard_id: str) -> int | None:
+    """The creation number in a Kinesis shard id (shardId-000000000007 -> 7), if any."""
+    prefix, _, digits = shard_id.rpartition("-")
+    return int(digits) if prefix == "shardId" and digits.isdigit() else None
 
 
 def _named_values(options: Mapping[str, str]) -> dict[str, str | None]:

@@ -1,0 +1,86 @@
+"""Ingestion over weeks: time passes on the stream (a ClockProxy in front of kinesalite).
+
+kinesalite alone never trims a record nor stops listing a shard, so these tests point the
+pipeline at a :class:`~kinesis_lake.kinesis.clock_proxy.ClockProxy` and advance its clock
+past the retention period between runs, as days pass on a real stream.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from kinesis_lake.kinesis.clock_proxy import ClockProxy
+from kinesis_lake.kinesis.streams import Shard
+from kinesis_lake.spark.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.spark.kinesis_source_options import (
+    KinesisOptionError,
+    KinesisSourceOptions,
+    check_against_stream,
+)
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
+from kinesis_lake_tests.spark.test_kinesis_source_support import kinesis, split
+
+PARENT = "shardId-000000000000"
+DAY_S = 24 * 3600
+
+
+@pytest.fixture
+def clock(kinesalite_endpoint) -> Iterator[ClockProxy]:
+    with ClockProxy(kinesalite_endpoint.url) as proxy:
+        yield proxy
+
+
+def assert_exactly_once(settings, expected_rows: int) -> None:
+    keys = raw_keys(settings)
+    assert not [k for k, n in Counter(keys).items() if n > 1]
+    assert len(keys) == expected_rows
+    # Every record still retained in the stream is in the table.
+    assert stream_truth(settings) <= {(shard, seq) for shard, seq, _ in keys}
+
+
+@pytest.mark.parametrize("lose_checkpoint", [False, True], ids=["checkpoint", "no-checkpoint"])
+def test_ingestion_starts_again_after_a_split_parent_ages_out(
+    spark, clock, settings_factory, lose_checkpoint
+):
+    """Issue 10 defect 2: a day after a split, ListShards stops listing the parent; every
+    start then refused the table's committed position on it."""
+    settings = settings_factory(clock, shard_count=1)
+    produce(settings, 60, seed=1)
+    run_ingestion(spark, settings)
+    split(kinesis(clock.url), settings.stream_name, PARENT)
+    run_ingestion(spark, settings)  # the parent is read to its end; the children are empty
+    clock.advance(DAY_S + 60)
+    listed = kinesis(clock.url).list_shards(StreamName=settings.stream_name)["Shards"]
+    assert PARENT not in {s["ShardId"] for s in listed}
+    produce(settings, 80, seed=2)
+    if lose_checkpoint:
+        shutil.rmtree(checkpoint_location(settings))
+
+    result = run_ingestion(spark, settings)
+
+    assert result.rows == 80
+    assert_exactly_once(settings, 140)
+    produce(settings, 20, seed=3)
+    assert run_ingestion(spark, settings).rows == 20
+    assert_exactly_once(settings, 160)
+
+
+def test_a_start_naming_an_aged_out_shard_is_accepted_and_an_impossible_one_refused():
+    """Only a shard numbered below a listed one can have aged out; others are typos."""
+    listed = [Shard(f"shardId-00000000000{i}", PARENT, None, "1", None) for i in (1, 2)]
+
+    def options(*shard_ids: str) -> KinesisSourceOptions:
+        positions = {shard_id: "49" for shard_id in shard_ids}
+        return KinesisSourceOptions.parse(
+            {"streamName": "s", "startingPosition": json.dumps(positions)}
+        )
+
+    check_against_stream(options(PARENT, "shardId-000000000001"), listed)
+    for impossible in ("shardId-000000000003", "shardld-000000000000"):
+        with pytest.raises(KinesisOptionError, match=impossible):
+            check_against_stream(options(impossible), listed)
