@@ -44,6 +44,16 @@ def _settings() -> Settings:
         raise SystemExit(f"kinesis-lake: configuration error: {error}") from error
 
 
+def _preflight(settings: Settings, *, event_schema: bool) -> None:
+    """Fail before Spark starts, in one line naming the setting (see preflight.py)."""
+    from kinesis_lake.preflight import PreflightError, preflight
+
+    try:
+        preflight(settings, event_schema=event_schema)
+    except PreflightError as error:
+        raise SystemExit(f"kinesis-lake: configuration error: {error}") from error
+
+
 def cmd_settings(args: argparse.Namespace) -> None:
     for variable, value, description in _settings().describe():
         print(f"{variable:36} {value or '(unset)':40} {description}")
@@ -92,6 +102,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     from kinesis_lake.spark.session import build_spark_session
 
     settings = _settings()
+    _preflight(settings, event_schema=args.derive)
     spark = build_spark_session(settings.spark_master)
     try:
         result = run_ingestion(spark, settings)
@@ -117,6 +128,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
     from kinesis_lake.spark.session import build_spark_session
 
     settings = _settings()
+    _preflight(settings, event_schema=False)
     stop = threading.Event()
 
     def request_stop(signum: int, frame: object) -> None:

@@ -1,0 +1,135 @@
+"""Checks that run before Spark starts, so a wrong setting fails in seconds, in one line.
+
+Without them a bad event schema surfaced only after ingestion had committed raw data
+(about 25 s in), and an unknown stream, a wrong endpoint port or an unwritable data
+directory surfaced as 40-110 line Spark or boto3 tracebacks that named no setting. Each
+check here costs at most one cheap call (DescribeStreamSummary) or one small file, and
+fails with :class:`PreflightError`: one line, naming the environment variable (as listed
+by ``kinesis-lake settings``) and the fix.
+
+The CLI runs :func:`preflight` before ``ingest`` and ``stream``; Dagster assets can call
+it before they build their Spark job.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+)
+
+from kinesis_lake.config import Settings
+from kinesis_lake.events.schema import EventSchemaError, load_event_schema
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.retry import RetryPolicy, call_with_retry, error_code
+
+#: A transient error may retry twice; a wrong port or name must fail within seconds.
+_PREFLIGHT_RETRY = RetryPolicy(max_retries=2)
+_TIMEOUT_S = 10.0
+
+
+class PreflightError(RuntimeError):
+    """A setting the pipeline cannot run with; ``str()`` is one line naming it and the fix."""
+
+
+def preflight(settings: Settings, *, event_schema: bool) -> None:
+    """Check the local directories, the event schema (when the run derives) and the stream.
+
+    Raises :class:`PreflightError` at the first problem. ``event_schema=False`` for runs
+    that only ingest: they never read the schema, so a broken one must not stop them.
+    """
+    check_directories(settings)
+    if event_schema:
+        check_event_schema(settings)
+    check_stream(settings)
+
+
+def check_directories(settings: Settings) -> None:
+    """Every local directory the run writes to can be created and written."""
+    places = [("KINESIS_LAKE_DATA_DIR", str(settings.data_dir))]
+    places += [
+        (variable, value)
+        for variable, value in (
+            ("KINESIS_LAKE_CHECKPOINT_DIR", settings.checkpoint_dir),
+            ("KINESIS_LAKE_SOURCE_PROGRESS_DIR", settings.source_progress_dir),
+        )
+        if "://" not in value  # s3:// and other remote stores are checked by their users
+    ]
+    for variable, value in places:
+        try:
+            Path(value).mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=value, prefix=".preflight-"):
+                pass
+        except OSError as error:
+            raise PreflightError(
+                f"{variable}={value} is not a writable directory ({_one_line(error)}): "
+                "point it at a directory this user can create and write, or fix its permissions."
+            ) from error
+
+
+def check_event_schema(settings: Settings) -> None:
+    """The schema derive will use loads and validates now, not after raw data committed."""
+    try:
+        load_event_schema(settings.event_schema_path)
+    except EventSchemaError as error:
+        raise PreflightError(
+            f"KINESIS_LAKE_EVENT_SCHEMA={settings.event_schema_path} is not a valid event "
+            f"schema: {_one_line(error)}. Fix the file (see schemas/events.yaml) or point "
+            "the variable at one."
+        ) from error
+
+
+def check_stream(settings: Settings) -> None:
+    """One DescribeStreamSummary: the endpoint answers and the stream exists."""
+    name = settings.stream_name
+    endpoint = settings.endpoint_url or "AWS"
+    try:
+        client = kinesis_client(settings.endpoint_url, settings.region, timeout_s=_TIMEOUT_S)
+        call_with_retry(
+            lambda: client.describe_stream_summary(StreamName=name),
+            _PREFLIGHT_RETRY,
+            sleep=time.sleep,
+            rng=random.Random(),
+        )
+    except ValueError as error:  # no region (kinesis_client names the settings)
+        raise PreflightError(f"AWS_REGION is unset: {_one_line(error)}") from error
+    except EndpointConnectionError as error:
+        raise PreflightError(
+            f"KINESIS_ENDPOINT_URL={endpoint}: nothing answers there ({_one_line(error)}): "
+            "start the endpoint (`kinesis-lake endpoint`) or fix the URL and port."
+        ) from error
+    except NoCredentialsError as error:
+        raise PreflightError(
+            "No AWS credentials for Kinesis: set AWS_PROFILE or AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY, or set KINESIS_ENDPOINT_URL for a local endpoint."
+        ) from error
+    except ClientError as error:
+        code = error_code(error)
+        if code == "ResourceNotFoundException":
+            raise PreflightError(
+                f"KINESIS_STREAM_NAME={name!r}: no such stream at {endpoint} (region "
+                f"{client.meta.region_name}): fix the name, or create the stream "
+                "(`kinesis-lake produce` creates it on local endpoints)."
+            ) from error
+        raise PreflightError(
+            f"KINESIS_STREAM_NAME={name!r}: DescribeStreamSummary at {endpoint} failed "
+            f"({code}: {_one_line(error)}): check the credentials' Kinesis permissions, "
+            "KINESIS_ENDPOINT_URL and AWS_REGION."
+        ) from error
+    except BotoCoreError as error:
+        raise PreflightError(
+            f"KINESIS_ENDPOINT_URL={endpoint}: the Kinesis call failed ({_one_line(error)}): "
+            "fix the URL, or unset it to use AWS."
+        ) from error
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's text on one line (YAML and botocore messages span several)."""
+    return " ".join(str(error).split())

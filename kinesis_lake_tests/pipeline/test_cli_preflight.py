@@ -1,0 +1,85 @@
+"""Misconfiguration fails before Spark starts, in one line naming the setting.
+
+Issue 15, defect 8: a bad event schema was read only after ingestion had committed raw
+data, and an unknown stream, a wrong endpoint port or an unwritable data directory came
+out as 40-110 line tracebacks naming no setting. Each case runs the real CLI process.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake_tests.pipeline_helpers import produce, settings_env
+
+
+def _ingest(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kinesis_lake.cli", "ingest", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def _one_line_naming(failed: subprocess.CompletedProcess, variable: str) -> str:
+    assert failed.returncode != 0
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1, failed.stderr
+    assert f"{variable}=" in lines[0]
+    return lines[0]
+
+
+def test_bad_event_schema_fails_before_anything_is_committed(
+    kinesalite_endpoint, settings_factory, tmp_path: Path
+):
+    settings = settings_factory(kinesalite_endpoint)
+    produce(settings, 10, seed=3)
+    schema = tmp_path / "broken.yaml"
+    schema.write_text("fields:\n  - name: [unclosed\n    type: string\n")
+    env = {**settings_env(settings), "KINESIS_LAKE_EVENT_SCHEMA": str(schema)}
+
+    line = _one_line_naming(_ingest(env, "--derive"), "KINESIS_LAKE_EVENT_SCHEMA")
+
+    assert str(schema) in line and "Fix the file" in line
+    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    assert not catalog.table_exists(settings.raw_table), "nothing may be committed"
+
+
+def test_unknown_stream_names_the_stream_setting(kinesalite_endpoint, settings_factory):
+    settings = settings_factory(kinesalite_endpoint, stream_name="no-such-stream")
+    line = _one_line_naming(_ingest(settings_env(settings)), "KINESIS_STREAM_NAME")
+    assert "no-such-stream" in line and "no such stream" in line
+
+
+def test_wrong_endpoint_port_names_the_endpoint_setting(kinesalite_endpoint, settings_factory):
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = settings_factory(kinesalite_endpoint)
+    env = {**settings_env(settings), "KINESIS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    line = _one_line_naming(_ingest(env), "KINESIS_ENDPOINT_URL")
+    assert f":{port}" in line and "start the endpoint" in line
+
+
+def test_unwritable_data_dir_names_the_data_dir_setting(
+    kinesalite_endpoint, settings_factory, tmp_path: Path
+):
+    settings = settings_factory(kinesalite_endpoint)
+    produce(settings, 5, seed=4)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    data_dir = blocker / "data"  # cannot be created, whoever runs the test (root too)
+    env = {
+        **settings_env(settings),
+        "KINESIS_LAKE_DATA_DIR": str(data_dir),
+        "KINESIS_LAKE_CHECKPOINT_DIR": "",
+        "KINESIS_LAKE_SOURCE_PROGRESS_DIR": "",
+    }
+    line = _one_line_naming(_ingest(env), "KINESIS_LAKE_DATA_DIR")
+    assert str(data_dir) in line and "writable" in line
