@@ -12,10 +12,18 @@ Spark task). Two readers use it:
   exactly up to the recorded last sequence number, so the replayed batch holds the very
   same records (Kinesis records are immutable, so a pinned range always reads the same).
 
-A record is written once, atomically (temporary file, then rename; an S3 PUT is atomic),
-after the read finished and before the task's output is complete, so every epoch a sink
-committed has a record for each shard it read. Two attempts of one task never run at the
-same time unless Spark speculation is on, which the session builder refuses.
+A record is written once, after the read finished and before the task's output is
+complete, so every epoch a sink committed has a record for each shard it read. It is
+created only if none exists (:meth:`ShardProgressStore.save`): locally a hard link of a
+fully written temporary file, which fails if the name exists; on S3 a conditional PUT
+(``If-None-Match: *``). Two attempts of one task can run at the same time even without
+speculation: an executor declared lost keeps running (a zombie) while Spark retries its
+task elsewhere. Last-writer-wins would let the zombie overwrite the record of the attempt
+whose rows were committed, and the next epoch would start at the wrong place. So the
+first record stands, and an attempt that finds a record of a *different* range raises
+:class:`ProgressConflictError`: its task fails, its rows are never committed, and its
+retry reads exactly the recorded range. An attempt that read the very same range as the
+record agrees with it and goes on.
 
 The driver also keeps ``<metadataPath>/<runId>/status.json``: the last completed epoch's
 numbers and the latest known state of every shard still being read (lag dashboards,
@@ -28,17 +36,28 @@ On a multi-host cluster it must be storage that the driver and all executors sha
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from kinesis_lake.kinesis.shard_reader import ReadOutcome
 
 EPOCHS_RETAINED = 20
 """Epochs of progress kept behind the committed one: Spark only ever replays the last."""
+
+
+class ProgressConflictError(RuntimeError):
+    """Another attempt of the same task recorded a different read of the shard first."""
+
+
+def _range(outcome: ReadOutcome) -> tuple:
+    """What a record pins: the records read, and where they end."""
+    return (outcome.last_sequence_number, outcome.records_read, outcome.user_records)
 
 
 @dataclass(frozen=True)
@@ -84,9 +103,23 @@ class ShardProgressStore:
         return found
 
     def save(self, run_id: str, epoch: int, record: ProgressRecord) -> None:
+        """Create the record of this epoch and shard, unless another attempt did first.
+
+        Raises :class:`ProgressConflictError` when the existing record holds a different
+        range than ``record``; the attempt that wrote first wins (see the module doc).
+        """
         directory = self._epoch_dir(run_id, epoch)
         final = self._path(run_id, epoch, record.outcome.shard_id)
-        self._write_json(directory, final, record.to_dict())
+        if self._create_json(directory, final, record.to_dict()):
+            return
+        existing = self.load(run_id, epoch, record.outcome.shard_id)
+        if existing is None or _range(existing.outcome) != _range(record.outcome):
+            raise ProgressConflictError(
+                f"Another attempt already recorded its read of shard {record.outcome.shard_id} "
+                f"in epoch {epoch} (run {run_id}): {existing.to_dict() if existing else None}; "
+                f"this attempt read {_range(record.outcome)}, so it fails and Spark's retry "
+                "reads the recorded range. Nothing to do unless this repeats."
+            )
 
     def forget_before(self, run_id: str, epoch: int) -> None:
         """Drop progress older than the retained window behind ``epoch``."""
@@ -112,6 +145,28 @@ class ShardProgressStore:
                 return json.load(handle)
         except FileNotFoundError:
             return None
+
+    def _create_json(self, directory: str, final: str, data: Mapping[str, Any]) -> bool:
+        """Write ``final`` only if it does not exist, atomically; False if it existed."""
+        self._fs.makedirs(directory, exist_ok=True)
+        if isinstance(self._fs, LocalFileSystem):
+            temporary = f"{directory}/.{uuid.uuid4().hex}.tmp"
+            with open(temporary, "w") as handle:
+                json.dump(data, handle)
+            try:
+                os.link(temporary, final)  # fails if final exists; never half-written
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(temporary)
+            return True
+        try:
+            # s3fs sends mode "x" as a conditional PUT (If-None-Match: *); a PUT is atomic.
+            with self._fs.open(final, "xb") as handle:
+                handle.write(json.dumps(data).encode())
+        except FileExistsError:
+            return False
+        return True
 
     def _write_json(self, directory: str, final: str, data: Mapping[str, Any]) -> None:
         """Write atomically: readers see the old file or the new one, never a torn one."""
