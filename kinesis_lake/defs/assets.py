@@ -2,7 +2,7 @@
 
 Assets only start library code and report what it did: ingestion is
 ``kinesis_lake.spark.ingest``, the derived tables ``kinesis_lake.spark.derive``, upkeep
-``kinesis_lake.iceberg.maintenance``. Metadata keys are stable (dashboards, the CLI and
+``kinesis_lake.pipeline.maintain``. Metadata keys are stable (dashboards, the CLI and
 the README refer to them) and numeric where the UI should plot them.
 
 Who runs what:
@@ -19,6 +19,7 @@ Who runs what:
 * ``*_maintenance``: the hourly maintenance schedule (``jobs.py``).
 """
 
+import dataclasses
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -38,7 +39,7 @@ from kinesis_lake.config import (
     Settings,
 )
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
-from kinesis_lake.iceberg import maintenance
+from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
 
 if TYPE_CHECKING:
     # Type only: loading the definitions must not import PySpark.
@@ -297,7 +298,7 @@ class MaintenanceConfig(dg.Config):
     """How aggressive one upkeep pass is; the defaults suit a table committed every minute."""
 
     snapshot_max_age_hours: float = Field(
-        default=24.0,
+        default=MaintenancePolicy.snapshot_max_age_hours,
         description=(
             "Expire snapshots older than this (time travel reaches this far back). Snapshots "
             "a downstream table has not processed yet are never expired."
@@ -311,7 +312,7 @@ class MaintenanceConfig(dg.Config):
         ),
     )
     orphan_min_age_hours: float = Field(
-        default=72.0,
+        default=MaintenancePolicy.orphan_min_age_hours,
         description=(
             "Only delete unreferenced files older than this: a file of a commit still in flight "
             "is unreferenced too (Iceberg's own default is 3 days)."
@@ -322,89 +323,12 @@ class MaintenanceConfig(dg.Config):
         description="Compaction target; None: the table's write.target-file-size-bytes or 128 MiB.",
     )
     min_input_files: int = Field(
-        default=2, description="Compact a partition once it has this many small files."
+        default=MaintenancePolicy.min_input_files,
+        description="Compact a partition once it has this many small files.",
     )
 
-
-_DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
-_DEFAULT_RETAIN_LAST = 100
-
-# Which derived tables read each table incrementally (attribute names on Settings): their
-# last-processed source snapshot must survive expiry or their next refresh cannot run.
-_CONSUMERS: dict[str, tuple[str, ...]] = {
-    "raw_table": ("parsed_table", "quarantine_table"),
-    "parsed_table": ("aggregate_table",),
-    "quarantine_table": (),
-    "aggregate_table": (),
-}
-
-
-def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float) -> int:
-    """Expire before this time: ``max_age_hours`` ago, but no later than the oldest
-    snapshot of ``table`` a consumer last caught up to (so its next incremental read
-    still finds where it left off)."""
-    cutoff = int((time.time() - max_age_hours * 3600) * 1000)
-    for consumer in consumers:
-        source = health.source_snapshot_id(consumer, table)
-        snapshot = table.snapshot_by_id(source) if source is not None else None
-        if snapshot is not None:
-            cutoff = min(cutoff, snapshot.timestamp_ms)
-    return cutoff
-
-
-def run_maintenance(settings: Settings, table_attribute: str, config: MaintenanceConfig) -> dict:
-    """Compact, expire, remove orphans, in that order, and report the pass as metadata.
-
-    The order matters: files compaction replaces stay referenced by older snapshots until
-    those expire, and only then can orphan removal (past its age window) delete them.
-    """
-    catalog = health.open_lake(settings)
-    identifier = getattr(settings, table_attribute)
-    table = catalog.load_table(identifier)
-    consumers = [
-        found
-        for name in _CONSUMERS[table_attribute]
-        if (found := health.load_table(catalog, getattr(settings, name))) is not None
-    ]
-    started = time.monotonic()
-    snapshots_before = len(table.metadata.snapshots)
-    target = config.target_file_size_bytes or int(
-        table.properties.get("write.target-file-size-bytes", _DEFAULT_TARGET_FILE_SIZE)
-    )
-    retain_last = config.retain_last_snapshots or int(
-        table.properties.get("history.expire.min-snapshots-to-keep", _DEFAULT_RETAIN_LAST)
-    )
-    compacted = maintenance.compact(
-        table, target_file_size_bytes=target, min_input_files=config.min_input_files
-    )
-    expired = maintenance.expire_snapshots(
-        table,
-        older_than_ms=expiry_cutoff_ms(table, consumers, config.snapshot_max_age_hours),
-        retain_last=retain_last,
-    )
-    orphans = maintenance.remove_orphan_files(
-        table, older_than_ms=int((time.time() - config.orphan_min_age_hours * 3600) * 1000)
-    )
-    table.refresh()
-    return {
-        "table": identifier,
-        "files_before": compacted.files_before,
-        "files_after": orphans.files_after,
-        "bytes_before": compacted.bytes_before,
-        "bytes_after": orphans.bytes_after,
-        "files_rewritten": compacted.files_rewritten,
-        "files_written": compacted.files_written,
-        "partitions_compacted": compacted.partitions_compacted,
-        "snapshots_before": snapshots_before,
-        "snapshots_after": len(table.metadata.snapshots),
-        "snapshots_expired": expired.snapshots_expired,
-        "orphans_removed": orphans.orphans_removed,
-        "orphan_bytes_removed": orphans.orphan_bytes_removed,
-        "commit_attempts": (
-            compacted.commit_attempts + expired.commit_attempts + orphans.commit_attempts
-        ),
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    def policy(self) -> MaintenancePolicy:
+        return MaintenancePolicy(**self.model_dump())
 
 
 def _maintenance_asset(table_key: dg.AssetKey, table_attribute: str) -> dg.AssetsDefinition:
@@ -428,13 +352,13 @@ def _maintenance_asset(table_key: dg.AssetKey, table_attribute: str) -> dg.Asset
         config: MaintenanceConfig,
         settings: PipelineSettingsResource,
     ) -> dg.MaterializeResult:
-        metadata = run_maintenance(settings.settings(), table_attribute, config)
+        done = run_maintenance(settings.settings(), table_attribute, config.policy())
         context.log.info(
-            f"{metadata['table']}: files {metadata['files_before']} -> "
-            f"{metadata['files_after']}, snapshots {metadata['snapshots_before']} -> "
-            f"{metadata['snapshots_after']}, {metadata['orphans_removed']} orphans removed"
+            f"{done.table}: files {done.files_before} -> {done.files_after}, snapshots "
+            f"{done.snapshots_before} -> {done.snapshots_after}, {done.orphans_removed} "
+            "orphans removed"
         )
-        return dg.MaterializeResult(metadata=metadata)
+        return dg.MaterializeResult(metadata=dataclasses.asdict(done))
 
     return _maintain
 

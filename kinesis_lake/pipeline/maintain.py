@@ -1,0 +1,128 @@
+"""Table upkeep as one pass: compact, expire snapshots, remove orphan files.
+
+The order matters: files compaction replaces stay referenced by older snapshots until
+those expire, and only then can orphan removal (past its age window) delete them. Expiry
+never removes a snapshot a downstream table has not processed yet, so every incremental
+reader still finds where it left off.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pyiceberg.table import Table
+
+from kinesis_lake import health
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg import maintenance
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+DEFAULT_RETAIN_LAST = 100
+
+# Which derived tables read each table incrementally (attribute names on Settings): their
+# last-processed source snapshot must survive expiry or their next refresh cannot run.
+CONSUMERS: dict[str, tuple[str, ...]] = {
+    "raw_table": ("parsed_table", "quarantine_table"),
+    "parsed_table": ("aggregate_table",),
+    "quarantine_table": (),
+    "aggregate_table": (),
+}
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """How hard one pass cleans; None takes the table's own property or the default."""
+
+    snapshot_max_age_hours: float = 24.0
+    retain_last_snapshots: int | None = None
+    orphan_min_age_hours: float = 72.0
+    target_file_size_bytes: int | None = None
+    min_input_files: int = 2
+
+
+@dataclass(frozen=True)
+class MaintenancePass:
+    """What one pass did, in numbers (the Dagster asset plots them)."""
+
+    table: str
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+    files_rewritten: int
+    files_written: int
+    partitions_compacted: int
+    snapshots_before: int
+    snapshots_after: int
+    snapshots_expired: int
+    orphans_removed: int
+    orphan_bytes_removed: int
+    commit_attempts: int
+    seconds: float
+
+
+def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float) -> int:
+    """Expire before this time: ``max_age_hours`` ago, but no later than the oldest
+    snapshot of ``table`` a consumer last caught up to (so its next incremental read
+    still finds where it left off)."""
+    cutoff = int((time.time() - max_age_hours * 3600) * 1000)
+    for consumer in consumers:
+        source = health.source_snapshot_id(consumer, table)
+        snapshot = table.snapshot_by_id(source) if source is not None else None
+        if snapshot is not None:
+            cutoff = min(cutoff, snapshot.timestamp_ms)
+    return cutoff
+
+
+def run_maintenance(
+    settings: Settings, table_attribute: str, policy: MaintenancePolicy
+) -> MaintenancePass:
+    """One pass over the table named by ``table_attribute`` (e.g. ``"raw_table"``)."""
+    catalog = health.open_lake(settings)
+    identifier = getattr(settings, table_attribute)
+    table = catalog.load_table(identifier)
+    consumers = [
+        found
+        for name in CONSUMERS[table_attribute]
+        if (found := health.load_table(catalog, getattr(settings, name))) is not None
+    ]
+    started = time.monotonic()
+    snapshots_before = len(table.metadata.snapshots)
+    target = policy.target_file_size_bytes or int(
+        table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)
+    )
+    retain_last = policy.retain_last_snapshots or int(
+        table.properties.get("history.expire.min-snapshots-to-keep", DEFAULT_RETAIN_LAST)
+    )
+    compacted = maintenance.compact(
+        table, target_file_size_bytes=target, min_input_files=policy.min_input_files
+    )
+    expired = maintenance.expire_snapshots(
+        table,
+        older_than_ms=expiry_cutoff_ms(table, consumers, policy.snapshot_max_age_hours),
+        retain_last=retain_last,
+    )
+    orphans = maintenance.remove_orphan_files(
+        table, older_than_ms=int((time.time() - policy.orphan_min_age_hours * 3600) * 1000)
+    )
+    table.refresh()
+    return MaintenancePass(
+        table=identifier,
+        files_before=compacted.files_before,
+        files_after=orphans.files_after,
+        bytes_before=compacted.bytes_before,
+        bytes_after=orphans.bytes_after,
+        files_rewritten=compacted.files_rewritten,
+        files_written=compacted.files_written,
+        partitions_compacted=compacted.partitions_compacted,
+        snapshots_before=snapshots_before,
+        snapshots_after=len(table.metadata.snapshots),
+        snapshots_expired=expired.snapshots_expired,
+        orphans_removed=orphans.orphans_removed,
+        orphan_bytes_removed=orphans.orphan_bytes_removed,
+        commit_attempts=(
+            compacted.commit_attempts + expired.commit_attempts + orphans.commit_attempts
+        ),
+        seconds=round(time.monotonic() - started, 3),
+    )
