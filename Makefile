@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kinesis-lake-installed
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test dev bench bench-full lint clean
+.PHONY: setup demo test dev bench bench-full lint clean fuzz
 
 setup: $(STAMP)
 
@@ -32,6 +32,16 @@ bench: setup
 
 bench-full: setup
 	$(BIN)/python -m benchmarks.run --full
+
+# Long coverage-guided fuzz run of each target (make test runs each for 20 s); corpus kept
+# in .data/fuzz, a crash input saved as .data/fuzz/crash-*. FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	mkdir -p .data/fuzz
+	for target in kpl arrow parse; do \
+		$(BIN)/python -m kinesis_lake_tests.fuzz.targets $$target \
+			-max_total_time=$(FUZZ_SECONDS) -artifact_prefix=.data/fuzz/ || exit 1; \
+	done
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,168 @@
+"""Coverage-guided fuzz targets (atheris) for the code that touches every record first.
+
+Run one with ``python -m kinesis_lake_tests.fuzz.targets TARGET [libFuzzer flags]``, e.g.
+``-max_total_time=600``; ``make fuzz`` runs them all, ``test_atheris.py`` briefly in
+``make test``. A target raises (and atheris saves the input as ``crash-*``) when the
+code under test raises or breaks its promise: every record comes out exactly once,
+either valid or flagged / quarantined with a reason.
+
+Targets:
+- ``kpl``: bytes as a KPL aggregate body (with a valid or broken MD5 digest) through
+  the KPL decoder and ``records_to_arrow``, the path of every Kinesis record.
+- ``arrow``: arbitrary field values through ``records_to_arrow``.
+- ``parse``: arbitrary payloads (JSON-ish bytes) through the event parser, under a
+  schema that declares every field type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import atheris
+
+with atheris.instrument_imports(include=["kinesis_lake"]):
+    from kinesis_lake.events.parse import parse_events
+    from kinesis_lake.events.schema import EventSchema
+    from kinesis_lake.kinesis.kpl import KPL_MAGIC, aggregate, user_records
+    from kinesis_lake.kinesis.records import KinesisRecord
+    from kinesis_lake.spark.kinesis_source import KINESIS_ARROW_SCHEMA, records_to_arrow
+
+from kinesis_lake_tests.events.raw import NOW, raw_table
+
+SHARD = "shardId-000000000000"
+REQUIRED = [f.name for f in KINESIS_ARROW_SCHEMA if not f.nullable]
+EVERY_TYPE = EventSchema.from_dict(
+    {
+        "name": "every_type",
+        "fields": [
+            {"name": "id", "type": "string", "required": True},
+            {"name": "kind", "type": "string", "required": True},
+            {"name": "l", "type": "long"},
+            {"name": "i", "type": "int"},
+            {"name": "d", "type": "double"},
+            {"name": "f", "type": "float"},
+            {"name": "b", "type": "boolean"},
+            {"name": "t", "type": "timestamp", "required": True},
+            {"name": "dt", "type": "date"},
+            {"name": "m", "type": "decimal(10,2)"},
+        ],
+        "event_key": "id",
+        "event_time_field": "t",
+        "event_type_field": "kind",
+    }
+)
+
+
+def _check_batch(records: list[KinesisRecord]) -> None:
+    """records_to_arrow keeps every record, in order, with every required column set."""
+    batch = records_to_arrow("stream", SHARD, records)
+    assert batch.num_rows == len(records), (batch.num_rows, len(records))
+    assert batch.schema == KINESIS_ARROW_SCHEMA
+    for name in REQUIRED:
+        assert batch.column(name).null_count == 0, name
+
+
+def fuzz_kpl(data: bytes) -> None:
+    """Byte 0 picks the digest (bit 0: valid, else broken), byte 1 the outer key's shape."""
+    if len(data) < 2:
+        return
+    body = data[2:]
+    digest = hashlib.md5(body).digest()
+    if not data[0] & 1:
+        digest = bytes([digest[0] ^ 0xFF]) + digest[1:]
+    outer_key = "outer" if data[1] & 1 else body[:16].decode("utf-8", "replace") or "k"
+    records = user_records(
+        "49590338271490256608559692538361571095921575989136588898",
+        outer_key,
+        1_700_000_000_000,
+        KPL_MAGIC + body + digest,
+    )
+    assert records, "a Kinesis record gives at least one user record"
+    for index, record in enumerate(records):
+        if record.error is None:
+            assert record.aggregated and isinstance(record.partition_key, str)
+            assert record.sub_sequence_number == index
+    if any(not r.aggregated for r in records):
+        assert len(records) == 1 and records[0].error is not None  # kept whole, flagged
+    _check_batch(records)
+
+
+def fuzz_arrow(data: bytes) -> None:
+    provider = atheris.FuzzedDataProvider(data)
+    records = []
+    for _ in range(provider.ConsumeIntInRange(0, 5)):
+        key_kind = provider.ConsumeIntInRange(0, 2)
+        key: object = (
+            provider.ConsumeBytes(provider.ConsumeIntInRange(0, 40))
+            if key_kind == 0
+            else provider.ConsumeUnicode(provider.ConsumeIntInRange(0, 40))
+        )
+        records.append(
+            KinesisRecord(
+                provider.ConsumeUnicode(provider.ConsumeIntInRange(0, 60)),
+                provider.ConsumeInt(10),
+                key,  # type: ignore[arg-type]
+                provider.ConsumeInt(10),
+                provider.ConsumeBytes(provider.ConsumeIntInRange(0, 100)),
+                provider.ConsumeBool(),
+                provider.ConsumeUnicode(20) if provider.ConsumeBool() else None,
+            )
+        )
+    _check_batch(records)
+
+
+def fuzz_parse(data: bytes) -> None:
+    """Payloads separated by 0x00 bytes, each a record; every one parsed or quarantined."""
+    payloads = data.split(b"\x00")[:8]
+    parsed, quarantine = parse_events(raw_table(payloads), EVERY_TYPE, now=NOW)
+    assert parsed.num_rows + quarantine.num_rows == len(payloads)
+    sequences = parsed.column("sequence_number").to_pylist()
+    sequences += quarantine.column("sequence_number").to_pylist()
+    assert sorted(sequences, key=int) == [str(i + 1) for i in range(len(payloads))]
+    assert quarantine.column("error").null_count == 0, "a quarantined row says why"
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "kpl": fuzz_kpl,
+    "arrow": fuzz_arrow,
+    "parse": fuzz_parse,
+}
+
+
+def seeds(target: str) -> list[bytes]:
+    """A few valid inputs, so the fuzzer starts from the formats' happy paths."""
+    if target == "kpl":
+        body = aggregate([("user-1", b'{"a":1}'), ("user-2", b"x" * 40)])[4:-16]
+        return [b"\x01\x01" + body, b"\x01\x00" + body, b"\x00\x01" + body]
+    if target == "parse":
+        event = (
+            b'{"id":"e1","kind":"click","l":1,"i":2,"d":1.5,"f":2.5,"b":true,'
+            b'"t":"2024-05-01T10:00:00Z","dt":"2024-05-01","m":"12.34"}'
+        )
+        return [event, event + b"\x00" + b'{"id":"e2","t":1714557600000}', b"[]\x00{}"]
+    return [b"\x03" + bytes(range(64))]
+
+
+def main(argv: list[str]) -> None:
+    """``argv[1]`` names the target; the rest are libFuzzer flags and corpus folders.
+
+    With no corpus folder given, ``.data/fuzz/TARGET`` is used (git-ignored, kept between
+    runs so a long run builds on the last), seeded first."""
+    target = TARGETS[argv[1]]
+    flags = [a for a in argv[2:] if a.startswith("-")]
+    corpora = [a for a in argv[2:] if not a.startswith("-")]
+    if not corpora:
+        corpus = Path(".data") / "fuzz" / argv[1]
+        corpus.mkdir(parents=True, exist_ok=True)
+        for index, seed in enumerate(seeds(argv[1])):
+            (corpus / f"seed-{index}").write_bytes(seed)
+        corpora = [str(corpus)]
+    atheris.Setup([argv[0], *flags, *corpora], target)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
