@@ -33,6 +33,10 @@ Behaviours modelled, with the AWS documentation each follows:
   *GetShardIterator*); an iterator older than that on the simulated clock gets
   ExpiredIteratorException from GetRecords. NextShardIterator values are fresh iterators.
 
+* **The server's clock.** Every response's Date header is the simulated time, as real
+  Kinesis' Date header is AWS' clock, and DescribeStream(Summary) report the proxy's
+  ``RetentionPeriodHours``.
+
 Time is simulated by offset, not by rewriting: ApproximateArrivalTimestamp in responses
 stays kinesalite's wall-clock value (consumers compare it with their own wall clock), while
 the proxy ages each record from its arrival plus the total advanced by then.
@@ -70,8 +74,9 @@ class ClockProxy(FaultProxy):
     ``proxy.url``, and call ``advance(seconds)`` to let time pass.
     """
 
-    def __init__(self, upstream_url: str, *, retention_hours: float = 24.0) -> None:
+    def __init__(self, upstream_url: str, *, retention_hours: int = 24) -> None:
         super().__init__(upstream_url)
+        self.retention_hours = retention_hours  # whole hours, as Kinesis sets it
         self.retention_s = retention_hours * 3600
         self.advanced_s = 0.0
         # (wall time of an advance, total advanced from then on): the simulated time of a
@@ -131,8 +136,19 @@ class ClockProxy(FaultProxy):
             return self._get_shard_iterator(path, headers, body)
         reply = self._forward("POST", path, headers, body)
         if reply[0] == 200 and action in ("ListShards", "DescribeStream"):
-            return self._drop_expired_shards(action, reply)
+            reply = self._drop_expired_shards(action, reply)
+        if reply[0] == 200 and action in ("DescribeStream", "DescribeStreamSummary"):
+            reply = self._report_retention(reply)
         return reply
+
+    def _report_retention(self, reply: _Reply) -> _Reply:
+        """RetentionPeriodHours as this proxy applies it, not kinesalite's."""
+        status, headers, body = reply
+        response = json.loads(body)
+        for key in ("StreamDescription", "StreamDescriptionSummary"):
+            if key in response:
+                response[key]["RetentionPeriodHours"] = self.retention_hours
+        return status, headers, json.dumps(response).encode()
 
     def _issue(self, upstream_iterator: str, shard_id: str) -> str:
         token = f"clock-proxy-iterator-{next(self._token_numbers)}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -144,6 +145,10 @@ class FaultProxy:
         finally:
             connection.close()
 
+    def now(self) -> float:
+        """The endpoint's clock (epoch seconds), sent in every response's Date header."""
+        return time.time()
+
     def _exchange(
         self, action: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -213,6 +218,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The Date header from the proxy's clock: consumers may take the server's time."""
+        return super().date_time_string(self.owner.now() if timestamp is None else timestamp)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence per-request logging; ``FaultProxy.counts`` records what matters."""

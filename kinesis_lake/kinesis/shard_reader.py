@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -98,7 +99,9 @@ class ReadOutcome:
     the records yielded after de-aggregation. ``calls`` counts GetRecords requests sent,
     failed ones included; ``retries`` counts retried requests of any operation.
     ``data_loss`` is set when the records right after an AFTER_SEQUENCE_NUMBER start are no
-    longer retained; the caller decides whether that is fatal.
+    longer retained; the caller decides whether that is fatal. ``tip_ms`` is the server's
+    time (the response's Date header) when this read found the shard caught up: every
+    record that arrived before it has been returned, by this read or an earlier one.
     """
 
     shard_id: str
@@ -115,13 +118,14 @@ class ReadOutcome:
     iterator_renewals: int
     data_loss: str | None
     read_started_ms: int
+    tip_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReadOutcome:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 class ShardReadError(RuntimeError):
@@ -147,6 +151,18 @@ class ShardReadError(RuntimeError):
 
 def _epoch_ms(timestamp: datetime) -> int:
     return int(timestamp.timestamp() * 1000)
+
+
+def _server_ms(response: Mapping[str, Any]) -> int | None:
+    """The endpoint's clock from the response's Date header (second precision, rounded
+    down), so that retention is judged by the server's time, not an executor's clock."""
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if not date:
+        return None
+    try:
+        return _epoch_ms(parsedate_to_datetime(date))
+    except (TypeError, ValueError):
+        return None
 
 
 class ShardReader:
@@ -257,6 +273,8 @@ class ShardReader:
         max_records: int,
         end_sequence_number: str | None = None,
         arrival_cutoff_ms: int | None = None,
+        quiet_since_ms: int | None = None,
+        retention_ms: int | None = None,
     ) -> Iterator[list[KinesisRecord]]:
         """Yield de-aggregated records, one non-empty list per GetRecords response.
 
@@ -268,6 +286,14 @@ class ShardReader:
         With ``end_sequence_number`` (a replay of a pinned range) any other stop raises
         ``ShardReadError``: the range can no longer be reproduced exactly, and silently
         returning a different set of records would break exactly-once.
+
+        ``quiet_since_ms`` (a previous read's ``tip_ms``) and the stream's ``retention_ms``
+        tell an empty gap from a loss when the resume record of an AFTER_SEQUENCE_NUMBER
+        start has aged out: records lost after it would have arrived after
+        ``quiet_since_ms`` (everything before was read) and before the trim horizon
+        (server time - retention). If the shard was read to its tip after the current
+        trim horizon, no such record can exist: the shard was simply quiet. Otherwise the
+        gap is reported as ``data_loss``, since nothing can prove it empty.
 
         ``self.outcome`` is set once the generator is exhausted (not if it is closed early).
         """
@@ -291,7 +317,7 @@ class ShardReader:
             read_started_ms=int(time.time() * 1000),
         )
         end = int(end_sequence_number) if end_sequence_number is not None else None
-        cursor = _Cursor(start)
+        cursor = _Cursor(start, quiet_since_ms, retention_ms)
         iterator = self._open(cursor, outcome)
         expirations_in_a_row = 0
         while True:
@@ -308,6 +334,7 @@ class ShardReader:
             expirations_in_a_row = 0
 
             records = response["Records"]
+            server_ms = _server_ms(response)
             next_iterator = response.get("NextShardIterator")
             millis_behind = response.get("MillisBehindLatest")
             if millis_behind is not None:
@@ -319,7 +346,7 @@ class ShardReader:
             skipped = 0
             for position, record in enumerate(records):
                 sequence_number = record["SequenceNumber"]
-                if cursor.skip(sequence_number):
+                if cursor.skip(sequence_number, server_ms):
                     skipped += 1
                     continue
                 if end is not None and int(sequence_number) > end:
@@ -370,6 +397,7 @@ class ShardReader:
                 # reports the end of a closed shard on an *empty* page, so stopping here
                 # would re-read that one record forever and never see the shard end.
                 outcome.caught_up = True
+                outcome.tip_ms = server_ms
                 stop = "caught_up"
             if stop:
                 break
@@ -425,8 +453,12 @@ class ShardReader:
 class _Cursor:
     """Tracks the position within a read and the AFTER_SEQUENCE_NUMBER resume check."""
 
-    def __init__(self, start: StartPosition) -> None:
+    def __init__(
+        self, start: StartPosition, quiet_since_ms: int | None, retention_ms: int | None
+    ) -> None:
         self.start = start
+        self._quiet_since_ms = quiet_since_ms
+        self._retention_ms = retention_ms
         self.last_seen: str | None = None
         self.data_loss: str | None = None
         self._rejection: str | None = None
@@ -449,7 +481,7 @@ class _Cursor:
             message,
         )
 
-    def skip(self, sequence_number: str) -> bool:
+    def skip(self, sequence_number: str, server_ms: int | None) -> bool:
         """True for records at or before the resume point; detects a gap after it."""
         if self._resume_after is None:
             return False
@@ -458,7 +490,13 @@ class _Cursor:
             self._found_resume_record = value == self._resume_after
             self.last_seen = sequence_number
             return True
-        if not self._found_resume_record:
+        if not self._found_resume_record and self._quiet_past(server_ms):
+            _log.info(
+                "resume record %s aged out of a shard that was quiet since %s: no gap",
+                self.start.sequence_number,
+                self._quiet_since_ms,
+            )
+        elif not self._found_resume_record:
             reason = f" ({self._rejection})" if self._rejection else ""
             self.data_loss = (
                 f"records after {self.start.sequence_number} and before {sequence_number} "
@@ -467,6 +505,12 @@ class _Cursor:
             )
         self._resume_after = None
         return False
+
+    def _quiet_past(self, server_ms: int | None) -> bool:
+        """True when the shard was read to its tip after the current trim horizon."""
+        if None in (self._quiet_since_ms, self._retention_ms, server_ms):
+            return False
+        return self._quiet_since_ms >= server_ms - self._retention_ms
 
     def consumed(self, sequence_number: str) -> None:
         self.last_seen = sequence_number

@@ -42,13 +42,17 @@ class ShardCursor:
     counts once); 0 means the shard sits this epoch out: it waits for a parent, it
     reached the availableNow cutoff (``reached_cutoff``), or Spark's read limit was
     smaller than the number of shards. ``closed`` says the shard was already closed when
-    the epoch was planned, i.e. before its read began.
+    the epoch was planned, i.e. before its read began. ``tip_ms`` is the server time of
+    the latest read that found the shard caught up (see ``ReadOutcome.tip_ms``): when the
+    record ``start`` resumes after has aged out, it tells a quiet shard from records that
+    expired unread.
     """
 
     start: StartPosition
     limit: int = 0
     reached_cutoff: bool = False
     closed: bool = False
+    tip_ms: int | None = None
 
     @property
     def read(self) -> bool:
@@ -60,6 +64,8 @@ class ShardCursor:
             data["reachedCutoff"] = True
         if self.closed:
             data["closed"] = True
+        if self.tip_ms is not None:
+            data["tipMs"] = self.tip_ms
         return data
 
     @classmethod
@@ -69,6 +75,7 @@ class ShardCursor:
             limit=int(data["limit"]),
             reached_cutoff=bool(data.get("reachedCutoff", False)),
             closed=bool(data.get("closed", False)),
+            tip_ms=data.get("tipMs"),
         )
 
 
@@ -309,13 +316,18 @@ def _advance(
         return ShardCursor(
             cursor.start,
             reached_cutoff=cursor.reached_cutoff and given.cutoff_ms == current.cutoff_ms,
+            tip_ms=cursor.tip_ms,
         )
     start = (
         StartPosition.after(outcome.last_sequence_number)
         if outcome.last_sequence_number is not None
         else cursor.start
     )
-    return ShardCursor(start, reached_cutoff=_reached_cutoff(outcome, current, given, closed))
+    return ShardCursor(
+        start,
+        reached_cutoff=_reached_cutoff(outcome, current, given, closed),
+        tip_ms=outcome.tip_ms if outcome.tip_ms is not None else cursor.tip_ms,
+    )
 
 
 def _reached_cutoff(

@@ -90,7 +90,12 @@ from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
-from kinesis_lake.kinesis.streams import StreamNotFoundError, describe_stream, list_shards
+from kinesis_lake.kinesis.streams import (
+    StreamInfo,
+    StreamNotFoundError,
+    describe_stream,
+    list_shards,
+)
 from kinesis_lake.spark.kinesis_offsets import (
     PlanningInput,
     SourceOffset,
@@ -174,6 +179,8 @@ class ShardReadTask(InputPartition):
     start: dict
     limit: int
     cutoff_ms: int | None
+    quiet_since_ms: int | None
+    retention_ms: int
     not_before_ms: int
     metadata_path: str
     fail_on_data_loss: bool
@@ -275,7 +282,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._loaded = (key, records)
         return self._loaded[1]
 
-    def _check_stream_identity(self, offset: SourceOffset) -> None:
+    def _check_stream_identity(self, offset: SourceOffset) -> StreamInfo:
         stream = describe_stream(self._kinesis(), self.options.stream_name)
         if stream.created_at_ms != offset.stream_created_ms:
             raise SourcePlanningError(
@@ -285,6 +292,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "the checkpoint's sequence numbers mean nothing here. Start the query with "
                 "a new checkpointLocation to read the new stream."
             )
+        return stream
 
     def _publish_status(self, done: SourceOffset, records: Mapping[str, ProgressRecord]) -> None:
         """Write status.json once per completed epoch (idle polls re-plan the same one)."""
@@ -300,7 +308,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         plan = SourceOffset.from_dict(end)
         # A replay after a restart comes here without a latestOffset call first.
-        self._check_stream_identity(plan)
+        stream = self._check_stream_identity(plan)
         not_before_ms = plan.planned_ms + int(self.options.min_call_interval_s * 1000)
         return [
             ShardReadTask(
@@ -313,6 +321,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 start=plan.shards[shard_id].to_dict()["start"],
                 limit=plan.shards[shard_id].limit,
                 cutoff_ms=plan.cutoff_ms,
+                quiet_since_ms=plan.shards[shard_id].tip_ms,
+                retention_ms=stream.retention_hours * 3_600_000,
                 not_before_ms=not_before_ms,
                 metadata_path=self.options.metadata_path,
                 fail_on_data_loss=self.options.fail_on_data_loss,
@@ -348,6 +358,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_records=task.limit,
             end_sequence_number=end,
             arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
+            quiet_since_ms=task.quiet_since_ms,
+            retention_ms=task.retention_ms,
         ):
             yield records_to_arrow(task.stream_name, task.shard_id, records)
         outcome = reader.outcome

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake.kinesis.streams import Shard
@@ -84,3 +85,39 @@ def test_a_start_naming_an_aged_out_shard_is_accepted_and_an_impossible_one_refu
     for impossible in ("shardId-000000000003", "shardld-000000000000"):
         with pytest.raises(KinesisOptionError, match=impossible):
             check_against_stream(options(impossible), listed)
+
+
+def test_a_shard_idle_longer_than_retention_is_not_data_loss(spark, clock, settings_factory):
+    """Issue 10 defect 3: the resume record of a quiet shard ages out; the next new record
+    then looked like a gap, and every restart failed with a false data-loss error."""
+    settings = settings_factory(clock, shard_count=1)
+    produce(settings, 10, seed=1)
+    run_ingestion(spark, settings)
+    clock.advance(20 * 3600)
+    assert run_ingestion(spark, settings).rows == 0  # the query polls the quiet shard
+    clock.advance(5 * 3600)  # the resume record is now past retention; nothing arrived
+    produce(settings, 5, seed=2)
+
+    result = run_ingestion(spark, settings)
+
+    assert result.rows == 5 and result.skipped_ranges == 0
+    assert_exactly_once(settings, 15)
+
+
+def test_records_that_expired_unread_are_data_loss(spark, clock, settings_factory):
+    """The other side of defect 3: records that arrived after the last read to the tip
+    and expired before the next read are lost, and that fails the query by default."""
+    settings = settings_factory(clock, shard_count=1)
+    produce(settings, 10, seed=1)
+    run_ingestion(spark, settings)
+    clock.advance(20 * 3600)
+    run_ingestion(spark, settings)
+    produce(settings, 4, seed=2)  # never read before they expire
+    clock.advance(25 * 3600)
+    produce(settings, 3, seed=3)
+
+    with pytest.raises(StreamingQueryException, match="Data loss"):
+        run_ingestion(spark, settings)
+    assert len(raw_keys(settings)) == 10
+    # Withheld from the reader: its resume record and the four that expired unread.
+    assert clock.trimmed == {PARENT: 5}
