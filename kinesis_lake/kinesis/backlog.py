@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kinesis_lake.kinesis.retry import DEFAULT_RETRY, call_with_retry
+from botocore.exceptions import ClientError
+
+from kinesis_lake.kinesis.retry import DEFAULT_RETRY, call_with_retry, error_code
 from kinesis_lake.kinesis.streams import describe_stream, list_shards
 
 T = TypeVar("T")
@@ -62,11 +64,7 @@ def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> Bac
             }
         else:
             request = {"ShardIteratorType": "TRIM_HORIZON"}
-        iterator = _retried(
-            lambda shard_id=shard.shard_id, request=request: client.get_shard_iterator(
-                StreamName=stream_name, ShardId=shard_id, **request
-            )
-        )["ShardIterator"]
+        iterator = _iterator(client, stream_name, shard.shard_id, request)
         record = _first_record(client, iterator)
         if record is None:
             continue
@@ -81,6 +79,25 @@ def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> Bac
         retention_hours=info.retention_hours,
         first_unconsumed=first,
     )
+
+
+def _iterator(client, stream_name: str, shard_id: str, request: dict) -> str:
+    """An iterator after the committed position, or at the trim horizon when Kinesis
+    refuses that position because it aged out: everything retained is then after it."""
+    try:
+        response = _retried(
+            lambda: client.get_shard_iterator(StreamName=stream_name, ShardId=shard_id, **request)
+        )
+    except ClientError as error:
+        refused_position = "StartingSequenceNumber" in request
+        if error_code(error) != "InvalidArgumentException" or not refused_position:
+            raise
+        response = _retried(
+            lambda: client.get_shard_iterator(
+                StreamName=stream_name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )
+        )
+    return str(response["ShardIterator"])
 
 
 _MAX_EMPTY_PAGES = 5
