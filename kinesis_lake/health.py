@@ -12,7 +12,6 @@ the columns they need and nothing more.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.iceberg.commit import last_committed_batch
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 from kinesis_lake.iceberg.summary import POSITIONS, derived_writer_id, latest_summary_value
+from kinesis_lake.iceberg.summary import committed_positions as table_positions
 from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
 
 """Snapshot-summary key where the Iceberg sink stores {shard id: last committed sequence
@@ -105,12 +105,11 @@ class CommittedPositions:
 
 
 def committed_positions(table: Table | None) -> CommittedPositions:
-    """{shard id: last committed sequence number} from snapshot summaries alone."""
-    found = latest_summary_value(table, POSITIONS) if table is not None else None
-    if found is None:
+    """{shard id: last committed sequence number} from table metadata alone (no scan)."""
+    if table is None:
         return CommittedPositions({}, None)
-    value, snapshot = found
-    return CommittedPositions(dict(json.loads(value)), snapshot.snapshot_id)
+    found = latest_summary_value(table, POSITIONS)
+    return CommittedPositions(table_positions(table), found[1].snapshot_id if found else None)
 
 
 def raw_positions(settings: Settings) -> CommittedPositions:

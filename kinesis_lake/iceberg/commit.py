@@ -14,6 +14,13 @@ metadata after re-checking the watermark (see :mod:`kinesis_lake.iceberg.retry`)
 other failure is raised unchanged; its outcome may be unknown (a lost response), and the
 replay of the batch resolves it: the watermark tells whether the commit landed.
 
+Whatever the caller derives from the table it commits to (the merged source positions,
+the stale-checkpoint guard of the Iceberg sink) is computed by its ``prepare`` callback
+on the refreshed base of EVERY attempt: decided once on a table loaded before the loop,
+it would not see a commit that won the race, and two writers could both pass the guard.
+Source positions are also kept in a table property written in the same transaction, so
+they survive snapshot expiry whatever snapshots maintenance writes.
+
 Precondition: batch ids of one writer grow, and one live process commits per writer id
 at a time (Spark's checkpoint guarantees both for a streaming query).
 """
@@ -77,6 +84,7 @@ def commit_files(
     writer_id: str,
     batch_id: int,
     summary: dict[str, str] | None = None,
+    prepare: Callable[[Table], dict[str, str]] | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> CommitOutcome:
     """Add Parquet data files written elsewhere (Spark executors) as batch ``batch_id``.
@@ -89,6 +97,10 @@ def commit_files(
     that happens to read rows (Kinesis reads are capped by time, so a replay may see
     records the first run did not) would commit them while the next batch, which started
     where the first run stopped, reads them again. ``summary`` is not recorded then.
+
+    ``prepare(table)`` runs before every attempt, on the freshly refreshed table, once the
+    watermark said the batch is new: it returns summary entries derived from that base
+    (merged with ``summary``) or raises to refuse the batch.
 
     The duplicate-file check of ``add_files`` is off: it reads every manifest of the table
     on every commit, and the watermark already makes a batch idempotent. Callers must name
@@ -107,6 +119,7 @@ def commit_files(
         writer_id=writer_id,
         batch_id=batch_id,
         summary=summary,
+        prepare=prepare,
         max_attempts=max_attempts,
     )
     if outcome.committed:
@@ -147,6 +160,7 @@ def commit_arrow(
         writer_id=writer_id,
         batch_id=batch_id,
         summary=summary,
+        prepare=None,
         max_attempts=max_attempts,
     )
     if outcome.committed:
@@ -163,6 +177,7 @@ def _commit_batch(
     writer_id: str,
     batch_id: int,
     summary: dict[str, str] | None,
+    prepare: Callable[[Table], dict[str, str]] | None,
     max_attempts: int,
 ) -> CommitOutcome:
     """The retry loop shared by both entry points; ``stage`` adds the batch's data."""
@@ -170,11 +185,6 @@ def _commit_batch(
         raise ValueError("writer_id must be a non-empty string")
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    snapshot_properties = {
-        **(summary or {}),
-        keys.WRITER_ID: writer_id,
-        keys.BATCH_ID: str(batch_id),
-    }
     # The caller's table object may be minutes old; deciding on it would waste an attempt.
     table.refresh()
     attempt = 0
@@ -189,10 +199,19 @@ def _commit_batch(
                 last,
             )
             return CommitOutcome(False, True, None, attempt, 0, None)
+        snapshot_properties = {
+            **(summary or {}),
+            **(prepare(table) if prepare is not None else {}),
+            keys.WRITER_ID: writer_id,
+            keys.BATCH_ID: str(batch_id),
+        }
+        properties = {watermark_property(writer_id): str(batch_id)}
+        if keys.POSITIONS in snapshot_properties:
+            properties[keys.POSITIONS] = snapshot_properties[keys.POSITIONS]
         view = fail_fast(table)
         tx = view.transaction()
         stage(tx, snapshot_properties)
-        tx.set_properties({watermark_property(writer_id): str(batch_id)})
+        tx.set_properties(properties)
         try:
             tx.commit_transaction()
         except CommitFailedException:

@@ -161,6 +161,31 @@ def remove_orphan_files(table: Table, *, older_than_ms: int) -> MaintenanceRepor
     return _with_live_files(report, table, before=False)
 
 
+def delete_unreferenced(table: Table, paths: list[str]) -> int:
+    """Delete those of ``paths`` that no snapshot of ``table`` references; return how many.
+
+    For a writer's own new files after a failed or skipped commit. An exception from a
+    commit does not prove it did not land (a catalog can apply it and lose the answer),
+    so the table is refreshed and read before anything is deleted.
+    """
+    if not paths:
+        return 0
+    table.refresh()
+    referenced = _referenced_paths(table)
+    unreferenced = [p for p in paths if PyArrowFileIO.parse_location(p)[2] not in referenced]
+    kept = len(paths) - len(unreferenced)
+    if kept:
+        logger.warning(
+            "%d of %d files of a failed commit to %s are referenced by the table (the commit "
+            "landed): kept",
+            kept,
+            len(paths),
+            table.name(),
+        )
+    delete_files(table.io.properties, table.location(), unreferenced)
+    return len(unreferenced)
+
+
 def _small_files_by_partition(
     table: Table, target_file_size_bytes: int, min_input_files: int
 ) -> list[list[FileScanTask]]:
@@ -206,16 +231,17 @@ def _rewrite_partition(
                     rewrite.append_data_file(data_file)
             tx.commit_transaction()
         except ValidationException:
+            # Also what a retry sees when its previous attempt landed but raised: the
+            # old files are gone because this compaction removed them.
             logger.warning(
                 "Compaction of a partition of %s abandoned: its files changed meanwhile",
                 target.identifier,
             )
-            delete_files(target.io_properties, target.location, new_paths)
-            table.refresh()
+            delete_unreferenced(table, new_paths)
             return
         except CommitFailedException:
             if attempt == DEFAULT_MAX_ATTEMPTS:
-                delete_files(target.io_properties, target.location, new_paths)
+                delete_unreferenced(table, new_paths)
                 raise
             backoff(attempt)
             table.refresh()

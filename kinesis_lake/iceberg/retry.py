@@ -7,6 +7,13 @@ watermark staged with the data would not be re-checked (two instances of one wri
 both commit batch N), and a compaction would be rebased by rules that reject it anyway.
 So our commits run on a :func:`fail_fast` view of the table, and the callers' own loops
 refresh, re-check and rebuild the transaction between attempts.
+
+The view also never deletes a file. On ``CommitFailedException`` pyiceberg deletes the
+manifests and manifest list it wrote for the commit, trusting the exception to mean
+"did not land"; a catalog that applied the commit and lost its answer (a transport
+retry of the same request then fails its requirements) raises exactly that, and the
+table would point at deleted metadata. Files of commits that truly failed are left to
+orphan-file removal, which deletes only what the table does not reference.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import random
 import time
 
+from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.table import Table, TableProperties
 
 _FIRST_WAIT_SECONDS = 0.05
@@ -33,10 +41,27 @@ def fail_fast(table: Table) -> Table:
         table.name(),
         table.metadata.model_copy(update={"properties": properties}),
         table.metadata_location,
-        table.io,
+        _KeepFiles(table.io),
         table.catalog,
         table.config,
     )
+
+
+class _KeepFiles(FileIO):
+    """``io`` with deletes turned off: a failed commit's outcome is not proof enough."""
+
+    def __init__(self, io: FileIO) -> None:
+        super().__init__(io.properties)
+        self._io = io
+
+    def new_input(self, location: str) -> InputFile:
+        return self._io.new_input(location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self._io.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        """Keep the file; orphan-file removal deletes it once nothing references it."""
 
 
 def adopt_commit(table: Table, view: Table) -> None:

@@ -6,6 +6,8 @@ interpret them, so both sides must agree on the spelling.
 
 from __future__ import annotations
 
+import json
+
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
@@ -19,6 +21,8 @@ COMPACTION = "compaction"
 
 # The last committed sequence number of every shard, as JSON {shard id: sequence number}:
 # the table itself says how far the stream has been committed (see the Iceberg sink).
+# Written both into the committing snapshot's summary (history) and, in the same
+# transaction, into the table property of the same name, which no expiry removes.
 POSITIONS = "kinesis-lake.positions"
 
 
@@ -41,3 +45,18 @@ def latest_summary_value(table: Table, key: str) -> tuple[str, Snapshot] | None:
         if summary is not None and key in summary.additional_properties:
             return summary.additional_properties[key], snapshot
     return None
+
+
+def committed_positions(table: Table) -> dict[str, str]:
+    """The last committed sequence number per shard, without reading any data file.
+
+    The table property is authoritative: every commit of the sink writes it with its data,
+    and it survives snapshot expiry, which can leave only maintenance snapshots (that
+    carry no positions). Tables last written before the property existed fall back to
+    the newest snapshot summary holding positions.
+    """
+    value = table.properties.get(POSITIONS)
+    if value is None:
+        found = latest_summary_value(table, POSITIONS)
+        value = found[0] if found else None
+    return json.loads(value) if value is not None else {}

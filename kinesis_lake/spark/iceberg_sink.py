@@ -11,8 +11,12 @@ because no Iceberg Spark runtime jar can be had here:
   (:func:`kinesis_lake.iceberg.commit.commit_files`). A batch id the writer already
   committed is skipped and its new files deleted, so Spark's replay of a batch after a
   crash between the Iceberg commit and Spark's own checkpoint never duplicates rows.
-* ``abort`` deletes the files of a failed batch. Files of tasks that died before
-  reporting are unreferenced and fall to orphan-file removal.
+  The positions and the stale-checkpoint guard below are decided on the base of every
+  commit attempt, so two writers racing to commit cannot both pass the guard.
+* ``abort`` deletes the files of a failed batch that the refreshed table does not
+  reference: a commit can land and still raise (a lost answer), so the exception alone
+  never justifies a delete. Files of tasks that died before reporting are unreferenced
+  and fall to orphan-file removal.
 
 The writer id defaults to the streaming query's id, which Spark keeps in the checkpoint:
 a fresh checkpoint is a new writer (so its batch ids, restarting at 0, are not mistaken for
@@ -38,6 +42,7 @@ under), ``positionColumns`` and ``summary.<key>`` (extra snapshot-summary entrie
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,10 +59,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, open_catalog
-from kinesis_lake.iceberg.commit import CommitOutcome, commit_files, last_committed_batch
-from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
-from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
+from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
+from kinesis_lake.iceberg.maintenance import delete_unreferenced
+from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
 from kinesis_lake.spark.worker_process import freeze_imported_objects
+
+logger = logging.getLogger(__name__)
 
 SINK_NAME = "kinesis_lake_iceberg"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -199,21 +207,52 @@ class _FileWritingTask:
             return None  # no task ran: an empty micro-batch has nothing to make durable
         table = self.options.load_table()
         summary = {**self.options.summary, "kinesis-lake.rows": str(sum(m.rows for m in written))}
-        if self.options.position_columns is not None:
-            positions = committed_positions(table)
-            _refuse_overlap(table, written, positions, writer, batch_id, self.target, paths)
+
+        def positions_on(base) -> dict[str, str]:
+            """Guard and merged positions, decided on the base this attempt commits to."""
+            positions = committed_positions(base)
+            _refuse_overlap(base, written, positions, batch_id)
             for message in written:
                 positions = merge_positions(positions, message.positions)
-            summary[POSITIONS] = json.dumps(positions, sort_keys=True)
-        outcome = commit_files(table, paths, writer_id=writer, batch_id=batch_id, summary=summary)
-        if outcome.skipped_duplicate and paths:
-            delete_files(self.target.io_properties, self.target.location, paths)
+            return {POSITIONS: json.dumps(positions, sort_keys=True)}
+
+        prepare = positions_on if self.options.position_columns is not None else None
+        try:
+            outcome = commit_files(
+                table, paths, writer_id=writer, batch_id=batch_id, summary=summary, prepare=prepare
+            )
+        except OverlappingPositionsError:
+            delete_unreferenced(table, paths)
+            raise
+        if outcome.skipped_duplicate:
+            # Not necessarily orphans: an attempt that landed but was reported as failed
+            # (a lost answer) makes the batch a duplicate of itself.
+            delete_unreferenced(table, paths)
         return outcome
 
     def _abort(self, messages: list) -> None:
+        """Delete the batch's files that no snapshot references, after a refresh.
+
+        Spark aborts for ANY exception of ``commit``, including one raised after the
+        catalog applied the commit (a lost answer): the exception proves nothing, so only
+        files the refreshed table does not reference are deleted. When the table cannot
+        be read, nothing is deleted; orphan-file removal reclaims what is truly unused.
+        """
         paths = [p for m in messages if isinstance(m, DataFilesWritten) for p in m.paths]
-        if paths:
-            delete_files(self.target.io_properties, self.target.location, paths)
+        if not paths:
+            return
+        try:
+            table = self.options.load_table()
+        except Exception:
+            logger.warning(
+                "Abort of a batch of %s kept its %d files: the table could not be read to "
+                "prove them unreferenced (orphan-file removal reclaims them)",
+                self.options.table,
+                len(paths),
+                exc_info=True,
+            )
+            return
+        delete_unreferenced(table, paths)
 
 
 class IcebergStreamWriter(_FileWritingTask, DataSourceStreamArrowWriter):
@@ -244,23 +283,15 @@ class OverlappingPositionsError(RuntimeError):
 
 
 def _refuse_overlap(
-    table,
-    written: list[DataFilesWritten],
-    committed: dict[str, str],
-    writer: str,
-    batch_id: int,
-    target: TableWriteTarget,
-    paths: list[str],
+    table, written: list[DataFilesWritten], committed: dict[str, str], batch_id: int
 ) -> None:
-    """Fail the batch, deleting its files, if it would add records twice.
+    """Refuse a batch that would add records at or before positions ``table`` committed.
 
-    A replay of a batch this writer already committed is not an overlap: the commit
-    skips it. Anything else that starts at or before a committed position comes from a
-    checkpoint that fell behind the table, and committing it would duplicate rows.
+    Called on the base of every commit attempt, after the watermark said the batch is new
+    for its writer (a replay of its own batch is skipped before this). A batch that
+    starts at or before a committed position comes from a checkpoint that fell behind
+    the table, and committing it would duplicate rows.
     """
-    already = last_committed_batch(table, writer)
-    if already is not None and batch_id <= already:
-        return
     overlap = {
         shard: sequence
         for message in written
@@ -268,11 +299,9 @@ def _refuse_overlap(
         if shard in committed and int(sequence) <= int(committed[shard])
     }
     if overlap:
-        if paths:
-            delete_files(target.io_properties, target.location, paths)
         shard, sequence = sorted(overlap.items())[0]
         raise OverlappingPositionsError(
-            f"Batch {batch_id} of writer {writer} starts at or before what {table.name()} "
+            f"Batch {batch_id} starts at or before what {table.name()} "
             f"has already committed (shard {shard}: record {sequence}, committed up to "
             f"{committed[shard]}; {len(overlap)} shard(s) in all). Its checkpoint is behind "
             "the table, so another query has ingested this range: committing would "
@@ -314,12 +343,6 @@ def merge_positions(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
     for shard, sequence in new.items():
         merged[shard] = _higher(merged.get(shard), sequence)
     return merged
-
-
-def committed_positions(table) -> dict[str, str]:
-    """The last committed sequence number per shard, from snapshot summaries alone."""
-    found = latest_summary_value(table, POSITIONS)
-    return json.loads(found[0]) if found else {}
 
 
 def _with_batch_id(

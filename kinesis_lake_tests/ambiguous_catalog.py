@@ -1,0 +1,152 @@
+"""A SQL catalog that fails commits on demand, ambiguously or cleanly.
+
+What it models: in production the client does not always learn what happened to a
+commit. A REST catalog answers ``CommitStateUnknownException`` after a gateway timeout, a
+Postgres connection drops while ``COMMIT`` is on the wire, a Glue call times out after
+the update went through, a stop interrupts the driver between the catalog's answer and
+the caller. In all of these the commit HAS LANDED and the caller sees an exception.
+SQLite and kinesalite never do that, so no test of ours could see code that treats "an
+exception" as "nothing was committed" (for example by deleting the batch's files).
+
+Faults, taken in order, one per commit (of any table, or of the named table):
+
+* ``LANDS_THEN_RAISES``: the commit is applied by the real SQL catalog, then the call
+  raises (``error``: ``unknown`` -> ``CommitStateUnknownException``, ``conflict`` ->
+  ``CommitFailedException``, the lie a retrying client can hear when its first attempt's
+  answer is lost, ``generic`` -> ``ConnectionError``).
+* ``RAISES_BEFORE``: the call raises and nothing is applied (the clean failure every
+  catalog can produce).
+
+Arming works across processes: faults live in a JSON file named by the catalog property
+``kinesis-lake.fault-file``, read and consumed under a file lock on every commit. A test
+arms it with :func:`arm` while Spark's driver (the same process in local mode) commits;
+the soak script arms it for its ingestion subprocesses the same way. Use the catalog by
+exporting :func:`catalog_environment` (pyiceberg loads it through ``py-catalog-impl``).
+
+:func:`pause_commits` is for in-process tests that must interleave two writers: the hook
+runs inside ``commit_table`` before the commit is applied, after the caller loaded its
+table and staged its transaction.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.update import TableRequirement, TableUpdate
+
+from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, local_catalog_properties
+
+FAULT_FILE_PROPERTY = "kinesis-lake.fault-file"
+LANDS_THEN_RAISES = "lands-then-raises"
+RAISES_BEFORE = "raises-before"
+_ERRORS: dict[str, Callable[[str], Exception]] = {
+    "unknown": CommitStateUnknownException,
+    "conflict": CommitFailedException,
+    "generic": ConnectionError,
+}
+
+_hooks: list[Callable[[str], None]] = []
+_hooks_lock = threading.Lock()
+
+
+class AmbiguousCatalog(SqlCatalog):
+    """``SqlCatalog`` whose ``commit_table`` obeys the faults armed in its fault file."""
+
+    def commit_table(
+        self,
+        table: Table,
+        requirements: tuple[TableRequirement, ...],
+        updates: tuple[TableUpdate, ...],
+    ) -> CommitTableResponse:
+        name = ".".join(table.name()) if isinstance(table.name(), tuple) else str(table.name())
+        with _hooks_lock:
+            hooks = list(_hooks)
+        for hook in hooks:
+            hook(name)
+        fault = _take_fault(self.properties.get(FAULT_FILE_PROPERTY), name)
+        if fault is None:
+            return super().commit_table(table, requirements, updates)
+        error = _ERRORS[fault.get("error", "unknown")]
+        if fault["mode"] == RAISES_BEFORE:
+            raise error(f"injected: commit of {name} failed before it was applied")
+        super().commit_table(table, requirements, updates)
+        raise error(f"injected: commit of {name} was applied, then the answer was lost")
+
+
+def catalog_environment(
+    data_dir: Path, fault_file: Path, name: str = DEFAULT_CATALOG_NAME
+) -> dict[str, str]:
+    """``PYICEBERG_CATALOG__*`` variables that make catalog ``name`` an AmbiguousCatalog.
+
+    Same SQLite database and warehouse as the local default under ``data_dir``, so a
+    test can switch an existing lake to it and back.
+    """
+    properties = {
+        key: value for key, value in local_catalog_properties(data_dir).items() if key != "type"
+    }
+    properties["py-catalog-impl"] = f"{__name__}.{AmbiguousCatalog.__name__}"
+    properties[FAULT_FILE_PROPERTY] = str(fault_file.resolve())
+    (data_dir / "warehouse").mkdir(parents=True, exist_ok=True)
+    prefix = f"PYICEBERG_CATALOG__{name.upper()}__"
+    return {prefix + key.upper().replace("-", "_"): value for key, value in properties.items()}
+
+
+def arm(
+    fault_file: Path, mode: str, *, error: str = "unknown", table: str | None = None, times: int = 1
+) -> None:
+    """Queue ``times`` faults of ``mode`` for the next commits (of ``table``, if named)."""
+    if mode not in (LANDS_THEN_RAISES, RAISES_BEFORE) or error not in _ERRORS:
+        raise ValueError(f"unknown fault {mode!r} / error {error!r}")
+    with _locked(fault_file) as faults:
+        faults.extend({"mode": mode, "error": error, "table": table} for _ in range(times))
+
+
+def pending(fault_file: Path) -> int:
+    """How many armed faults no commit has consumed yet."""
+    with _locked(fault_file) as faults:
+        return len(faults)
+
+
+@contextmanager
+def pause_commits(hook: Callable[[str], None]) -> Iterator[None]:
+    """Run ``hook(table name)`` in every commit of this process before it is applied."""
+    with _hooks_lock:
+        _hooks.append(hook)
+    try:
+        yield
+    finally:
+        with _hooks_lock:
+            _hooks.remove(hook)
+
+
+def _take_fault(fault_file: str | None, table: str) -> dict | None:
+    if not fault_file:
+        return None
+    with _locked(Path(fault_file)) as faults:
+        for index, fault in enumerate(faults):
+            if fault.get("table") in (None, table):
+                return faults.pop(index)
+    return None
+
+
+@contextmanager
+def _locked(fault_file: Path) -> Iterator[list[dict]]:
+    """The fault list, read and written back under an exclusive lock on the file."""
+    fault_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(fault_file, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        text = handle.read()
+        faults: list[dict] = json.loads(text) if text.strip() else []
+        yield faults
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(faults))

@@ -1,0 +1,218 @@
+"""Commits whose outcome the client gets wrong: files of a landed commit must survive.
+
+The sink and compaction run against :class:`AmbiguousCatalog`, which applies a commit and
+then raises (a lost answer) or raises before applying it. After every failure and the
+replay that follows, every row must be readable (no data file missing) and there once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyiceberg.exceptions import CommitStateUnknownException
+
+from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+from kinesis_lake.iceberg.data_files import TableWriteTarget
+from kinesis_lake.iceberg.maintenance import compact, expire_snapshots
+from kinesis_lake.iceberg.raw_table import ensure_raw_table
+from kinesis_lake.spark.iceberg_sink import (
+    IcebergStreamWriter,
+    OverlappingPositionsError,
+    SinkOptions,
+    committed_positions,
+)
+from kinesis_lake_tests.ambiguous_catalog import (
+    LANDS_THEN_RAISES,
+    RAISES_BEFORE,
+    AmbiguousCatalog,
+    arm,
+    catalog_environment,
+    pause_commits,
+    pending,
+)
+from kinesis_lake_tests.spark.test_iceberg_sink import raw_batch
+
+
+@pytest.fixture
+def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make catalog ``kinesis_lake`` under tmp_path/data an AmbiguousCatalog."""
+    fault_file = tmp_path / "faults.json"
+    for key, value in catalog_environment(tmp_path / "data", fault_file).items():
+        monkeypatch.setenv(key, value)
+    return fault_file
+
+
+def sink(data_dir: Path, writer_id: str = "query-1") -> IcebergStreamWriter:
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    assert isinstance(catalog, AmbiguousCatalog)
+    ensure_namespace(catalog, "lake")
+    table = ensure_raw_table(catalog, "lake.raw")
+    options = SinkOptions.parse(
+        {
+            "table": "lake.raw",
+            "dataDir": str(data_dir),
+            "writerId": writer_id,
+            "positionColumns": "shard_id,sequence_number",
+        }
+    )
+    return IcebergStreamWriter(options, TableWriteTarget.from_table(table))
+
+
+def sequences(data_dir: Path) -> Counter:
+    """Every (shard, sequence number) of the table, read from its data files."""
+    table = open_catalog("kinesis_lake", data_dir=data_dir).load_table("lake.raw")
+    rows = table.scan(selected_fields=("shard_id", "sequence_number")).to_arrow()
+    return Counter(
+        zip(
+            rows.column("shard_id").to_pylist(),
+            rows.column("sequence_number").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def expected(shard: str, first: int, rows: int) -> Counter:
+    return Counter((shard, str(first + i)) for i in range(rows))
+
+
+def exists(path: str) -> bool:
+    return Path(path.removeprefix("file://")).exists()
+
+
+@pytest.mark.parametrize("error", ["unknown", "generic"])
+def test_abort_after_a_commit_that_landed_then_raised_keeps_its_files(faults, tmp_path, error):
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    arm(faults, LANDS_THEN_RAISES, error=error)
+    first = writer.write(iter([raw_batch("a", 100, 50)]))
+    with pytest.raises((CommitStateUnknownException, ConnectionError)):
+        writer.commit([first], batchId=0)
+    assert pending(faults) == 0
+    writer.abort([first], batchId=0)  # what Spark does for any exception of commit
+    assert all(exists(p) for p in first.paths), "abort deleted files the table references"
+
+    replay = writer.write(iter([raw_batch("a", 100, 50)]))
+    writer.commit([replay], batchId=0)
+    assert not any(exists(p) for p in replay.paths), "the replay's own files are orphans"
+    assert sequences(data_dir) == expected("a", 100, 50)
+
+
+def test_a_landed_commit_reported_as_a_conflict_is_skipped_without_deleting_its_files(
+    faults, tmp_path
+):
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    arm(faults, LANDS_THEN_RAISES, error="conflict")
+    message = writer.write(iter([raw_batch("a", 100, 50)]))
+    outcome = writer._commit([message], 0, "query-1")
+    assert outcome is not None and outcome.skipped_duplicate
+    assert all(exists(p) for p in message.paths)
+    assert sequences(data_dir) == expected("a", 100, 50)
+    assert committed_positions(writer.options.load_table()) == {"a": "149"}
+
+
+def test_a_commit_that_failed_before_landing_is_cleaned_up_and_replayed_once(faults, tmp_path):
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    arm(faults, RAISES_BEFORE, error="generic")
+    first = writer.write(iter([raw_batch("a", 100, 50)]))
+    with pytest.raises(ConnectionError):
+        writer.commit([first], batchId=0)
+    writer.abort([first], batchId=0)
+    assert not any(exists(p) for p in first.paths), "unreferenced files of an abort stay"
+    replay = writer.write(iter([raw_batch("a", 100, 50)]))
+    writer.commit([replay], batchId=0)
+    assert sequences(data_dir) == expected("a", 100, 50)
+
+
+def test_compaction_whose_commit_landed_then_raised_loses_no_rows(faults, tmp_path):
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    for batch in range(4):
+        writer.commit([writer.write(iter([raw_batch("a", 100 + batch * 10, 10)]))], batchId=batch)
+    table = writer.options.load_table()
+    arm(faults, LANDS_THEN_RAISES, error="conflict", table="lake.raw")
+    report = compact(table, target_file_size_bytes=64 * 1024 * 1024)
+    assert pending(faults) == 0
+    assert sequences(data_dir) == expected("a", 100, 40)
+    table.refresh()
+    live = [task.file.file_path for task in table.scan().plan_files()]
+    assert len(live) < 4 and all(exists(p) for p in live), report
+
+
+def test_positions_survive_compaction_and_expiry_and_still_guard_the_table(faults, tmp_path):
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    writer.commit([writer.write(iter([raw_batch("a", 100, 10), raw_batch("b", 7, 3)]))], 0)
+    writer.commit([writer.write(iter([raw_batch("a", 110, 10)]))], 1)
+    table = writer.options.load_table()
+    compact(table, target_file_size_bytes=64 * 1024 * 1024, min_input_files=2)
+    table.refresh()
+    current = table.current_snapshot()
+    assert current is not None and current.summary.get("kinesis-lake.operation") == "compaction"
+    expire_snapshots(table, older_than_ms=current.timestamp_ms + 1, retain_last=1)
+    table.refresh()
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [current.snapshot_id]
+
+    assert committed_positions(table) == {"a": "119", "b": "9"}
+    # What a restart resumes after, and what a stale checkpoint is refused against:
+    stale = sink(data_dir, writer_id="stale-query")
+    with pytest.raises(OverlappingPositionsError):
+        stale.commit([stale.write(iter([raw_batch("a", 115, 10)]))], batchId=0)
+    stale.commit([stale.write(iter([raw_batch("a", 120, 5)]))], batchId=1)
+    assert sequences(data_dir) == expected("a", 100, 25) + expected("b", 7, 3)
+    assert committed_positions(writer.options.load_table()) == {"a": "124", "b": "9"}
+
+
+def test_conflicts_raised_before_landing_are_retried_by_the_sink(faults, tmp_path):
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    arm(faults, RAISES_BEFORE, error="conflict", times=2)
+    outcome = writer._commit([writer.write(iter([raw_batch("a", 1, 5)]))], 0, "query-1")
+    assert outcome is not None and outcome.committed and outcome.attempts == 3
+    assert sequences(data_dir) == expected("a", 1, 5)
+
+
+def test_two_writers_racing_between_load_and_commit_never_both_commit_a_range(faults, tmp_path):
+    """A stale checkpoint's query and the live one commit the same records at once.
+
+    The first writer is held inside the catalog's commit (its table loaded, guard passed,
+    transaction staged) until the second has committed: its commit then conflicts, and
+    its retry must see the other's positions and refuse, not commit the rows again.
+    """
+    data_dir = tmp_path / "data"
+    live, stale = sink(data_dir, "live-query"), sink(data_dir, "stale-query")
+    live.commit([live.write(iter([raw_batch("a", 1, 10)]))], batchId=0)
+    held, other_done = threading.Event(), threading.Event()
+    first_in = threading.Lock()
+    results: dict[str, object] = {}
+
+    def hold_first(_table: str) -> None:
+        if first_in.acquire(blocking=False):
+            held.set()
+            assert other_done.wait(timeout=120)
+
+    def commit(writer: IcebergStreamWriter, batch_id: int) -> None:
+        message = writer.write(iter([raw_batch("a", 11, 10)]))
+        try:
+            writer.commit([message], batchId=batch_id)
+            results[writer.options.writer_id] = "committed"
+        except OverlappingPositionsError as error:
+            writer.abort([message], batchId=batch_id)
+            results[writer.options.writer_id] = error
+
+    with pause_commits(hold_first):
+        first = threading.Thread(target=commit, args=(stale, 5))
+        first.start()
+        assert held.wait(timeout=120)
+        commit(live, 1)
+        other_done.set()
+        first.join()
+
+    assert results["live-query"] == "committed"
+    assert isinstance(results["stale-query"], OverlappingPositionsError)
+    assert sequences(data_dir) == expected("a", 1, 20)
+    assert committed_positions(live.options.load_table()) == {"a": "20"}
