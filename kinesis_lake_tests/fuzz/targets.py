@@ -142,7 +142,16 @@ def seeds(target: str) -> list[bytes]:
             b'{"id":"e1","kind":"click","l":1,"i":2,"d":1.5,"f":2.5,"b":true,'
             b'"t":"2024-05-01T10:00:00Z","dt":"2024-05-01","m":"12.34"}'
         )
-        return [event, event + b"\x00" + b'{"id":"e2","t":1714557600000}', b"[]\x00{}"]
+        hostile = [  # the shapes issue 15 found, for the fuzzer to mutate further
+            b'{"id":"d","kind":"k","t":"2024-05-01T10:00:00Z","l":'
+            + b"[" * 1000
+            + b"]" * 1000
+            + b"}",
+            b'{"id":"y","kind":"t","t":"9999-12-31T23:59:30Z","d":1e400,"l":' + b"9" * 5000 + b"}",
+            b'\xef\xbb\xbf{"id":"a","id":"b","kind":"k","t":1714557600,"m":"1e3"}',
+            b'{"id":"","kind":"k","t":"1714557600000","dt":"0001-01-01","f":3.5e38}',
+        ]
+        return [event, event + b"\x00" + b'{"id":"e2","t":1714557600000}', b"[]\x00{}", *hostile]
     return [b"\x03" + bytes(range(64))]
 
 
