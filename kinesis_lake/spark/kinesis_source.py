@@ -181,6 +181,7 @@ class ShardReadTask(InputPartition):
     cutoff_ms: int | None
     quiet_since_ms: int | None
     retention_ms: int
+    processed_through: str | None
     not_before_ms: int
     metadata_path: str
     fail_on_data_loss: bool
@@ -323,6 +324,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 cutoff_ms=plan.cutoff_ms,
                 quiet_since_ms=plan.shards[shard_id].tip_ms,
                 retention_ms=stream.retention_hours * 3_600_000,
+                processed_through=_processed_through(self.options, shard_id),
                 not_before_ms=not_before_ms,
                 metadata_path=self.options.metadata_path,
                 fail_on_data_loss=self.options.fail_on_data_loss,
@@ -345,6 +347,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = pinned.outcome.last_sequence_number if pinned is not None else None
         if pinned is not None and end is None:
             return  # the first attempt found nothing; the replay must find nothing too
+        if end is not None and _already_processed(task.processed_through, end):
+            # A replay of a range the sink already holds: Spark died after the sink's
+            # commit and before its own. The sink skips the batch, so re-reading it is
+            # pointless, and after an outage longer than retention it is impossible.
+            return
         _wait_until(task.not_before_ms)
         reader = ShardReader(
             kinesis_client(task.endpoint_url, task.region_name),
@@ -370,6 +377,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise _data_loss(task, outcome.data_loss)
         if pinned is None:
             store.save(task.run_id, task.epoch, ProgressRecord(outcome, _reader_identity()))
+
+
+def _processed_through(options: KinesisSourceOptions, shard_id: str) -> str | None:
+    """The last sequence number a JSON startingPosition says was already processed."""
+    start = options.per_shard_start.get(shard_id)
+    return start.sequence_number if start is not None else None
+
+
+def _already_processed(processed_through: str | None, end: str) -> bool:
+    return processed_through is not None and int(processed_through) >= int(end)
 
 
 def _wait_until(epoch_ms: int) -> None:
@@ -420,8 +437,8 @@ def records_to_arrow(
 
 
 _REQUIRED_COLUMNS = [f.name for f in KINESIS_ARROW_SCHEMA if not f.nullable]
-_MIN_ARRIVAL_MS, _MAX_ARRIVAL_MS = 0, (2**63 - 1) // 1000
-_MAX_INT64 = 2**63 - 1
+_MIN_INT64, _MAX_INT64 = -(2**63), 2**63 - 1
+_MIN_ARRIVAL_MS, _MAX_ARRIVAL_MS = -(2**63 // 1000), _MAX_INT64 // 1000  # as microseconds
 
 
 def _arrow_batch(
@@ -460,8 +477,10 @@ def _representable(shard_id: str, record: KinesisRecord) -> KinesisRecord:
         )
     )
     sub_sequence_number = record.sub_sequence_number
-    if not isinstance(sub_sequence_number, int) or not 0 <= sub_sequence_number <= _MAX_INT64:
-        problems.append(f"sub_sequence_number {sub_sequence_number!r} is not a 64-bit count")
+    if not isinstance(sub_sequence_number, int) or not (
+        _MIN_INT64 <= sub_sequence_number <= _MAX_INT64
+    ):
+        problems.append(f"sub_sequence_number {sub_sequence_number!r} is not a 64-bit integer")
         sub_sequence_number = 0
     arrival_ms = record.arrival_ms
     if not isinstance(arrival_ms, int) or not _MIN_ARRIVAL_MS <= arrival_ms <= _MAX_ARRIVAL_MS:
