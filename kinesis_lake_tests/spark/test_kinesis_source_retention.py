@@ -11,6 +11,7 @@ import json
 import shutil
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -121,3 +122,25 @@ def test_records_that_expired_unread_are_data_loss(spark, clock, settings_factor
     assert len(raw_keys(settings)) == 10
     # Withheld from the reader: its resume record and the four that expired unread.
     assert clock.trimmed == {PARENT: 5}
+
+
+def test_replaying_a_committed_batch_after_its_records_expired(spark, clock, settings_factory):
+    """Issue 10 defect 7: the sink committed a batch, Spark died before its commit log
+    entry, and the outage outlasted retention: the replay could not re-read the batch's
+    pinned range and failed, although the sink would have skipped it anyway."""
+    settings = settings_factory(clock, shard_count=1)
+    produce(settings, 10, seed=1)
+    clock.advance(10 * 3600)
+    run_ingestion(spark, settings)
+    commits = Path(checkpoint_location(settings)) / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    # As if Spark died after the sink's commit, before its own (and its checksum file).
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    clock.advance(15 * 3600)  # the batch's records are gone; the last read is recent
+    produce(settings, 5, seed=2)
+
+    result = run_ingestion(spark, settings)
+
+    assert result.rows == 5
+    assert_exactly_once(settings, 15)
