@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime, timezone
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -89,6 +89,17 @@ def _checked_int(text: str) -> int:
     return int(text)
 
 
+def _exact_decimal(text: str) -> Decimal:
+    """``Decimal(text)``, failing as a JSON error does (ValueError) and not with
+    ``InvalidOperation``, which an exponent past Decimal's limits raises."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        raise ValueError(
+            f"number {text[:40]} has an exponent beyond what a decimal can hold"
+        ) from None
+
+
 def _decoder(schema: EventSchema, *, checked_ints: bool = False) -> json.JSONDecoder:
     """Strict JSON (Python otherwise accepts NaN and Infinity); fractions are decoded as
     ``Decimal`` only when a decimal field needs their exact digits, because it is slower.
@@ -99,7 +110,7 @@ def _decoder(schema: EventSchema, *, checked_ints: bool = False) -> json.JSONDec
     exact = any(decimal_params(field.type) for field in schema.fields)
     return json.JSONDecoder(
         parse_constant=_reject_constant,
-        parse_float=Decimal if exact else parse_json_float,
+        parse_float=_exact_decimal if exact else parse_json_float,
         parse_int=_checked_int if checked_ints else None,
         object_pairs_hook=_object,
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kinesis_lake.events.parse import parse_events
+from kinesis_lake.events.schema import EventSchema
 from kinesis_lake_tests.events.raw import NOW, demo_schema, raw_table
 
 GOOD = {"event_id": "e1", "event_type": "click", "event_time": "2024-05-01T10:00:00Z"}
@@ -126,3 +127,23 @@ def test_reasons_say_what_is_wrong_in_the_record_terms(
 ) -> None:
     """Issue 15 defect 7."""
     assert _outcome(payload) == (error, field)
+
+
+DECIMAL_SCHEMA = EventSchema.from_dict(
+    {"name": "with_decimal", "fields": [{"name": "m", "type": "decimal(10,2)"}]}
+)
+
+
+@pytest.mark.parametrize("field", ["m", "undeclared"])
+def test_an_exponent_beyond_decimal_range_is_quarantined_not_raised(field: str) -> None:
+    """Found by the atheris parser target: with a decimal field declared, fractions decode
+    as Decimal, whose constructor raises InvalidOperation (not ValueError) for an exponent
+    past its limits, and one record stopped the whole parse, declared field or not."""
+    payload = b'{"m": 1.5, "' + field.encode() + b'": 1e1000000000000000000}'
+    if field == "m":
+        payload = b'{"m": 1e1000000000000000000}'
+    parsed, quarantine = parse_events(raw_table([payload]), DECIMAL_SCHEMA, now=NOW)
+    assert parsed.num_rows == 0
+    (row,) = quarantine.to_pylist()
+    assert row["payload"] == payload
+    assert "exponent" in row["error"] and "1e1000000000000000000" in row["error"]
