@@ -26,6 +26,7 @@ from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_cli
 from pydantic import Field, PrivateAttr
 
 from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError
+from kinesis_lake.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -259,6 +260,7 @@ class SparkResource(dg.ConfigurableResource):
         """One bounded (availableNow) ingestion run into the raw table."""
         from kinesis_lake.spark.ingest import run_ingestion
 
+        preflight(settings, event_schema=False)  # before the JVM starts, in one line
         return run_ingestion(self.session, settings)
 
     def ingest_continuously(
@@ -280,6 +282,7 @@ class SparkResource(dg.ConfigurableResource):
         from kinesis_lake.defs.assets import raw_batch_reporter
         from kinesis_lake.spark.ingest import run_continuous
 
+        preflight(settings, event_schema=False)
         return run_continuous(
             self.session,
             settings,
@@ -292,6 +295,7 @@ class SparkResource(dg.ConfigurableResource):
         """Bring parsed, quarantine and aggregate up to date with the raw table."""
         from kinesis_lake.spark.derive import refresh_derived
 
+        check_event_schema(settings)
         return refresh_derived(self.session, settings)
 
 
