@@ -31,6 +31,16 @@ class SettingsError(ValueError):
     """A setting has a value the pipeline cannot run with; the message says which and why."""
 
 
+def parse_bool(raw: str) -> bool:
+    """true/false, 1/0, yes/no (any case): what people write in env files."""
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError("use true or false")
+
+
 def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
@@ -46,6 +56,7 @@ class Settings:
     starting_position: str = "trim_horizon"
     starting_timestamp: str | None = None
     max_records_per_shard: int = 100_000
+    fail_on_data_loss: bool = True
     endpoint_kind: str = "auto"
     data_dir: Path = field(default_factory=lambda: _repo_root() / ".data")
     checkpoint_dir: str = ""
@@ -158,6 +169,8 @@ class _EnvSetting:
 
     def parse(self, raw: str) -> object:
         try:
+            if self.kind is bool:
+                return parse_bool(raw)
             if self.kind is Path:
                 return Path(raw).expanduser().resolve()
             return self.kind(raw)
@@ -197,6 +210,13 @@ _ENV_SPEC: tuple[_EnvSetting, ...] = (
         "max_records_per_shard",
         int,
         "Kinesis records read per shard per micro-batch.",
+    ),
+    _EnvSetting(
+        "KINESIS_LAKE_FAIL_ON_DATA_LOSS",
+        "fail_on_data_loss",
+        bool,
+        "true: stop ingestion when records expired (retention) before they were read, naming "
+        "the shard; false: skip the gap, count it (no_data_loss check) and go on.",
     ),
     _EnvSetting(
         "KINESIS_LAKE_ENDPOINT_KIND",
@@ -251,3 +271,8 @@ _ENV_SPEC: tuple[_EnvSetting, ...] = (
 
 ENV_VARIABLES: tuple[tuple[str, str], ...] = tuple((s.variable, s.attribute) for s in _ENV_SPEC)
 """(environment variable, Settings attribute) for every setting, for other front ends."""
+
+
+def parse_setting(variable: str, raw: str) -> object:
+    """``raw`` as the value of ``variable``; a bad one fails naming the variable."""
+    return next(spec for spec in _ENV_SPEC if spec.variable == variable).parse(raw)

@@ -25,7 +25,7 @@ from botocore.config import Config as BotocoreConfig
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
 from pydantic import Field, PrivateAttr
 
-from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError
+from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError, parse_setting
 from kinesis_lake.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _from_env(
 
     Unset (or empty, as ``Settings.from_env`` treats it) variables leave the field at its
     default. Integer fields take ``dg.EnvVar.int``; float fields take the value itself,
-    because Dagster 1.13 has no float ``EnvVar``.
+    because Dagster 1.13 has no float ``EnvVar`` (nor a boolean one).
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
@@ -61,8 +61,8 @@ def _from_env(
         annotation = cls.model_fields[attribute].annotation
         if annotation is int:
             values[attribute] = dg.EnvVar.int(variable)
-        elif annotation is float:
-            values[attribute] = float(raw)
+        elif annotation in (float, bool):
+            values[attribute] = parse_setting(variable, raw)
         else:
             values[attribute] = dg.EnvVar(variable)
     return cls(**values, **fixed)
@@ -93,6 +93,10 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     max_records_per_shard: int = Field(
         default=_default("max_records_per_shard"),
         description="Kinesis records read per shard per micro-batch.",
+    )
+    fail_on_data_loss: bool = Field(
+        default=_default("fail_on_data_loss"),
+        description="Stop on records that expired unread (true) or skip and count them (false).",
     )
     endpoint_kind: str = Field(
         default=_default("endpoint_kind"), description="Local endpoint kind (dev only)."

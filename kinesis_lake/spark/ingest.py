@@ -112,6 +112,7 @@ def start_ingestion_query(
         spark.readStream.format("kinesis")
         .option("streamName", settings.stream_name)
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
+        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
         .option("metadataPath", source_metadata_path(settings))
     )
     resume_after = committed_positions(table)

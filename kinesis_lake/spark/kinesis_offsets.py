@@ -225,9 +225,9 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         if given.fail_on_data_loss:
             raise SourcePlanningError(
                 f"Shard {shard_id} is no longer in the stream but was not read to its end: "
-                "its remaining records expired (retention) before they were read. Set "
-                "option failOnDataLoss=false to continue without them; the skipped range "
-                "is then counted in the source status."
+                "its remaining records expired (retention) before they were read. To go on "
+                "without them, set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option "
+                "failOnDataLoss=false) for one run; the skipped range is then counted."
             )
         del cursors[shard_id]
         skipped += 1

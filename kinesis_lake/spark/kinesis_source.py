@@ -415,8 +415,9 @@ def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
     return DataLossError(
         f"Data loss on stream {task.stream_name!r}, shard {task.shard_id}: {detail}. "
         "The records after the last committed position expired (retention) before they "
-        "were read. Set option failOnDataLoss=false to continue from the oldest record "
-        "still available; the skipped range is then counted in the source status."
+        "were read. To go on from the oldest record still available, set "
+        "KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option failOnDataLoss=false) for one "
+        "run; the skipped range is then counted."
     )
 
 

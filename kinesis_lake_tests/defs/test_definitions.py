@@ -135,6 +135,7 @@ def test_settings_resource_reads_the_same_variables_as_settings(monkeypatch, tmp
         "SPARK_MASTER": "local[1]",
         "KINESIS_LAKE_FRESHNESS_MINUTES": "3",
         "KINESIS_LAKE_QUARANTINE_WARN_RATIO": "0.25",
+        "KINESIS_LAKE_FAIL_ON_DATA_LOSS": "false",
     }
     # Every variable Settings documents is one the resource maps, and vice versa.
     assert {variable for variable, _, _ in Settings().describe()} == {v for v, _ in ENV_VARIABLES}
@@ -144,6 +145,7 @@ def test_settings_resource_reads_the_same_variables_as_settings(monkeypatch, tmp
     resolved = _resolve(PipelineSettingsResource.from_env()).settings()
 
     assert resolved == Settings.from_env(env)
+    assert resolved.fail_on_data_loss is False
 
 
 def test_unset_variables_fall_back_to_settings_defaults(monkeypatch):
@@ -162,6 +164,14 @@ def test_a_bad_value_fails_naming_the_variable(monkeypatch):
     monkeypatch.setenv("KINESIS_STARTING_POSITION", "yesterday")
     with pytest.raises(SettingsError, match="KINESIS_STARTING_POSITION"):
         _resolve(PipelineSettingsResource.from_env()).settings()
+
+
+def test_a_bad_boolean_fails_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("KINESIS_LAKE_FAIL_ON_DATA_LOSS", "maybe")
+    with pytest.raises(SettingsError, match="KINESIS_LAKE_FAIL_ON_DATA_LOSS='maybe'"):
+        PipelineSettingsResource.from_env()
+    with pytest.raises(SettingsError, match="use true or false"):
+        Settings.from_env({"KINESIS_LAKE_FAIL_ON_DATA_LOSS": "maybe"})
 
 
 def test_kinesis_resource_refuses_a_different_stream_than_the_settings(monkeypatch):
