@@ -22,6 +22,7 @@ from kinesis_lake_tests.ambiguous_catalog import (
     pending,
 )
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
+from kinesis_lake_tests.production.lake_checks import assert_derived_tables_add_up
 
 
 @pytest.mark.parametrize(
@@ -53,3 +54,26 @@ def test_a_raw_commit_that_landed_then_raised_loses_and_duplicates_nothing(
     assert {(shard, sequence) for shard, sequence, _ in keys} == stream_truth(settings)
     assert not [key for key, n in Counter(keys).items() if n > 1]
     assert len(keys) == 400
+
+
+@pytest.mark.parametrize("table", ["quarantine_table", "aggregate_table"])
+def test_a_derive_commit_that_landed_then_raised_leaves_the_derived_tables_adding_up(
+    kinesalite_endpoint, settings_factory, tmp_path, monkeypatch, table
+):
+    """Quarantine goes through the sink's batch writer, the aggregate through commit_arrow."""
+    settings = settings_factory(kinesalite_endpoint)
+    fault_file = tmp_path / "faults.json"
+    for key, value in catalog_environment(
+        settings.data_dir, fault_file, settings.catalog_name
+    ).items():
+        monkeypatch.setenv(key, value)
+    produce(settings, 200, malformed_every=10, seed=23)
+    arm(fault_file, LANDS_THEN_RAISES, table=getattr(settings, table))
+
+    first = run_cli(settings, "ingest", "--derive")
+    assert first.returncode != 0 and "injected" in first.stderr, first.stderr[-3000:]
+    again = run_cli(settings, "ingest", "--derive")
+    assert again.returncode == 0, again.stderr[-3000:]
+
+    assert pending(fault_file) == 0
+    assert_derived_tables_add_up(settings, raw=200, malformed=20)
