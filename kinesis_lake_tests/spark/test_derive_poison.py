@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_lake.config import Settings
-from kinesis_lake.iceberg.catalog import local_catalog_properties
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.spark.derive import refresh_derived
 from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
 from kinesis_lake_tests.pipeline_helpers import settings_env, table_rows
-from kinesis_lake_tests.spark.quarantine_commit_fails import QuarantineCommitFails
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,15 +140,13 @@ _DERIVE = (
 
 
 def derive_with_failing_quarantine_commit(settings: Settings) -> subprocess.CompletedProcess:
-    """Refresh in a new process whose catalog (the same SQLite database) refuses snapshots of
-    the quarantine table, so the refresh dies right after the parsed commit landed."""
-    local = local_catalog_properties(settings.data_dir)
-    prefix = f"PYICEBERG_CATALOG__{settings.catalog_name.upper()}__"
+    """Refresh in a new process whose catalog (the same SQLite database) refuses the next
+    commit of the quarantine table, so the refresh dies right after the parsed commit."""
+    faults = settings.data_dir.parent / "catalog-faults.json"
+    arm(faults, RAISES_BEFORE, error="generic", table=settings.quarantine_table)
     env = {
         **settings_env(settings),
-        f"{prefix}URI": local["uri"],
-        f"{prefix}WAREHOUSE": local["warehouse"],
-        f"{prefix}PY_CATALOG_IMPL": f"{QuarantineCommitFails.__module__}.QuarantineCommitFails",
+        **catalog_environment(settings.data_dir, faults, settings.catalog_name),
         "PYTHONPATH": str(REPO),
     }
     return subprocess.run(
@@ -182,7 +179,7 @@ def test_a_crash_between_the_parsed_and_quarantine_commits_duplicates_nothing(
     crashed = derive_with_failing_quarantine_commit(settings)
 
     assert crashed.returncode != 0
-    assert "injected: the process died before the quarantine commit" in crashed.stderr
+    assert f"injected: commit of {settings.quarantine_table} failed" in crashed.stderr
     assert sorted(r["event_id"] for r in table_rows(settings, settings.parsed_table)) == [
         "e1",
         "e2",
