@@ -29,7 +29,7 @@ def test_a_short_soak_loses_and_duplicates_nothing_and_reports_the_deliberate_lo
     output = completed.stdout
     assert "RESULT: PASS" in output, output[-3000:] + completed.stderr[-3000:]
     lines = {
-        line.split("  ")[0].strip(): line.rsplit(" ", 1)[-1]
+        line.strip().split("  ")[0]: line.rsplit(" ", 1)[-1]
         for line in output.splitlines()
         if line.startswith("  ")
     }
