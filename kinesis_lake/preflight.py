@@ -13,8 +13,8 @@ it before they build their Spark job.
 
 from __future__ import annotations
 
+import os
 import random
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,7 +52,7 @@ def preflight(settings: Settings, *, event_schema: bool) -> None:
 
 
 def check_directories(settings: Settings) -> None:
-    """Every local directory the run writes to can be created and written."""
+    """Every local directory the run writes to exists and is writable, or can be created."""
     places = [("KINESIS_LAKE_DATA_DIR", str(settings.data_dir))]
     places += [
         (variable, value)
@@ -63,15 +63,28 @@ def check_directories(settings: Settings) -> None:
         if "://" not in value  # s3:// and other remote stores are checked by their users
     ]
     for variable, value in places:
-        try:
-            Path(value).mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=value, prefix=".preflight-"):
-                pass
-        except OSError as error:
+        problem = _why_not_writable(Path(value))
+        if problem is not None:
             raise PreflightError(
-                f"{variable}={value} is not a writable directory ({_one_line(error)}): "
+                f"{variable}={value} is not a writable directory ({problem}): "
                 "point it at a directory this user can create and write, or fix its permissions."
-            ) from error
+            )
+
+
+def _why_not_writable(path: Path) -> str | None:
+    """Why ``path`` cannot become a directory this user writes, or None.
+
+    Creates nothing: a check must leave no trace (a deployment that keeps every table in
+    S3 keeps nothing in its local data directory, and tests hold it to that).
+    """
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
 
 
 def check_event_schema(settings: Settings) -> None:

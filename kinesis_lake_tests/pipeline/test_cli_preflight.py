@@ -12,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake.preflight import check_directories
 from kinesis_lake_tests.pipeline_helpers import produce, settings_env
 
 
@@ -83,3 +85,13 @@ def test_unwritable_data_dir_names_the_data_dir_setting(
     }
     line = _one_line_naming(_ingest(env), "KINESIS_LAKE_DATA_DIR")
     assert str(data_dir) in line and "writable" in line
+
+
+def test_the_directory_check_creates_nothing(tmp_path):
+    """A deployment that keeps every table in S3 keeps nothing locally: the check must not
+    leave an empty data directory behind (the AWS-profile test asserts there is none)."""
+    settings = Settings(data_dir=tmp_path / "node" / "scratch", checkpoint_dir="s3://b/c")
+
+    check_directories(settings)
+
+    assert not (tmp_path / "node").exists()
