@@ -375,7 +375,7 @@ Still open:
    and `gc.collect()` shares in the ingest profile. Those runners are started by Spark
    itself with a fixed module, so only a change in Spark can preload them.
 7. **The duplicate check of `refresh_derived` reads a whole day of parsed events.**
-   `_keys_already_parsed` (`kinesis_lake/spark/derive.py`) loads every parsed row of each
+   `_keys_already_parsed` (`kinesis_lake/pipeline/derive.py`) loads every parsed row of each
    day partition the new events fall in, so a refresh of 10k rows late in a busy day
    reads the day (benchmark 4's "rows read by step"). It grows with the day's volume,
    not with the new rows. Options: a compact key table sorted by `event_id` with

@@ -162,7 +162,7 @@ def _session(master: str):
 
 
 def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
-    from kinesis_lake.spark.ingest import run_ingestion
+    from kinesis_lake.pipeline.ingest import run_ingestion
 
     recorder = _recorder(spark)
     runs = []
@@ -204,7 +204,7 @@ def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
 
 
 def cmd_continuous(spark: Any, args: Any) -> dict[str, Any]:
-    from kinesis_lake.spark.ingest import BatchReport, ensure_raw_table, run_continuous
+    from kinesis_lake.pipeline.ingest import BatchReport, ensure_raw_table, run_continuous
 
     settings = _settings(args, args.namespace)
     ensure_raw_table(settings)
@@ -326,7 +326,7 @@ def _timed(log: dict[str, float], name: str, original: Callable[..., Any]) -> Ca
 def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
     from kinesis_lake.iceberg.raw_table import ensure_raw_table
-    from kinesis_lake.spark import derive
+    from kinesis_lake.pipeline import derive
 
     # Instrument (in this process only, undone afterwards) the steps refresh_derived
     # runs, to see where the time goes; the code path itself is unchanged.

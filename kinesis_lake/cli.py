@@ -15,26 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_lake.config import Settings, SettingsError
+from kinesis_lake.config import Settings, SettingsError, load_profile
+from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 
 if TYPE_CHECKING:
-    from kinesis_lake.spark.ingest import BatchReport
-
-LOCAL_ENDPOINT_PORT = 4567
-
-
-def load_profile(path: str | Path, *, override: bool = False) -> None:
-    """Apply ``KEY=VALUE`` lines from a profile file to the environment."""
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        if override or key.strip() not in os.environ:
-            os.environ[key.strip()] = value.strip()
+    from kinesis_lake.pipeline.ingest import BatchReport
 
 
 def _settings() -> Settings:
@@ -46,7 +33,7 @@ def _settings() -> Settings:
 
 def _preflight(settings: Settings, *, event_schema: bool) -> None:
     """Fail before Spark starts, in one line naming the setting (see preflight.py)."""
-    from kinesis_lake.preflight import PreflightError, preflight
+    from kinesis_lake.pipeline.preflight import PreflightError, preflight
 
     try:
         preflight(settings, event_schema=event_schema)
@@ -97,8 +84,8 @@ def cmd_produce(args: argparse.Namespace) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
-    from kinesis_lake.spark.derive import refresh_derived
-    from kinesis_lake.spark.ingest import run_ingestion
+    from kinesis_lake.pipeline.derive import refresh_derived
+    from kinesis_lake.pipeline.ingest import run_ingestion
     from kinesis_lake.spark.session import build_spark_session
 
     settings = _settings()
@@ -124,7 +111,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 def cmd_stream(args: argparse.Namespace) -> None:
     """Continuous ingestion until SIGTERM/SIGINT; each batch is printed and, when
     $DAGSTER_HOME is set, recorded there as a raw_events materialization."""
-    from kinesis_lake.spark.ingest import run_continuous
+    from kinesis_lake.pipeline.ingest import run_continuous
     from kinesis_lake.spark.session import build_spark_session
 
     settings = _settings()

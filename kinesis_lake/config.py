@@ -276,3 +276,14 @@ ENV_VARIABLES: tuple[tuple[str, str], ...] = tuple((s.variable, s.attribute) for
 def parse_setting(variable: str, raw: str) -> object:
     """``raw`` as the value of ``variable``; a bad one fails naming the variable."""
     return next(spec for spec in _ENV_SPEC if spec.variable == variable).parse(raw)
+
+
+def load_profile(path: str | Path, *, override: bool = False) -> None:
+    """Apply ``KEY=VALUE`` lines from a profile file to the environment."""
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        if override or key.strip() not in os.environ:
+            os.environ[key.strip()] = value.strip()

@@ -22,7 +22,7 @@ MALFORMED_EVERY = 25
 
 
 def run_demo(events: int = 2000) -> int:
-    from kinesis_lake.cli import load_profile
+    from kinesis_lake.config import load_profile
 
     load_profile(REPO_ROOT / "profiles" / "local.env")
     data_dir = Path(os.environ.get("KINESIS_LAKE_DEMO_DIR", REPO_ROOT / ".data" / "demo"))

@@ -17,7 +17,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_dev(port: int = 3000) -> None:
-    from kinesis_lake.cli import LOCAL_ENDPOINT_PORT, load_profile
+    from kinesis_lake.config import load_profile
+    from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 
     load_profile(REPO_ROOT / "profiles" / "local.env")
     data_dir = Path(

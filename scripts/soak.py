@@ -54,14 +54,15 @@ from pyiceberg.exceptions import (  # noqa: E402
     NoSuchTableError,
 )
 
-from kinesis_lake import health  # noqa: E402
 from kinesis_lake.config import Settings  # noqa: E402
 from kinesis_lake.kinesis.client import kinesis_client  # noqa: E402
 from kinesis_lake.kinesis.clock_proxy import ClockProxy  # noqa: E402
 from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint  # noqa: E402
 from kinesis_lake.kinesis.producer import sample_events  # noqa: E402
 from kinesis_lake.kinesis.streams import ensure_stream  # noqa: E402
+from kinesis_lake.pipeline.lake import load_table, open_lake  # noqa: E402
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance  # noqa: E402
+from kinesis_lake.pipeline.reconcile import reconcile_aggregate, reconcile_derived  # noqa: E402
 from kinesis_lake_tests.ambiguous_catalog import (  # noqa: E402
     LANDS_THEN_RAISES,
     arm,
@@ -464,9 +465,9 @@ def verify(
     report.lost = len(expected - set(counted))
     report.duplicated = sum(n - 1 for n in counted.values() if n > 1)
     report.unexpected = len(set(counted) - expected)
-    catalog = health.open_lake(settings)
+    catalog = open_lake(settings)
     raw, parsed, quarantine, aggregate = (
-        health.load_table(catalog, name)
+        load_table(catalog, name)
         for name in (
             settings.raw_table,
             settings.parsed_table,
@@ -474,14 +475,14 @@ def verify(
             settings.aggregate_table,
         )
     )
-    derived = health.reconcile_derived(raw, parsed, quarantine)
+    derived = reconcile_derived(raw, parsed, quarantine)
     report.reconciliation = (
         f"{derived.raw_processed} raw = {derived.parsed} parsed + {derived.quarantined} "
         f"quarantined ({'ok' if derived.passed else 'MISMATCH'})"
     )
     if not derived.passed or derived.raw_processed != report.raw_rows:
         report.failures.append(f"derived tables do not reconcile: {report.reconciliation}")
-    windows = health.reconcile_aggregate(parsed, aggregate)
+    windows = reconcile_aggregate(parsed, aggregate)
     report.aggregate = "sums match parsed events" if windows.passed else "MISMATCH"
     if not windows.passed:
         report.failures.append(f"aggregate does not add up: {windows}")

@@ -2,7 +2,7 @@
 
 * ``resources``: settings, the Kinesis client and the Spark session, all from env.
 * ``assets``: the stream (external), raw_events, the derived tables, table maintenance.
-* ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.health``.
+* ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
 * ``jobs``: the named jobs and the maintenance schedule.
 

@@ -1,7 +1,7 @@
 """The lake as Dagster assets: the stream, the raw table, the derived tables, their upkeep.
 
 Assets only start library code and report what it did: ingestion is
-``kinesis_lake.spark.ingest``, the derived tables ``kinesis_lake.spark.derive``, upkeep
+``kinesis_lake.pipeline.ingest``, the derived tables ``kinesis_lake.pipeline.derive``, upkeep
 ``kinesis_lake.pipeline.maintain``. Metadata keys are stable (dashboards, the CLI and
 the README refer to them) and numeric where the UI should plot them.
 
@@ -10,7 +10,7 @@ Who runs what:
 * ``raw_events``: the backlog sensor (``sensors.py``), only when the stream holds records
   past the committed positions; one at a time (pool ``kinesis_lake_ingestion``, limit 1 in
   ``dagster.yaml``), because one Spark checkpoint admits one query. For low latency,
-  ``kinesis-lake stream`` (or ``SparkResource.ingest_continuously``) runs the same query
+  ``kinesis-lake stream`` (or ``ingest_continuously`` in a step of your own) runs the same query
   continuously instead (stop the backlog sensor meanwhile: the sensor does not know about
   it) and records each micro-batch as a runless raw_events materialization with the same
   metadata keys (``raw_batch_materialization``).
@@ -20,6 +20,7 @@ Who runs what:
 """
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -30,7 +31,6 @@ from pydantic import Field
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from kinesis_lake import health
 from kinesis_lake.config import (
     AGGREGATE_TABLE,
     PARSED_TABLE,
@@ -39,11 +39,13 @@ from kinesis_lake.config import (
     Settings,
 )
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
+from kinesis_lake.pipeline.lake import open_lake, table_stats
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
+from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
     # Type only: loading the definitions must not import PySpark.
-    from kinesis_lake.spark.ingest import BatchReport
+    from kinesis_lake.pipeline.ingest import BatchReport, IngestResult
 
 OWNERS = ["team:data-platform"]
 INGESTION_GROUP = "ingestion"
@@ -96,7 +98,7 @@ def table_column_schema(schema: Schema) -> dg.TableSchema:
 
 
 def _table_metadata(identifier: str, table: Table) -> dict[str, object]:
-    stats = health.table_stats(table)
+    stats = table_stats(table)
     metadata: dict[str, object] = {
         "dagster/table_name": identifier,
         "dagster/row_count": stats.rows,
@@ -129,13 +131,16 @@ def raw_events(
 ) -> dg.MaterializeResult:
     lake = settings.settings()
     kinesis.require_same_stream(lake)
-    result = spark.ingest(lake)
+    from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
+
+    preflight(lake, event_schema=False)  # before the JVM starts, in one line
+    result = run_ingestion(spark.session, lake)
     context.log.info(
         f"Ingested {result.rows} rows in {result.batches} micro-batches from "
         f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "
         f"skipped ranges: {result.skipped_ranges}"
     )
-    raw = health.open_lake(lake).load_table(lake.raw_table)
+    raw = open_lake(lake).load_table(lake.raw_table)
     metadata = {
         **_table_metadata(lake.raw_table, raw),
         "dagster/row_count": result.raw_rows_total,
@@ -190,7 +195,7 @@ def raw_batch_reporter(
     then: Callable[["BatchReport"], None] | None = None,
 ) -> Callable[["BatchReport"], None]:
     """The ``on_batch`` of continuous ingestion, the same for ``kinesis-lake stream`` and
-    ``SparkResource.ingest_continuously``: record each batch on ``instance`` (if any),
+    ``ingest_continuously``: record each batch on ``instance`` (if any),
     then pass it to ``then``.
 
     Recorded as runless events: a stream outlives any run, so no run owns its batches.
@@ -203,6 +208,34 @@ def raw_batch_reporter(
             then(batch)
 
     return report
+
+
+def ingest_continuously(
+    spark: SparkResource,
+    settings: Settings,
+    *,
+    stop: threading.Event,
+    processing_time: str = "5 seconds",
+    on_batch: Callable[["BatchReport"], None] | None = None,
+    instance: dg.DagsterInstance | None = None,
+) -> "IngestResult":
+    """Continuous ingestion inside a Dagster step until ``stop`` is set (the batch in flight
+    commits first).
+
+    With ``instance`` (a step's ``context.instance``), each micro-batch that moved rows is
+    recorded there as a raw_events materialization before ``on_batch`` sees it, exactly as
+    ``kinesis-lake stream`` records it in $DAGSTER_HOME's instance.
+    """
+    from kinesis_lake.pipeline.ingest import run_continuous  # PySpark: only when a step runs
+
+    preflight(settings, event_schema=False)
+    return run_continuous(
+        spark.session,
+        settings,
+        stop=stop,
+        processing_time=processing_time,
+        on_batch=raw_batch_reporter(settings, instance, then=on_batch),
+    )
 
 
 DERIVED_AUTOMATION = (
@@ -264,13 +297,16 @@ def derived_tables(
 ):
     lake = settings.settings()
     started = time.monotonic()
-    result = spark.refresh_derived(lake)
+    from kinesis_lake.pipeline.derive import refresh_derived  # PySpark: only when a step runs
+
+    check_event_schema(lake)
+    result = refresh_derived(spark.session, lake)
     seconds = round(time.monotonic() - started, 3)
     context.log.info(
         f"Parsed {result.parsed.rows_written} rows, quarantined {result.quarantine.rows_written}, "
         f"recomputed {result.windows_recomputed} aggregate windows in {seconds} s"
     )
-    catalog = health.open_lake(lake)
+    catalog = open_lake(lake)
     for key, identifier, refresh in (
         (EVENTS, lake.parsed_table, result.parsed),
         (EVENTS_QUARANTINE, lake.quarantine_table, result.quarantine),

@@ -2,7 +2,7 @@
 
 Each check is its own ``@dg.asset_check`` (not a ``check_specs`` entry on the asset): an
 asset must return a result for every spec it declares, and these checks are better run,
-re-run and scheduled on their own. The numbers come from :mod:`kinesis_lake.health`;
+re-run and scheduled on their own. The numbers come from :mod:`kinesis_lake.pipeline.reconcile`;
 here they only become verdicts, severities and metadata (numeric, so the UI plots them).
 
 Blocking: ``raw_events`` duplicates block the derived tables, which would otherwise
@@ -13,7 +13,6 @@ import json
 
 import dagster as dg
 
-from kinesis_lake import health
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import (
     EVENT_COUNTS_PER_MINUTE,
@@ -23,6 +22,16 @@ from kinesis_lake.defs.assets import (
 )
 from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
+from kinesis_lake.pipeline.lake import load_table, open_lake, raw_positions
+from kinesis_lake.pipeline.reconcile import (
+    compare_parsed_schema,
+    quarantine_ratio,
+    raw_duplicates,
+    raw_position_reconciliation,
+    reconcile_aggregate,
+    reconcile_derived,
+)
 
 FRESHNESS_CHECK = "fresh_relative_to_stream"
 STALL_CHECK = "ingestion_advances"
@@ -45,14 +54,14 @@ def _missing_table(asset: dg.AssetKey, check: str, identifier: str) -> dg.AssetC
 
 
 def _tables(settings: Settings, *attributes: str):
-    catalog = health.open_lake(settings)
-    return [health.load_table(catalog, getattr(settings, name)) for name in attributes]
+    catalog = open_lake(settings)
+    return [load_table(catalog, getattr(settings, name)) for name in attributes]
 
 
 # ---- raw_events ---------------------------------------------------------------------------
 
 
-def freshness_outcome(fresh: health.StreamFreshness) -> tuple[bool, dict, str]:
+def freshness_outcome(fresh: StreamFreshness) -> tuple[bool, dict, str]:
     """(passed, metadata, description) of the freshness check; the sensor reuses it."""
     age = fresh.oldest_unconsumed_age_seconds
     metadata = {
@@ -68,24 +77,24 @@ def freshness_outcome(fresh: health.StreamFreshness) -> tuple[bool, dict, str]:
     elif fresh.passed:
         description = (
             f"Oldest unconsumed record is {age:.0f} s old, within {fresh.max_lag_seconds:.0f} s "
-            f"(shards with backlog: {health.shards_label(fresh.probe.shards_with_backlog)})."
+            f"(shards with backlog: {shards_label(fresh.probe.shards_with_backlog)})."
         )
     else:
         description = (
             f"Stale: the stream holds records {age:.0f} s old that are not in the raw table "
             f"(allowed {fresh.max_lag_seconds:.0f} s; shards "
-            f"{health.shards_label(fresh.probe.shards_with_backlog)}). Ingestion is not "
+            f"{shards_label(fresh.probe.shards_with_backlog)}). Ingestion is not "
             "keeping up or not running: check the backlog sensor and recent raw_events runs."
         )
     return fresh.passed, metadata, description
 
 
-def measure_freshness(settings: Settings, kinesis: KinesisResource) -> health.StreamFreshness:
+def measure_freshness(settings: Settings, kinesis: KinesisResource) -> StreamFreshness:
     kinesis.require_same_stream(settings)
-    return health.stream_freshness(
+    return stream_freshness(
         kinesis.get_client(),
         kinesis.stream_name,
-        health.raw_positions(settings).positions,
+        raw_positions(settings).positions,
         max_lag_minutes=settings.freshness_minutes,
     )
 
@@ -149,7 +158,7 @@ def raw_events_no_duplicates(settings: PipelineSettingsResource) -> dg.AssetChec
     (raw,) = _tables(lake, "raw_table")
     if raw is None:
         return _missing_table(RAW_EVENTS, DUPLICATES_CHECK, lake.raw_table)
-    report = health.raw_duplicates(raw)
+    report = raw_duplicates(raw)
     return dg.AssetCheckResult(
         passed=report.passed,
         metadata={
@@ -180,7 +189,7 @@ def raw_events_match_positions(settings: PipelineSettingsResource) -> dg.AssetCh
     (raw,) = _tables(lake, "raw_table")
     if raw is None:
         return _missing_table(RAW_EVENTS, POSITIONS_CHECK, lake.raw_table)
-    report = health.raw_position_reconciliation(raw)
+    report = raw_position_reconciliation(raw)
     metadata: dict[str, object] = {
         "rows": report.rows,
         "shards_in_table": len(report.table_max),
@@ -245,7 +254,7 @@ def events_reconcile_with_raw(settings: PipelineSettingsResource) -> dg.AssetChe
     if quarantine is None:
         return _missing_table(EVENTS, RECONCILIATION_CHECK, lake.quarantine_table)
     try:
-        report = health.reconcile_derived(raw, parsed, quarantine)
+        report = reconcile_derived(raw, parsed, quarantine)
     except LookupError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     metadata: dict[str, object] = {
@@ -287,7 +296,7 @@ def events_schema_matches(settings: PipelineSettingsResource) -> dg.AssetCheckRe
     (parsed,) = _tables(lake, "parsed_table")
     if parsed is None:
         return _missing_table(EVENTS, SCHEMA_CHECK, lake.parsed_table)
-    report = health.compare_parsed_schema(parsed, lake)
+    report = compare_parsed_schema(parsed, lake)
     metadata = {
         "declared_columns": len(report.declared),
         "table_columns": len(report.actual),
@@ -322,7 +331,7 @@ def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheck
     if raw is None or parsed is None or quarantine is None:
         return _missing_table(EVENTS_QUARANTINE, QUARANTINE_CHECK, lake.quarantine_table)
     try:
-        report = health.quarantine_ratio(raw, parsed, quarantine)
+        report = quarantine_ratio(raw, parsed, quarantine)
     except LookupError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     passed = report.ratio <= lake.quarantine_warn_ratio
@@ -356,7 +365,7 @@ def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetChe
     if parsed is None or aggregate is None:
         return _missing_table(EVENT_COUNTS_PER_MINUTE, AGGREGATE_CHECK, lake.aggregate_table)
     try:
-        report = health.reconcile_aggregate(parsed, aggregate)
+        report = reconcile_aggregate(parsed, aggregate)
     except LookupError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     metadata: dict[str, object] = {

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,9 @@ from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_cli
 from pydantic import Field, PrivateAttr
 
 from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError, parse_setting
-from kinesis_lake.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from kinesis_lake.spark.derive import DeriveResult
-    from kinesis_lake.spark.ingest import BatchReport, IngestResult
 
 
 def _default(attribute: str) -> Any:
@@ -259,48 +254,6 @@ class SparkResource(dg.ConfigurableResource):
             self._session.stop()
         self._session = None
         self._owned = False
-
-    def ingest(self, settings: Settings) -> IngestResult:
-        """One bounded (availableNow) ingestion run into the raw table."""
-        from kinesis_lake.spark.ingest import run_ingestion
-
-        preflight(settings, event_schema=False)  # before the JVM starts, in one line
-        return run_ingestion(self.session, settings)
-
-    def ingest_continuously(
-        self,
-        settings: Settings,
-        *,
-        stop: threading.Event,
-        processing_time: str = "5 seconds",
-        on_batch: Callable[[BatchReport], None] | None = None,
-        instance: dg.DagsterInstance | None = None,
-    ) -> IngestResult:
-        """Continuous ingestion until ``stop`` is set (the batch in flight commits first).
-
-        With ``instance`` (a step's ``context.instance``), each micro-batch that moved rows
-        is recorded there as a raw_events materialization before ``on_batch`` sees it,
-        exactly as ``kinesis-lake stream`` records it in $DAGSTER_HOME's instance.
-        """
-        # Imported here: assets imports this module (and the JVM stays out of definitions).
-        from kinesis_lake.defs.assets import raw_batch_reporter
-        from kinesis_lake.spark.ingest import run_continuous
-
-        preflight(settings, event_schema=False)
-        return run_continuous(
-            self.session,
-            settings,
-            stop=stop,
-            processing_time=processing_time,
-            on_batch=raw_batch_reporter(settings, instance, then=on_batch),
-        )
-
-    def refresh_derived(self, settings: Settings) -> DeriveResult:
-        """Bring parsed, quarantine and aggregate up to date with the raw table."""
-        from kinesis_lake.spark.derive import refresh_derived
-
-        check_event_schema(settings)
-        return refresh_derived(self.session, settings)
 
 
 def lake_resources(env: Mapping[str, str] | None = None) -> dict[str, dg.ConfigurableResource]:

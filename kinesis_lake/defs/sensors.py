@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass
 
 import dagster as dg
 
-from kinesis_lake import health
 from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, STREAM_OBSERVATION_INTERVAL
 from kinesis_lake.defs.backlog_runs import (
     BACKLOG_SENSOR_NAME,
@@ -40,6 +39,8 @@ from kinesis_lake.defs.backlog_runs import (
 from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK, freshness_outcome
 from kinesis_lake.defs.jobs import FULL_JOB_NAME, INGEST_JOB_NAME, ingest_job
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
+from kinesis_lake.pipeline.lake import raw_positions
 
 AUTOMATION_SENSOR_NAME = "kinesis_lake_automation"
 
@@ -109,7 +110,7 @@ def _stall_verdict(
     ]
 
 
-def _stream_state(fresh: health.StreamFreshness) -> str:
+def _stream_state(fresh: StreamFreshness) -> str:
     probe = fresh.probe
     return json.dumps(
         [probe.shards, sorted(probe.shards_with_backlog), probe.retention_hours, fresh.passed]
@@ -117,7 +118,7 @@ def _stream_state(fresh: health.StreamFreshness) -> str:
 
 
 def stream_observation(
-    fresh: health.StreamFreshness, positions_snapshot_id: int | None
+    fresh: StreamFreshness, positions_snapshot_id: int | None
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """The stream's state as a kinesis_stream materialization, plus the freshness verdict."""
     probe = fresh.probe
@@ -137,8 +138,7 @@ def stream_observation(
         dg.AssetMaterialization(
             asset_key=KINESIS_STREAM,
             description=(
-                f"{probe.shards} shards, backlog on "
-                f"{health.shards_label(probe.shards_with_backlog)}"
+                f"{probe.shards} shards, backlog on {shards_label(probe.shards_with_backlog)}"
             ),
             metadata=metadata,
         ),
@@ -171,8 +171,8 @@ def kinesis_backlog_sensor(
     cursor = BacklogCursor.parse(context.cursor)
     lake = settings.settings()
     kinesis.require_same_stream(lake)
-    committed = health.raw_positions(lake)
-    fresh = health.stream_freshness(
+    committed = raw_positions(lake)
+    fresh = stream_freshness(
         kinesis.get_client(),
         kinesis.stream_name,
         committed.positions,
@@ -202,7 +202,7 @@ def kinesis_backlog_sensor(
     running = ingestion_in_progress(context.instance)
     if running is not None:
         return skip(
-            f"Backlog on {health.shards_label(probe.shards_with_backlog)}, but run "
+            f"Backlog on {shards_label(probe.shards_with_backlog)}, but run "
             f"{running.run_id} ({running.job_name}) that writes raw_events is "
             f"{running.status.value}: waiting for it."
         )

@@ -41,6 +41,10 @@ _POLL_S = 0.05
 _STOP_GRACE_S = 5.0
 
 
+LOCAL_ENDPOINT_PORT = 4567
+"""Where ``kinesis-lake endpoint`` and ``make dev`` serve Kinesis (profiles/local.env says so)."""
+
+
 def find_kinesalite(node_modules: Path | None = None) -> Path | None:
     """The kinesalite module directory, or None.
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from kinesis_lake import health
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg import maintenance
+from kinesis_lake.pipeline.lake import load_table, open_lake
+from kinesis_lake.pipeline.reconcile import source_snapshot_id
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_RETAIN_LAST = 100
@@ -68,7 +69,7 @@ def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float)
     still finds where it left off)."""
     cutoff = int((time.time() - max_age_hours * 3600) * 1000)
     for consumer in consumers:
-        source = health.source_snapshot_id(consumer, table)
+        source = source_snapshot_id(consumer, table)
         snapshot = table.snapshot_by_id(source) if source is not None else None
         if snapshot is not None:
             cutoff = min(cutoff, snapshot.timestamp_ms)
@@ -79,13 +80,13 @@ def run_maintenance(
     settings: Settings, table_attribute: str, policy: MaintenancePolicy
 ) -> MaintenancePass:
     """One pass over the table named by ``table_attribute`` (e.g. ``"raw_table"``)."""
-    catalog = health.open_lake(settings)
+    catalog = open_lake(settings)
     identifier = getattr(settings, table_attribute)
     table = catalog.load_table(identifier)
     consumers = [
         found
         for name in CONSUMERS[table_attribute]
-        if (found := health.load_table(catalog, getattr(settings, name))) is not None
+        if (found := load_table(catalog, getattr(settings, name))) is not None
     ]
     started = time.monotonic()
     snapshots_before = len(table.metadata.snapshots)

@@ -27,7 +27,7 @@ record agrees with it and goes on.
 
 The driver also keeps ``<metadataPath>/<runId>/status.json``: the last completed epoch's
 numbers and the latest known state of every shard still being read (lag dashboards,
-``kinesis_lake.spark.ingest``).
+``kinesis_lake.pipeline.ingest``).
 
 The store is fsspec, so ``metadataPath`` may be a local folder or any fsspec URL (s3://).
 On a multi-host cluster it must be storage that the driver and all executors share.

@@ -24,7 +24,7 @@ PRELOADED = (
     "kinesis_lake.spark.kinesis_source",
     "kinesis_lake.spark.iceberg_sink",
     "kinesis_lake.spark.iceberg_files_reader",
-    "kinesis_lake.spark.derive",
+    "kinesis_lake.pipeline.derive",
 )
 """What our tasks import. PySpark's own data source runners are added when present."""
 

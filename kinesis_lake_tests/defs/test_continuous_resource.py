@@ -1,4 +1,4 @@
-"""The Dagster side of continuous ingestion: ``SparkResource.ingest_continuously`` records
+"""The Dagster side of continuous ingestion: ``defs.assets.ingest_continuously`` records
 each micro-batch on the instance it is given, as ``kinesis-lake stream`` does with
 $DAGSTER_HOME's (``test_continuous_stream``): one raw_events materialization per batch that
 moved rows, with the same numeric metadata."""
@@ -9,8 +9,8 @@ import threading
 
 import dagster as dg
 
-from kinesis_lake.defs.assets import RAW_EVENTS
-from kinesis_lake.spark.ingest import BatchReport
+from kinesis_lake.defs.assets import RAW_EVENTS, ingest_continuously
+from kinesis_lake.pipeline.ingest import BatchReport
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 
 SENT = 30
@@ -30,7 +30,8 @@ def test_ingest_continuously_records_each_batch_on_the_instance(spark, lake, ins
     timeout.start()
     try:
         with dg.build_resources({"spark": lake.resources["spark"]}) as resources:
-            result = resources.spark.ingest_continuously(
+            result = ingest_continuously(
+                resources.spark,
                 lake.settings,
                 stop=stop,
                 processing_time="1 second",

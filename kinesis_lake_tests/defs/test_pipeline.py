@@ -22,7 +22,6 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import And, EqualTo
 
-from kinesis_lake import health
 from kinesis_lake.defs.assets import (
     EVENT_COUNTS_PER_MINUTE,
     EVENTS,
@@ -36,6 +35,8 @@ from kinesis_lake.defs.assets import (
 )
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
+from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
+from kinesis_lake.pipeline.reconcile import source_snapshot_id
 from kinesis_lake_tests.defs.helpers import Lake, make_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
@@ -104,7 +105,7 @@ def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
 @contextmanager
 def restored(lake: Lake) -> Iterator[Catalog]:
     """Roll every table back to its current snapshot afterwards."""
-    catalog = health.open_lake(lake.settings)
+    catalog = open_lake(lake.settings)
     names = [
         lake.settings.raw_table,
         lake.settings.parsed_table,
@@ -161,7 +162,7 @@ def test_raw_events_reports_stable_numeric_metadata(pipeline):
     assert raw["batches"] >= 1 and raw["data_files"] >= 1
     assert raw["skipped_ranges"] == 0
     assert raw["dagster/table_name"] == "lake.raw_events"
-    table = health.open_lake(pipeline.lake.settings).load_table("lake.raw_events")
+    table = open_lake(pipeline.lake.settings).load_table("lake.raw_events")
     assert raw["snapshot_id"] == table.current_snapshot().snapshot_id
     columns = [c.name for c in raw["dagster/column_schema"].columns]
     assert columns == [f.name for f in table.schema().fields]
@@ -380,7 +381,7 @@ def test_sensor_ingestion_and_automation_close_the_loop(pipeline):
     produce(lake.settings, 40, seed=12)
     busy = _tick(lake, instance, cursor=idle.cursor)
     (request,) = busy.run_requests
-    positions = health.raw_positions(lake.settings).positions
+    positions = raw_positions(lake.settings).positions
     assert request.tags["kinesis_lake/backlog_shards"]
     assert request.run_key == backlog_run_key(lake.settings.stream_name, positions)
 
@@ -393,7 +394,7 @@ def test_sensor_ingestion_and_automation_close_the_loop(pipeline):
 
     drained = _tick(lake, instance, cursor=busy.cursor)
     assert drained.run_requests == [] and "No backlog" in drained.skip_reason.skip_message
-    assert health.raw_positions(lake.settings).positions != positions
+    assert raw_positions(lake.settings).positions != positions
 
     automation = dg.evaluate_automation_conditions(
         defs=defs, instance=instance, cursor=automation.cursor
@@ -431,16 +432,16 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     # newest raw snapshot, so older snapshots are fair game for expiry.
     produce(lake.settings, 20, seed=14)
     assert materialize(lake, instance, PIPELINE).success
-    catalog = health.open_lake(lake.settings)
+    catalog = open_lake(lake.settings)
     tables = [
         lake.settings.raw_table,
         lake.settings.parsed_table,
         lake.settings.quarantine_table,
         lake.settings.aggregate_table,
     ]
-    rows_before = {t: health.table_stats(catalog.load_table(t)).rows for t in tables}
+    rows_before = {t: table_stats(catalog.load_table(t)).rows for t in tables}
     raw_table = catalog.load_table(lake.settings.raw_table)
-    consumer_snapshot = health.source_snapshot_id(
+    consumer_snapshot = source_snapshot_id(
         catalog.load_table(lake.settings.parsed_table), raw_table
     )
     stray = Path(raw_table.location().removeprefix("file://")) / "data" / "stray-orphan.parquet"
@@ -479,8 +480,8 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     assert raw["partitions_compacted"] >= 1
     assert raw["snapshots_expired"] >= 1
     assert raw["orphans_removed"] >= 1 and not stray.exists()
-    catalog = health.open_lake(lake.settings)
-    assert {t: health.table_stats(catalog.load_table(t)).rows for t in tables} == rows_before
+    catalog = open_lake(lake.settings)
+    assert {t: table_stats(catalog.load_table(t)).rows for t in tables} == rows_before
     # Expiry kept the raw snapshot the derived tables last read.
     assert catalog.load_table(lake.settings.raw_table).snapshot_by_id(consumer_snapshot)
 

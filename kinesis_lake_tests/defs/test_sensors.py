@@ -15,7 +15,6 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from kinesis_lake import health
 from kinesis_lake.config import SettingsError
 from kinesis_lake.defs.backlog_runs import (
     BACKLOG_SENSOR_NAME,
@@ -28,6 +27,7 @@ from kinesis_lake.defs.sensors import BacklogCursor, kinesis_backlog_sensor
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
+from kinesis_lake.pipeline.lake import committed_positions, open_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
 
@@ -59,10 +59,10 @@ def stream_records(lake) -> list[dict]:
 
 def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:
     """Append ``records`` to the raw table with the positions summary the sink writes."""
-    catalog = health.open_lake(lake.settings)
+    catalog = open_lake(lake.settings)
     ensure_namespace(catalog, lake.settings.namespace)
     table = ensure_raw_table(catalog, lake.settings.raw_table)
-    positions = dict(health.committed_positions(table).positions)
+    positions = dict(committed_positions(table).positions)
     for record in records:
         shard, sequence = record["ShardId"], record["SequenceNumber"]
         if shard not in positions or int(sequence) > int(positions[shard]):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from kinesis_lake.iceberg.catalog import open_catalog
-from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, run_cli, settings_env
 
 

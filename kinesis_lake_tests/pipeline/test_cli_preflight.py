@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import open_catalog
-from kinesis_lake.preflight import check_directories
+from kinesis_lake.pipeline.preflight import check_directories
 from kinesis_lake_tests.pipeline_helpers import produce, settings_env
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import DataDirMovedError, open_catalog
-from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, run_cli
 from kinesis_lake_tests.production.lake_checks import (
     assert_raw_is_the_stream_exactly_once,

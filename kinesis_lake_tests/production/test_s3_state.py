@@ -25,7 +25,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from kinesis_lake.spark.ingest import checkpoint_location
+from kinesis_lake.pipeline.ingest import checkpoint_location
 from kinesis_lake.spark.shard_progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 from kinesis_lake_tests.spark.test_kinesis_offsets import outcome

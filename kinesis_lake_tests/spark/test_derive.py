@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from kinesis_lake.spark.derive import refresh_derived
-from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, table_rows
 
 MALFORMED_EVERY = 10

@@ -13,8 +13,8 @@ from typing import Any
 from kinesis_lake.config import Settings
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.spark.derive import refresh_derived
-from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
 from kinesis_lake_tests.pipeline_helpers import settings_env, table_rows
 
@@ -133,7 +133,7 @@ def test_a_long_duplicate_key_is_shown_capped(spark, kinesalite_endpoint, settin
 
 _DERIVE = (
     "from kinesis_lake.config import Settings\n"
-    "from kinesis_lake.spark.derive import refresh_derived\n"
+    "from kinesis_lake.pipeline.derive import refresh_derived\n"
     "from kinesis_lake.spark.session import build_spark_session\n"
     "refresh_derived(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
 )

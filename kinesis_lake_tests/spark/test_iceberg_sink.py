@@ -12,8 +12,8 @@ from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.spark.iceberg_sink import IcebergStreamWriter, SinkOptions
-from kinesis_lake.spark.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from kinesis_lake.spark.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
-from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.test_kinesis_source_support import (
     keyed_events,

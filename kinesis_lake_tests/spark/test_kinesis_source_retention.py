@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 
 from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake.kinesis.streams import Shard
-from kinesis_lake.spark.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake.spark.kinesis_source_options import (
     KinesisOptionError,
     KinesisSourceOptions,

@@ -11,7 +11,7 @@ import hashlib
 
 from kinesis_lake.kinesis.kpl import KPL_MAGIC
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.spark.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.kinesis.test_kpl import _field, _varint
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.test_kinesis_source_support import kinesis

@@ -1,25 +1,20 @@
-"""The numbers behind every asset check and the backlog sensor, from the tables and the stream.
+"""The numbers behind every asset check: reconciliation of the raw and derived tables.
 
-Dagster-free on purpose (pyiceberg, DuckDB and boto3 only): the checks, the sensor, the
-CLI and the tests all ask the same questions, so they must get the same answers, and a
-check that can be run from a plain Python shell is a check an operator can debug.
+Dagster-free on purpose (pyiceberg and DuckDB only): the checks, the CLI and the tests all
+ask the same questions, so they must get the same answers, and a check that can be run
+from a plain Python shell is a check an operator can debug.
 
 Each function returns a small dataclass with the raw numbers and a ``passed`` verdict;
-deciding severities and wording is the caller's job. Costs are stated per function:
-anything the sensor calls reads table metadata only (no data files); the checks scan
-the columns they need and nothing more.
+deciding severities and wording is the caller's job. Costs are stated per function: the
+checks scan the columns they need and nothing more.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -35,15 +30,10 @@ from kinesis_lake.events.columns import (
 )
 from kinesis_lake.events.schema import load_event_schema
 from kinesis_lake.events.tables import parsed_table_schema
-from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.iceberg.commit import last_committed_batch
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
-from kinesis_lake.iceberg.summary import POSITIONS, derived_writer_id, latest_summary_value
-from kinesis_lake.iceberg.summary import committed_positions as table_positions
-from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
-
-"""Snapshot-summary key where the Iceberg sink stores {shard id: last committed sequence
-number}, atomically with the rows (see ``kinesis_lake.spark.iceberg_sink``)."""
+from kinesis_lake.iceberg.summary import derived_writer_id, latest_summary_value
+from kinesis_lake.pipeline.lake import committed_positions, table_stats
 
 EXAMPLES = 5
 """How many offending keys a report quotes: enough to start debugging, small as metadata."""
@@ -51,70 +41,6 @@ EXAMPLES = 5
 # Kinesis sequence numbers are decimal strings wider than any SQL integer (up to 128
 # bits); left-padding them to a fixed width makes string order equal numeric order.
 _SEQUENCE_WIDTH = 64
-
-
-# ---- tables -------------------------------------------------------------------------------
-
-
-def open_lake(settings: Settings) -> Catalog:
-    """The catalog every table of this deployment lives in."""
-    return open_catalog(settings.catalog_name, data_dir=settings.data_dir)
-
-
-def load_table(catalog: Catalog, identifier: str) -> Table | None:
-    """``identifier``, or None when no run has created it yet (a fresh deployment)."""
-    try:
-        return catalog.load_table(identifier)
-    except NoSuchTableError:
-        return None
-
-
-@dataclass(frozen=True)
-class TableStats:
-    """A table's size, from its current snapshot summary (metadata only, no scan)."""
-
-    table: str
-    snapshot_id: int | None
-    rows: int
-    data_files: int
-    total_bytes: int
-
-
-def table_stats(table: Table) -> TableStats:
-    snapshot = table.current_snapshot()
-    summary = snapshot.summary if snapshot is not None else None
-
-    def total(key: str) -> int:
-        return int(summary.get(key, 0)) if summary is not None else 0
-
-    return TableStats(
-        table=".".join(table.name()),
-        snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
-        rows=total("total-records"),
-        data_files=total("total-data-files"),
-        total_bytes=total("total-files-size"),
-    )
-
-
-@dataclass(frozen=True)
-class CommittedPositions:
-    """Where the raw table says ingestion has committed each shard to."""
-
-    positions: dict[str, str]
-    snapshot_id: int | None
-
-
-def committed_positions(table: Table | None) -> CommittedPositions:
-    """{shard id: last committed sequence number} from table metadata alone (no scan)."""
-    if table is None:
-        return CommittedPositions({}, None)
-    found = latest_summary_value(table, POSITIONS)
-    return CommittedPositions(table_positions(table), found[1].snapshot_id if found else None)
-
-
-def raw_positions(settings: Settings) -> CommittedPositions:
-    """The committed positions of the deployment's raw table; empty before the first run."""
-    return committed_positions(load_table(open_lake(settings), settings.raw_table))
 
 
 def _sql(**tables: pa.Table | pa.RecordBatchReader) -> duckdb.DuckDBPyConnection:
@@ -127,9 +53,6 @@ def _sql(**tables: pa.Table | pa.RecordBatchReader) -> duckdb.DuckDBPyConnection
 
 def _padded(column: str) -> str:
     return f"lpad({column}, {_SEQUENCE_WIDTH}, '0')"
-
-
-# ---- raw table ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -226,9 +149,6 @@ def raw_position_reconciliation(raw: Table) -> PositionReconciliation:
         table_max=table_max,
         mismatched=mismatched,
     )
-
-
-# ---- derived tables -----------------------------------------------------------------------
 
 
 def source_snapshot_id(derived: Table, source: Table) -> int | None:
@@ -470,58 +390,3 @@ def compare_parsed_schema(parsed: Table, settings: Settings) -> SchemaComparison
             if name in actual and actual[name] != wanted
         },
     )
-
-
-# ---- the stream ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StreamFreshness:
-    """How far behind the stream the raw table is, judged by the data's age.
-
-    ``oldest_unconsumed_age_seconds`` is the age of the oldest record past the committed
-    positions (None when nothing is waiting): the raw table is stale only when that is
-    older than the allowed lag, so a quiet stream never makes it stale.
-    """
-
-    probe: BacklogProbe
-    positions: dict[str, str]
-    oldest_unconsumed_age_seconds: float | None
-    max_lag_seconds: float
-
-    @property
-    def passed(self) -> bool:
-        age = self.oldest_unconsumed_age_seconds
-        return age is None or age <= self.max_lag_seconds
-
-    @property
-    def retention_used(self) -> float:
-        """Share of the stream's retention the oldest unconsumed record has used up: at 1.0
-        it expires unread (data loss)."""
-        age = self.oldest_unconsumed_age_seconds or 0.0
-        retention = self.probe.retention_hours * 3600
-        return age / retention if retention else 0.0
-
-
-def stream_freshness(
-    client,
-    stream_name: str,
-    positions: Mapping[str, str],
-    *,
-    max_lag_minutes: float,
-    now_ms: int | None = None,
-) -> StreamFreshness:
-    """Cost: DescribeStreamSummary + ListShards + 2 cheap calls per shard (probe_backlog)."""
-    probe = probe_backlog(client, stream_name, dict(positions))
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    oldest = probe.oldest_unconsumed_arrival_ms
-    return StreamFreshness(
-        probe=probe,
-        positions=dict(positions),
-        oldest_unconsumed_age_seconds=None if oldest is None else max(0, now_ms - oldest) / 1000,
-        max_lag_seconds=max_lag_minutes * 60,
-    )
-
-
-def shards_label(shards: Sequence[str]) -> str:
-    return ", ".join(shards) if shards else "none"

@@ -1,0 +1,80 @@
+"""The deployment's lake: its catalog and tables, opened the one way every caller uses.
+
+The CLI, the demo, the pipeline jobs, the checks, benchmarks and scripts all open the
+catalog and tables through here, so "which catalog, which data directory" is decided once,
+from ``Settings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
+from kinesis_lake.iceberg.summary import committed_positions as table_positions
+
+
+def open_lake(settings: Settings) -> Catalog:
+    """The catalog every table of this deployment lives in."""
+    return open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+
+
+def load_table(catalog: Catalog, identifier: str) -> Table | None:
+    """``identifier``, or None when no run has created it yet (a fresh deployment)."""
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A table's size, from its current snapshot summary (metadata only, no scan)."""
+
+    table: str
+    snapshot_id: int | None
+    rows: int
+    data_files: int
+    total_bytes: int
+
+
+def table_stats(table: Table) -> TableStats:
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+
+    def total(key: str) -> int:
+        return int(summary.get(key, 0)) if summary is not None else 0
+
+    return TableStats(
+        table=".".join(table.name()),
+        snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
+        rows=total("total-records"),
+        data_files=total("total-data-files"),
+        total_bytes=total("total-files-size"),
+    )
+
+
+@dataclass(frozen=True)
+class CommittedPositions:
+    """Where the raw table says ingestion has committed each shard to."""
+
+    positions: dict[str, str]
+    snapshot_id: int | None
+
+
+def committed_positions(table: Table | None) -> CommittedPositions:
+    """{shard id: last committed sequence number} from table metadata alone (no scan)."""
+    if table is None:
+        return CommittedPositions({}, None)
+    found = latest_summary_value(table, POSITIONS)
+    return CommittedPositions(table_positions(table), found[1].snapshot_id if found else None)
+
+
+def raw_positions(settings: Settings) -> CommittedPositions:
+    """The committed positions of the deployment's raw table; empty before the first run."""
+    return committed_positions(load_table(open_lake(settings), settings.raw_table))
