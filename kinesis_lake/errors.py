@@ -9,3 +9,8 @@ from __future__ import annotations
 
 class KinesisLakeError(Exception):
     """Base of every error kinesis-lake raises on purpose; its message says what to do."""
+
+
+class SnapshotExpiredError(KinesisLakeError):
+    """A snapshot the pipeline still needed was expired, so what it held can no longer be
+    counted or followed incrementally."""
