@@ -128,9 +128,9 @@ def _settings(args: Any, namespace: str, **overrides: Any) -> Settings:
 
 
 def _table_shape(settings: Settings, table_name: str) -> dict[str, int]:
-    from kinesis_lake.iceberg.catalog import open_catalog
+    from kinesis_lake.pipeline.lake import open_lake
 
-    table = open_catalog(settings.catalog_name, data_dir=settings.data_dir).load_table(table_name)
+    table = open_lake(settings).load_table(table_name)
     tasks = list(table.scan().plan_files()) if table.current_snapshot() else []
     return {
         "data_files": len(tasks),
@@ -324,9 +324,10 @@ def _timed(log: dict[str, float], name: str, original: Callable[..., Any]) -> Ca
 
 
 def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
-    from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+    from kinesis_lake.iceberg.catalog import ensure_namespace
     from kinesis_lake.iceberg.raw_table import ensure_raw_table
     from kinesis_lake.pipeline import derive
+    from kinesis_lake.pipeline.lake import open_lake
 
     # Instrument (in this process only, undone afterwards) the steps refresh_derived
     # runs, to see where the time goes; the code path itself is unchanged.
@@ -361,7 +362,7 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     try:
         for label, size in sizes.items():
             settings = _settings(args, f"{args.namespace}_{label}")
-            catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+            catalog = open_lake(settings)
             ensure_namespace(catalog, settings.namespace)
             raw = ensure_raw_table(catalog, settings.raw_table)
             started = time.perf_counter()
@@ -389,9 +390,7 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
         for round_index in range(args.rounds):
             # Interleaved (small, large, small, large...): drift in machine load hits both.
             for label, (settings, size) in tables.items():
-                raw = open_catalog(settings.catalog_name, data_dir=settings.data_dir).load_table(
-                    settings.raw_table
-                )
+                raw = open_lake(settings).load_table(settings.raw_table)
                 raw.append(
                     _raw_rows(
                         args.new_rows,

@@ -175,12 +175,12 @@ def _stream_reporter(
 
 
 def cmd_query(args: argparse.Namespace) -> None:
-    from kinesis_lake.iceberg.catalog import open_catalog
     from kinesis_lake.iceberg.query import format_table, run_sql
+    from kinesis_lake.pipeline.lake import open_lake
     from kinesis_lake.spark.kinesis_source_options import parse_timestamp_ms
 
     settings = _settings()
-    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    catalog = open_lake(settings)
     result = run_sql(
         catalog,
         settings.namespace,
@@ -192,11 +192,11 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> None:
-    from kinesis_lake.iceberg.catalog import open_catalog
     from kinesis_lake.iceberg.query import table_history
+    from kinesis_lake.pipeline.lake import open_lake
 
     settings = _settings()
-    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    catalog = open_lake(settings)
     name = args.table if "." in args.table else f"{settings.namespace}.{args.table}"
     rows = table_history(catalog.load_table(name))
     columns = ["snapshot_id", "timestamp", "operation", "added_records", "writer_id", "batch_id"]

@@ -88,10 +88,10 @@ def _shown(path: Path) -> str:
 
 
 def _report(settings, sent: int, run_ok: bool, evaluations) -> int:
-    from kinesis_lake.iceberg.catalog import open_catalog
     from kinesis_lake.iceberg.query import format_table, run_sql
+    from kinesis_lake.pipeline.lake import open_lake
 
-    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    catalog = open_lake(settings)
 
     def count(table: str) -> int:
         return int(

@@ -22,7 +22,9 @@ from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 
+from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.iceberg import summary as keys
+from kinesis_lake.iceberg.commit import last_committed_batch
 from kinesis_lake.iceberg.data_files import conform_batch, table_arrow_schema
 
 # Summary key of a derived table's snapshot: the source snapshot its rows come up to.
@@ -45,6 +47,34 @@ class IncrementalSlice:
     to_snapshot_id: int | None
     files: list[str]
     rows: int
+
+
+def caught_up_snapshot_id(source: Table, derived: Table) -> int | None:
+    """The snapshot of ``source`` that ``derived`` last caught up to; None when it never has.
+
+    The one rule for the refresh (where to read from) and the checks (how many source rows
+    were processed). It reads the commit protocol's watermark on ``derived``: the source
+    snapshot's sequence number, moved by every refresh (one that wrote no rows too) and kept
+    through expiry of ``derived``'s own history, which the summary key
+    :data:`SOURCE_SNAPSHOT_PROPERTY` is not. The newest source snapshot at or before it is
+    the one.
+
+    Raises:
+        SnapshotExpiredError: ``derived`` caught up to a snapshot that, with every earlier
+            one, has been expired from ``source``.
+    """
+    done = last_committed_batch(derived, keys.derived_writer_id(source.name()[-1]))
+    if done is None:
+        return None
+    at_or_before = [s for s in source.metadata.snapshots if s.sequence_number <= done]
+    if not at_or_before:
+        raise SnapshotExpiredError(
+            f"{'.'.join(source.name())} no longer has the snapshot (sequence number {done}) "
+            f"{'.'.join(derived.name())} last processed: it was expired. Rebuild the derived "
+            "table from the whole source (drop it; the next refresh recreates it), and keep "
+            "snapshots longer than the refresh interval (history.expire.max-snapshot-age-ms)."
+        )
+    return max(at_or_before, key=lambda s: s.sequence_number).snapshot_id
 
 
 def appended_since(table: Table, from_snapshot_id: int | None) -> IncrementalSlice:

@@ -42,16 +42,17 @@ from kinesis_lake.events.tables import (
     quarantine_partition_spec,
     quarantine_table_schema,
 )
-from kinesis_lake.iceberg.catalog import open_catalog
-from kinesis_lake.iceberg.commit import CommitOutcome, commit_arrow, last_committed_batch
+from kinesis_lake.iceberg.commit import CommitOutcome, commit_arrow
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.incremental import (
     SOURCE_SNAPSHOT_PROPERTY,
     IncrementalSlice,
     appended_since,
+    caught_up_snapshot_id,
 )
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
+from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg_files_reader import read_data_files
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
@@ -84,12 +85,8 @@ class DeriveResult:
     windows_recomputed: int
 
 
-def _open(settings: Settings):
-    return open_catalog(settings.catalog_name, data_dir=settings.data_dir)
-
-
 def ensure_derived_tables(settings: Settings, schema: EventSchema) -> dict[str, Table]:
-    catalog = _open(settings)
+    catalog = open_lake(settings)
     parsed_schema = parsed_table_schema(schema)
     quarantine_schema = quarantine_table_schema()
     aggregate_schema = aggregate_table_schema()
@@ -117,27 +114,7 @@ def ensure_derived_tables(settings: Settings, schema: EventSchema) -> dict[str, 
 
 def pending_slice(source: Table, derived: Table) -> IncrementalSlice:
     """The source's data files appended since ``derived`` last caught up with it."""
-    done = last_committed_batch(derived, derived_writer_id(source.name()[-1]))
-    from_snapshot = None
-    if done is not None:
-        from_snapshot = next(
-            (s.snapshot_id for s in source.metadata.snapshots if s.sequence_number == done),
-            None,
-        )
-        if from_snapshot is None:
-            from_snapshot = _latest_snapshot_at_or_before(source, done)
-    return appended_since(source, from_snapshot)
-
-
-def _latest_snapshot_at_or_before(source: Table, sequence_number: int) -> int | None:
-    candidates = [s for s in source.metadata.snapshots if s.sequence_number <= sequence_number]
-    if not candidates:
-        raise RuntimeError(
-            f"{source.name()} no longer has the snapshot (sequence number {sequence_number}) "
-            "its derived tables last processed: it was expired. Run a full refresh by "
-            "dropping the derived tables (they are rebuilt from the raw table)."
-        )
-    return max(candidates, key=lambda s: s.sequence_number).snapshot_id
+    return appended_since(source, caught_up_snapshot_id(source, derived))
 
 
 def _sequence_number(table: Table, snapshot_id: int) -> int:
@@ -150,11 +127,11 @@ def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
     """Bring parsed, quarantine and aggregate up to date with the raw table."""
     schema = load_event_schema(settings.event_schema_path)
     tables = ensure_derived_tables(settings, schema)
-    raw = _open(settings).load_table(settings.raw_table)
+    raw = open_lake(settings).load_table(settings.raw_table)
     parsed, quarantine = refresh_parsed_and_quarantine(
         spark, settings, schema, raw, tables["parsed"], tables["quarantine"]
     )
-    parsed_table = _open(settings).load_table(settings.parsed_table)
+    parsed_table = open_lake(settings).load_table(settings.parsed_table)
     aggregate, windows = refresh_aggregate(spark, schema, parsed_table, tables["aggregate"])
     return DeriveResult(parsed, quarantine, aggregate, windows)
 

@@ -23,9 +23,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from kinesis_lake.config import Settings
-from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import ensure_raw_table as ensure_raw_iceberg_table
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID
+from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg_sink import SINK_NAME, committed_positions
 from kinesis_lake.spark.kinesis_offsets import SourceOffset
 from kinesis_lake.spark.shard_progress import ShardProgressStore
@@ -86,7 +87,7 @@ def source_metadata_path(settings: Settings) -> str:
 
 
 def ensure_raw_table(settings: Settings):
-    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    catalog = open_lake(settings)
     ensure_namespace(catalog, settings.namespace)
     return ensure_raw_iceberg_table(catalog, settings.raw_table)
 
@@ -279,9 +280,7 @@ def _raw_table_state(
     commit, so the walk stops after a few snapshots. A batch without a snapshot of its
     own (a replay the sink skipped) falls back to the current state.
     """
-    table = open_catalog(settings.catalog_name, data_dir=settings.data_dir).load_table(
-        settings.raw_table
-    )
+    table = open_lake(settings).load_table(settings.raw_table)
     snapshot = table.current_snapshot()
     if snapshot is not None and batch_id is not None:
         wanted = {WRITER_ID: writer_id, BATCH_ID: str(batch_id)}

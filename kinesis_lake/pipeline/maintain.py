@@ -15,8 +15,8 @@ from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg import maintenance
+from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import load_table, open_lake
-from kinesis_lake.pipeline.reconcile import source_snapshot_id
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_RETAIN_LAST = 100
@@ -69,7 +69,7 @@ def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float)
     still finds where it left off)."""
     cutoff = int((time.time() - max_age_hours * 3600) * 1000)
     for consumer in consumers:
-        source = source_snapshot_id(consumer, table)
+        source = caught_up_snapshot_id(table, consumer)
         snapshot = table.snapshot_by_id(source) if source is not None else None
         if snapshot is not None:
             cutoff = min(cutoff, snapshot.timestamp_ms)

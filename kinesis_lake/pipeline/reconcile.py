@@ -17,7 +17,6 @@ import duckdb
 import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events.columns import (
@@ -30,9 +29,7 @@ from kinesis_lake.events.columns import (
 )
 from kinesis_lake.events.schema import load_event_schema
 from kinesis_lake.events.tables import parsed_table_schema
-from kinesis_lake.iceberg.commit import last_committed_batch
-from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
-from kinesis_lake.iceberg.summary import derived_writer_id, latest_summary_value
+from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import committed_positions, table_stats
 
 EXAMPLES = 5
@@ -151,30 +148,6 @@ def raw_position_reconciliation(raw: Table) -> PositionReconciliation:
     )
 
 
-def source_snapshot_id(derived: Table, source: Table) -> int | None:
-    """The snapshot of ``source`` that ``derived`` last caught up to.
-
-    Two records say it, and the newer wins: ``derived``'s latest commit summary
-    (``kinesis-lake.source-snapshot-id``), and the commit protocol's watermark, a table
-    property holding that source snapshot's sequence number. The watermark also moves on
-    a refresh that wrote no rows to ``derived`` (no snapshot, so no summary), and it
-    survives expiry of ``derived``'s own history, which the summary does not.
-    """
-    found = latest_summary_value(derived, SOURCE_SNAPSHOT_PROPERTY)
-    candidates: list[Snapshot] = []
-    if found is not None and (by_summary := source.snapshot_by_id(int(found[0]))) is not None:
-        candidates.append(by_summary)
-    watermark = last_committed_batch(derived, derived_writer_id(source.name()[-1]))
-    if watermark is not None:
-        at_or_before = [s for s in source.metadata.snapshots if s.sequence_number <= watermark]
-        if at_or_before:
-            candidates.append(max(at_or_before, key=lambda s: s.sequence_number))
-    if candidates:
-        return max(candidates, key=lambda s: s.sequence_number).snapshot_id
-    # Recorded but expired from the source: callers report that (see rows_at).
-    return int(found[0]) if found is not None else None
-
-
 def rows_at(table: Table, snapshot_id: int) -> int:
     """Rows of ``table`` as of ``snapshot_id`` (its summary's running total; no scan)."""
     snapshot = table.snapshot_by_id(snapshot_id)
@@ -216,7 +189,7 @@ class DerivedReconciliation:
 def reconcile_derived(raw: Table, parsed: Table, quarantine: Table) -> DerivedReconciliation:
     """Cost: metadata only when the counts agree; otherwise one identity scan of each of
     the three tables (raw as of the processed snapshot) to name the rows that differ."""
-    source = source_snapshot_id(parsed, raw)
+    source = caught_up_snapshot_id(raw, parsed)
     parsed_rows = table_stats(parsed).rows
     quarantined_rows = table_stats(quarantine).rows
     if source is None:
@@ -286,7 +259,7 @@ class WindowReconciliation:
 
 def reconcile_aggregate(parsed: Table, aggregate: Table) -> WindowReconciliation:
     """Cost: a scan of parsed's event_timestamp column and of the (small) aggregate."""
-    source = source_snapshot_id(aggregate, parsed)
+    source = caught_up_snapshot_id(parsed, aggregate)
     if source is None:
         return WindowReconciliation(None, 0, 0, 0, 0)
     if parsed.snapshot_by_id(source) is None:
@@ -346,7 +319,7 @@ class QuarantineRatio:
 
 def quarantine_ratio(raw: Table, parsed: Table, quarantine: Table) -> QuarantineRatio:
     """Quarantined rows over the raw rows the derived tables have processed (metadata only)."""
-    source = source_snapshot_id(parsed, raw)
+    source = caught_up_snapshot_id(raw, parsed)
     processed = rows_at(raw, source) if source is not None else 0
     return QuarantineRatio(table_stats(quarantine).rows, processed)
 

@@ -35,8 +35,8 @@ from kinesis_lake.defs.assets import (
 )
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
+from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
-from kinesis_lake.pipeline.reconcile import source_snapshot_id
 from kinesis_lake_tests.defs.helpers import Lake, make_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
@@ -441,8 +441,8 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     ]
     rows_before = {t: table_stats(catalog.load_table(t)).rows for t in tables}
     raw_table = catalog.load_table(lake.settings.raw_table)
-    consumer_snapshot = source_snapshot_id(
-        catalog.load_table(lake.settings.parsed_table), raw_table
+    consumer_snapshot = caught_up_snapshot_id(
+        raw_table, catalog.load_table(lake.settings.parsed_table)
     )
     stray = Path(raw_table.location().removeprefix("file://")) / "data" / "stray-orphan.parquet"
     stray.write_bytes(b"left behind by a crashed task")

@@ -1,4 +1,5 @@
-"""appended_since: the files of newer appends only, compactions skipped, gaps refused."""
+"""appended_since: the files of newer appends only, compactions skipped, gaps refused; and
+caught_up_snapshot_id, the one rule for where a derived table stands on its source."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
+from kinesis_lake.errors import SnapshotExpiredError
+from kinesis_lake.iceberg import summary
+from kinesis_lake.iceberg.commit import commit_files
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import (
     IncrementalReadError,
     appended_since,
+    caught_up_snapshot_id,
     read_data_file,
     read_files,
 )
@@ -118,3 +123,39 @@ def test_merged_manifests_still_give_only_the_newer_files(raw: Table) -> None:
 
     assert len(manifests) < 4  # merged: older entries now sit in rewritten manifests
     assert _keys(raw, since.files) == list(range(20, 40))
+
+
+def _catch_up(source: Table, derived: Table) -> None:
+    """What a refresh commits: the source snapshot's sequence number as the watermark."""
+    snapshot = source.current_snapshot()
+    assert snapshot is not None and snapshot.sequence_number is not None
+    commit_files(
+        derived,
+        [],
+        writer_id=summary.derived_writer_id(source.name()[-1]),
+        batch_id=snapshot.sequence_number,
+    )
+    derived.refresh()
+
+
+def test_caught_up_is_the_watermarked_source_snapshot(catalog: Catalog, raw: Table) -> None:
+    derived = ensure_table(catalog, "lake.derived", Schema(NestedField(1, "id", StringType())))
+    assert caught_up_snapshot_id(raw, derived) is None
+    s1 = _snapshot_after_batch(raw, "w", 0, range(0, 10))
+    _catch_up(raw, derived)
+    _snapshot_after_batch(raw, "w", 1, range(10, 20))
+
+    assert caught_up_snapshot_id(raw, derived) == s1
+    assert appended_since(raw, caught_up_snapshot_id(raw, derived)).rows == 10
+
+
+def test_caught_up_to_an_expired_snapshot_says_to_rebuild(catalog: Catalog, raw: Table) -> None:
+    derived = ensure_table(catalog, "lake.derived", Schema(NestedField(1, "id", StringType())))
+    s1 = _snapshot_after_batch(raw, "w", 0, range(0, 10))
+    _catch_up(raw, derived)
+    _snapshot_after_batch(raw, "w", 1, range(10, 20))
+    with raw.maintenance.expire_snapshots() as expiry:
+        expiry.by_ids([s1])
+
+    with pytest.raises(SnapshotExpiredError, match=r"was expired\. Rebuild the derived table"):
+        caught_up_snapshot_id(raw, derived)
