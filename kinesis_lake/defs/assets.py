@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -97,9 +97,9 @@ def table_column_schema(schema: Schema) -> dg.TableSchema:
     )
 
 
-def _table_metadata(identifier: str, table: Table) -> dict[str, object]:
+def _table_metadata(identifier: str, table: Table) -> dict[str, Any]:
     stats = table_stats(table)
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "dagster/table_name": identifier,
         "dagster/row_count": stats.rows,
         "dagster/column_schema": table_column_schema(table.schema()),
@@ -171,7 +171,7 @@ def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.As
     ``skipped_ranges``), so the asset's plots run on across runs and streamed batches,
     and the data-loss check reads whichever of the two came last.
     """
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "dagster/table_name": settings.raw_table,
         "dagster/row_count": batch.raw_rows_total,
         "rows_added": batch.rows,
@@ -244,7 +244,7 @@ DERIVED_AUTOMATION = (
 """Follow raw automatically (eager already waits while raw or this asset is in progress),
 but never over raw data a blocking check (duplicates) rejected."""
 
-_DERIVED_COMMON = {
+_DERIVED_COMMON: dict[str, Any] = {
     "group_name": DERIVED_GROUP,
     "kinds": {"spark", "iceberg"},
     "owners": OWNERS,
@@ -406,4 +406,8 @@ maintenance_assets = [
     _maintenance_asset(EVENT_COUNTS_PER_MINUTE, "aggregate_table"),
 ]
 
-pipeline_assets = [kinesis_stream, raw_events, derived_tables]
+pipeline_assets: list[dg.AssetSpec | dg.AssetsDefinition] = [
+    kinesis_stream,
+    raw_events,
+    derived_tables,
+]

@@ -26,6 +26,7 @@ The cursor is JSON: ``{"backlog": <run key base>, "attempt": finished runs for i
 import json
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -122,7 +123,7 @@ def stream_observation(
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """The stream's state as a kinesis_stream materialization, plus the freshness verdict."""
     probe = fresh.probe
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "shards": probe.shards,
         "shards_with_backlog": len(probe.shards_with_backlog),
         "retention_hours": probe.retention_hours,
@@ -214,8 +215,9 @@ def kinesis_backlog_sensor(
     if cursor.backlog != base or cursor.attempt != history.attempts:
         cursor.backlog, cursor.attempt = base, history.attempts
         cursor.retry_at_ms = history.next_attempt_at_ms()
-    if now_ms < (cursor.retry_at_ms or 0):
-        wait = (cursor.retry_at_ms - now_ms) / 1000
+    retry_at_ms = cursor.retry_at_ms or 0
+    if now_ms < retry_at_ms:
+        wait = (retry_at_ms - now_ms) / 1000
         reason = stall or "Ingestion of this backlog is backing off."
         return skip(f"{reason} Next attempt in {wait:.0f} s.")
     run_key = attempt_run_key(base, history.attempts)

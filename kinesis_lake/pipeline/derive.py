@@ -117,8 +117,9 @@ def pending_slice(source: Table, derived: Table) -> IncrementalSlice:
     return appended_since(source, caught_up_snapshot_id(source, derived))
 
 
-def _sequence_number(table: Table, snapshot_id: int) -> int:
-    snapshot = table.snapshot_by_id(snapshot_id)
+def _sequence_number(table: Table, snapshot_id: int | None) -> int:
+    """The sequence number of a slice's end snapshot; a slice with files always has one."""
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
     assert snapshot is not None and snapshot.sequence_number is not None
     return snapshot.sequence_number
 
@@ -147,6 +148,7 @@ def refresh_parsed_and_quarantine(
     slices = {"parsed": pending_slice(raw, parsed), "quarantine": pending_slice(raw, quarantine)}
     results = {}
     # Both targets usually lag by the same slice; parse it once and write both.
+    groups: list[tuple[str, ...]]
     if slices["parsed"].files == slices["quarantine"].files:
         groups = [("parsed", "quarantine")]
     else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import fsspec
@@ -188,8 +188,9 @@ def run_continuous(
         while not stop.is_set() and query.isActive:
             stop.wait(0.5)
             report_new_batches()
-        if query.exception() is not None:
-            raise query.exception()
+        failure = query.exception()
+        if failure is not None:
+            raise failure
     finally:
         _stop_gracefully(query, checkpoint_location(settings))
     # The batch that was in flight when ``stop`` was set committed during the graceful
@@ -305,7 +306,7 @@ def _raw_rows(settings: Settings) -> int:
 
 def _summarise(
     settings: Settings,
-    progresses: list[dict],
+    progresses: Sequence[dict],
     seconds: float,
     rows_before: int,
     *,

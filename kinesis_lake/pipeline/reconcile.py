@@ -12,6 +12,7 @@ checks scan the columns they need and nothing more.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -48,6 +49,13 @@ def _sql(**tables: pa.Table | pa.RecordBatchReader) -> duckdb.DuckDBPyConnection
     return connection
 
 
+def _one_row(connection: duckdb.DuckDBPyConnection, query: str) -> tuple[Any, ...]:
+    """The row of an aggregate query without GROUP BY, which always returns exactly one."""
+    row = connection.execute(query).fetchone()
+    assert row is not None, query
+    return row
+
+
 def _padded(column: str) -> str:
     return f"lpad({column}, {_SEQUENCE_WIDTH}, '0')"
 
@@ -77,10 +85,11 @@ def raw_duplicates(raw: Table) -> DuplicateReport:
     connection.execute(
         f"CREATE TEMP TABLE groups AS SELECT {keys}, count(*) AS n FROM raw_ids GROUP BY ALL"
     )
-    rows, duplicate_keys, extra_rows = connection.execute(
+    rows, duplicate_keys, extra_rows = _one_row(
+        connection,
         "SELECT coalesce(sum(n), 0), count(*) FILTER (WHERE n > 1), "
-        "coalesce(sum(n - 1) FILTER (WHERE n > 1), 0) FROM groups"
-    ).fetchone()
+        "coalesce(sum(n - 1) FILTER (WHERE n > 1), 0) FROM groups",
+    )
     examples = [
         f"{shard}/{sequence}/{sub} x{n}"
         for shard, sequence, sub, n in connection.execute(
@@ -217,7 +226,7 @@ def reconcile_derived(raw: Table, parsed: Table, quarantine: Table) -> DerivedRe
 
     def differing(left: str, right: str) -> tuple[int, list[str]]:
         query = f"SELECT {keys} FROM {left} EXCEPT ALL SELECT {keys} FROM {right}"
-        total = connection.execute(f"SELECT count(*) FROM ({query})").fetchone()[0]
+        (total,) = _one_row(connection, f"SELECT count(*) FROM ({query})")
         examples = connection.execute(
             f"SELECT shard_id, sequence_number, sub_sequence_number FROM ({query}) "
             f"ORDER BY shard_id, {_padded('sequence_number')} LIMIT {EXAMPLES}"
@@ -286,10 +295,11 @@ def reconcile_aggregate(parsed: Table, aggregate: Table) -> WindowReconciliation
         FROM p FULL OUTER JOIN a ON p.w = a.w
         """
     )
-    windows, mismatched, parsed_rows, aggregate_sum = connection.execute(
+    windows, mismatched, parsed_rows, aggregate_sum = _one_row(
+        connection,
         "SELECT count(*), count(*) FILTER (WHERE parsed <> agg), "
-        "coalesce(sum(parsed), 0), coalesce(sum(agg), 0) FROM compared"
-    ).fetchone()
+        "coalesce(sum(parsed), 0), coalesce(sum(agg), 0) FROM compared",
+    )
     examples = [
         f"{window}: aggregate {agg} vs parsed {count}"
         for window, count, agg in connection.execute(
