@@ -10,6 +10,7 @@ task of ours runs in the process; what tasks allocate later is still collected.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 
@@ -22,4 +23,7 @@ def freeze_imported_objects() -> None:
     if _frozen_in_pid != os.getpid():
         gc.collect()
         gc.freeze()
+        # Thaw at exit so the interpreter can still finalize what was frozen: otherwise
+        # extension modules (DuckDB's nanobind bindings) report every live object as leaked.
+        atexit.register(gc.unfreeze)
         _frozen_in_pid = os.getpid()
