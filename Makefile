@@ -8,11 +8,11 @@ STAMP := $(VENV)/.kinesis-lake-installed
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test dev bench bench-full lint clean fuzz
+.PHONY: setup demo test dev bench bench-full lint clean fuzz lock
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh
+$(STAMP): pyproject.toml requirements.lock scripts/bootstrap.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh
 	touch $(STAMP)
 
@@ -43,8 +43,15 @@ fuzz: setup
 			-max_total_time=$(FUZZ_SECONDS) -artifact_prefix=.data/fuzz/ || exit 1; \
 	done
 
+# Re-resolve requirements.lock (every extra, every platform, hashed) to the newest versions
+# pyproject.toml allows; review the diff, run `make test`, commit both.
+lock: setup
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
+		--extra dev --extra aws --extra postgres --no-header --no-annotate --upgrade -o requirements.lock
+
 lint: setup
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 clean:
 	rm -rf .data test-output

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MALFORMED_EVERY = 25
@@ -54,7 +59,8 @@ def run_demo(events: int = 2000) -> int:
         from kinesis_lake.definitions import defs
 
         job = defs.resolve_implicit_global_asset_job_def()
-        sent, runs_ok, evaluations = 0, True, []
+        sent, runs_ok = 0, True
+        evaluations: Sequence[dg.AssetCheckEvaluation] = []
         for wave, count in enumerate((events // 2, events - events // 2), start=1):
             put = put_records(
                 client,

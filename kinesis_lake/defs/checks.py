@@ -10,6 +10,7 @@ carry the duplicates into every downstream count.
 """
 
 import json
+from typing import Any
 
 import dagster as dg
 
@@ -190,7 +191,7 @@ def raw_events_match_positions(settings: PipelineSettingsResource) -> dg.AssetCh
     if raw is None:
         return _missing_table(RAW_EVENTS, POSITIONS_CHECK, lake.raw_table)
     report = raw_position_reconciliation(raw)
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "rows": report.rows,
         "shards_in_table": len(report.table_max),
         "shards_committed": len(report.committed),
@@ -257,7 +258,7 @@ def events_reconcile_with_raw(settings: PipelineSettingsResource) -> dg.AssetChe
         report = reconcile_derived(raw, parsed, quarantine)
     except LookupError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "raw_processed": report.raw_processed,
         "parsed": report.parsed,
         "quarantined": report.quarantined,
@@ -368,7 +369,7 @@ def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetChe
         report = reconcile_aggregate(parsed, aggregate)
     except LookupError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "windows": report.windows,
         "mismatched_windows": report.mismatched_windows,
         "parsed_rows": report.parsed_rows,

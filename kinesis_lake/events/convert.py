@@ -68,6 +68,7 @@ class HugeNumber(float):
     digits the producer sent so messages quote them rather than ``Infinity``."""
 
     __slots__ = ("text",)
+    text: str
 
     def __new__(cls, text: str) -> HugeNumber:
         number = super().__new__(cls, text)
@@ -142,6 +143,7 @@ def _render(value: Any, limit: int) -> str:
     stack: list[Any] = [value]
     while stack and size <= limit:
         item = stack.pop()
+        piece: str
         if type(item) is _Punctuation:
             piece = item
         elif isinstance(item, dict):
@@ -332,7 +334,7 @@ _DIGITS = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?")
 
 
 def _to_datetime(value: str | int | float | Decimal) -> datetime:
-    if type(value) is not str:
+    if not isinstance(value, str):
         if -AMBIGUOUS_EPOCH_BELOW < value < AMBIGUOUS_EPOCH_BELOW:
             raise _AmbiguousEpochError
         return _EPOCH + timedelta(milliseconds=value if type(value) is int else float(value))

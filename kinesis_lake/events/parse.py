@@ -125,7 +125,7 @@ def _decode(
     """One JSON object per row; rows that fail get an error and an empty placeholder object."""
     decode = _decoder(schema).decode
     declared = {field.name for field in schema.fields}
-    objects = []
+    objects: list[Any] = []
     append = objects.append
     for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
         if source_error is not None:

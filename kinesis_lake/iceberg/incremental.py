@@ -66,7 +66,7 @@ def caught_up_snapshot_id(source: Table, derived: Table) -> int | None:
     done = last_committed_batch(derived, keys.derived_writer_id(source.name()[-1]))
     if done is None:
         return None
-    at_or_before = [s for s in source.metadata.snapshots if s.sequence_number <= done]
+    at_or_before = [s for s in source.metadata.snapshots if (s.sequence_number or 0) <= done]
     if not at_or_before:
         raise SnapshotExpiredError(
             f"{'.'.join(source.name())} no longer has the snapshot (sequence number {done}) "
@@ -74,7 +74,7 @@ def caught_up_snapshot_id(source: Table, derived: Table) -> int | None:
             "table from the whole source (drop it; the next refresh recreates it), and keep "
             "snapshots longer than the refresh interval (history.expire.max-snapshot-age-ms)."
         )
-    return max(at_or_before, key=lambda s: s.sequence_number).snapshot_id
+    return max(at_or_before, key=lambda s: s.sequence_number or 0).snapshot_id
 
 
 def appended_since(table: Table, from_snapshot_id: int | None) -> IncrementalSlice:

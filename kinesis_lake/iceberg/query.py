@@ -120,7 +120,7 @@ def _named_tables(sql: str) -> set[str]:
         if isinstance(node, dict):
             if node.get("type") == "BASE_TABLE":
                 schema, name = node.get("schema_name"), node.get("table_name")
-                names.add(f"{schema}.{name}" if schema else name)
+                names.add(f"{schema}.{name}" if schema else str(name))
             pending.extend(node.values())
         elif isinstance(node, list):
             pending.extend(node)

@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 
 from botocore.exceptions import ClientError
@@ -107,7 +108,7 @@ def _first_record(client, iterator: str | None) -> dict | None:
     for _ in range(_MAX_EMPTY_PAGES):
         if iterator is None:
             return None
-        page = _retried(lambda it=iterator: client.get_records(ShardIterator=it, Limit=1))
+        page = _retried(partial(client.get_records, ShardIterator=iterator, Limit=1))
         if page["Records"]:
             return page["Records"][0]
         if not page.get("MillisBehindLatest"):

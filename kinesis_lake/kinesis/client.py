@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from datetime import datetime, timezone
+from typing import TypeAlias
 
 import boto3
 import botocore.session
@@ -18,7 +19,7 @@ from botocore.utils import parse_timestamp
 
 #: boto3 generates the concrete client class at runtime, so the best static type without
 #: extra stub packages (``types-boto3[kinesis]``) is botocore's base class.
-KinesisClient = BaseClient
+KinesisClient: TypeAlias = BaseClient
 
 
 def kinesis_client(

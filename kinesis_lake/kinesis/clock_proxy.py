@@ -90,7 +90,8 @@ class ClockProxy(FaultProxy):
         self._clock_lock = threading.Lock()
 
     def __enter__(self) -> ClockProxy:
-        return self.start()
+        self.start()
+        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()

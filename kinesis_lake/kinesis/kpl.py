@@ -99,16 +99,16 @@ def _split(sequence_number: str, arrival_ms: int, data: bytes) -> list[KinesisRe
                 f" but the key table has {len(keys)} entries"
             )
         key = keys[user_record.partition_key_index]
-        error = None
+        problem: str | None = None
         if isinstance(key, bytes):  # protobuf returns a key that is not UTF-8 as bytes
-            error = (
+            problem = (
                 f"user record {index} of KPL aggregate {sequence_number}: partition key is not "
                 f"UTF-8 (bytes {key[:_KEY_BYTES_SHOWN].hex(' ')}"
                 f"{' ...' if len(key) > _KEY_BYTES_SHOWN else ''}); stored with \\x escapes"
             )
             key = escaped_text(key)
         result.append(
-            KinesisRecord(sequence_number, index, key, arrival_ms, user_record.data, True, error)
+            KinesisRecord(sequence_number, index, key, arrival_ms, user_record.data, True, problem)
         )
     return result
 

@@ -401,6 +401,7 @@ class ShardReader:
                 stop = "caught_up"
             if stop:
                 break
+            assert next_iterator is not None  # a missing one ends the shard, which stops above
             iterator = next_iterator
 
         outcome.data_loss = cursor.data_loss
@@ -508,9 +509,10 @@ class _Cursor:
 
     def _quiet_past(self, server_ms: int | None) -> bool:
         """True when the shard was read to its tip after the current trim horizon."""
-        if None in (self._quiet_since_ms, self._retention_ms, server_ms):
+        quiet_since, retention = self._quiet_since_ms, self._retention_ms
+        if quiet_since is None or retention is None or server_ms is None:
             return False
-        return self._quiet_since_ms >= server_ms - self._retention_ms
+        return quiet_since >= server_ms - retention
 
     def consumed(self, sequence_number: str) -> None:
         self.last_seen = sequence_number

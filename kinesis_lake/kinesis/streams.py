@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -141,7 +142,7 @@ def list_shards(client: KinesisClient, stream_name: str) -> list[Shard]:
         raw = list(page["Shards"])
         try:
             while token := page.get("NextToken"):
-                page = _call(client, stream_name, lambda t=token: client.list_shards(NextToken=t))
+                page = _call(client, stream_name, partial(client.list_shards, NextToken=token))
                 raw.extend(page["Shards"])
         except ClientError as error:
             if error_code(error) not in _PAGING_UNSUPPORTED:
@@ -157,7 +158,7 @@ def _describe_stream_paged(client: KinesisClient, stream_name: str) -> list[Mapp
         description = _call(
             client,
             stream_name,
-            lambda start=exclusive_start: client.describe_stream(StreamName=stream_name, **start),
+            partial(client.describe_stream, StreamName=stream_name, **exclusive_start),
         )["StreamDescription"]
         new = [s for s in description["Shards"] if s["ShardId"] not in shards]
         shards.update((s["ShardId"], s) for s in new)

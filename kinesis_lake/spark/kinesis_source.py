@@ -74,6 +74,7 @@ import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -468,15 +469,10 @@ def _arrow_batch(
 def _representable(shard_id: str, record: KinesisRecord) -> KinesisRecord:
     """``record`` as Arrow can hold it: each field that cannot be stored as read is
     replaced by a stand-in (text escaped, bytes kept) and named in ``error``."""
-    problems = []
-    sequence_number, partition_key, error = (
-        _text(name, value, problems)
-        for name, value in (
-            ("sequence_number", record.sequence_number),
-            ("partition_key", record.partition_key),
-            ("source_error", record.error),
-        )
-    )
+    problems: list[str] = []
+    sequence_number = _text("sequence_number", record.sequence_number, problems)
+    partition_key = _text("partition_key", record.partition_key, problems)
+    error = None if record.error is None else _text("source_error", record.error, problems)
     sub_sequence_number = record.sub_sequence_number
     if not isinstance(sub_sequence_number, int) or not (
         _MIN_INT64 <= sub_sequence_number <= _MAX_INT64
@@ -510,12 +506,10 @@ def _representable(shard_id: str, record: KinesisRecord) -> KinesisRecord:
     )
 
 
-def _text(name: str, value: object, problems: list[str]) -> str | None:
-    if value is None and name == "source_error":
-        return None
+def _text(name: str, value: object, problems: list[str]) -> str:
     stand_in = escaped_text(value)
     if stand_in is None:
-        return value  # type: ignore[return-value]
+        return cast(str, value)  # escaped_text returns None only for valid text
     problems.append(f"{name} is not valid UTF-8 text; stored with escapes")
     return stand_in
 
