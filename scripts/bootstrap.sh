@@ -43,17 +43,20 @@ make sure 'java -version' reports 17+."
 }
 
 ensure_python() {
-  "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null \
-    || fail "Python 3.10+ is needed as '$PYTHON' (set PYTHON=/path/to/python3.11)."
+  "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
+    || fail "Python 3.11+ is needed as '$PYTHON' (set PYTHON=/path/to/python3.11)."
   if [ ! -x .venv/bin/python ]; then
     say "creating virtualenv .venv"
     "$PYTHON" -m venv .venv || fail "could not create a virtualenv: install python3-venv."
   fi
-  say "installing Python packages (editable, with dev tools)"
+  say "installing Python packages from requirements.lock (pinned and hashed)"
   .venv/bin/pip install -q --upgrade pip setuptools wheel
+  # Exactly the locked versions, each checked against its hash: a fresh clone gets what
+  # CI tested, not whatever is newest today. `make lock` updates the lock.
+  .venv/bin/pip install -q --require-hashes --no-deps -r requirements.lock
   # compat mode puts the repo on sys.path, so Spark's auto-registration of the
-  # top-level pyspark_kinesis module finds it.
-  .venv/bin/pip install -q -e '.[dev,aws,postgres]' --config-settings editable_mode=compat
+  # top-level pyspark_kinesis module finds it. --no-deps: everything came from the lock.
+  .venv/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat
 }
 
 ensure_kinesalite() {
