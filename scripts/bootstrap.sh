@@ -56,7 +56,9 @@ ensure_python() {
   .venv/bin/pip install -q --require-hashes --no-deps -r requirements.lock
   # compat mode puts the repo on sys.path, so Spark's auto-registration of the
   # top-level pyspark_kinesis module finds it. --no-deps: everything came from the lock.
-  .venv/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat
+  # setuptools warns at length about every editable mode; the choice is deliberate.
+  PYTHONWARNINGS=ignore .venv/bin/pip install -q --no-deps -e . \
+    --config-settings editable_mode=compat
 }
 
 ensure_kinesalite() {
