@@ -90,7 +90,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 
     settings = _settings()
     _preflight(settings, event_schema=args.derive)
-    spark = build_spark_session(settings.spark_master)
+    spark = build_spark_session(settings.spark_master, log_dir=settings.log_dir)
     try:
         result = run_ingestion(spark, settings)
         print(
@@ -130,7 +130,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
 
     with contextlib.ExitStack() as cleanup:
         on_batch = _stream_reporter(settings, cleanup)
-        spark = build_spark_session(settings.spark_master)
+        spark = build_spark_session(settings.spark_master, log_dir=settings.log_dir)
         cleanup.callback(spark.stop)
         # Only now: creating the SparkContext installs PySpark's own SIGINT handler, which
         # cancels every running job (the batch in flight) and raises KeyboardInterrupt.

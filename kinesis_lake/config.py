@@ -117,6 +117,11 @@ class Settings:
             )
 
     @property
+    def log_dir(self) -> Path:
+        """Where Spark's log file goes (``kinesis_lake.spark.session.spark_log_file``)."""
+        return self.data_dir / "logs"
+
+    @property
     def raw_table(self) -> str:
         return f"{self.namespace}.{RAW_TABLE}"
 

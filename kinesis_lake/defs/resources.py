@@ -22,6 +22,7 @@ import boto3
 import dagster as dg
 from botocore.config import Config as BotocoreConfig
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
+from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError, parse_setting
@@ -209,50 +210,63 @@ class KinesisResource(ResourceWithBoto3Configuration):
             )
 
 
-class SparkResource(dg.ConfigurableResource):
-    """The Spark session of a run: created on first use, stopped when the run ends.
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy Spark resource, with what the pipeline's correctness needs.
 
-    ``dagster_pyspark.PySparkResource`` is avoided on purpose: its untyped config does
-    not resolve ``EnvVar``s, it silently reuses a live session with other settings, and
-    it never stops the session. Here the session is built by ``build_spark_session``
-    (loopback, UTC, no speculation: what correctness depends on), only when a step needs
-    it (checks and sensors never start a JVM), and stopped at teardown, but only if
-    this resource started it: a session someone else owns (a test's shared session) is
-    used and left running.
+    As its base, the session starts only when a step first asks for ``spark_session``
+    (checks and sensors never start a JVM) and extra Spark settings go in
+    ``spark_config``. Added here: a typed ``master`` defaulting from ``SPARK_MASTER``;
+    ``spark_config`` values that are ``dg.EnvVar``s are resolved (the base's ``Any`` values
+    are not); the session is built by ``build_spark_session`` (loopback, UTC, no
+    speculation, Spark's log to a file); and teardown stops the session only if this
+    resource started it: one someone else owns (a test's shared session) is used and left
+    running, where the base never stops any.
     """
 
     master: str = Field(default=_default("spark_master"), description="Spark master URL.")
     app_name: str = Field(default="kinesis-lake-dagster", description="Spark application name.")
-    conf: dict[str, str] = Field(
+    spark_config: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark settings; values may be dg.EnvVar (they are resolved).",
     )
+    log_dir: str | None = Field(
+        default=None,
+        description="Folder of Spark's log file; None: <KINESIS_LAKE_DATA_DIR>/logs.",
+    )
 
-    _session: Any = PrivateAttr(default=None)
     _owned: bool = PrivateAttr(default=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SparkResource:
         return _from_env(cls, {"SPARK_MASTER": "master"}, env)
 
+    def _init_session(self) -> None:
+        if self._spark_session is not None:
+            return
+        # Imported here so that loading definitions and running sensors stays JVM-free.
+        from pyspark import SparkContext
+
+        from kinesis_lake.spark.session import build_spark_session
+
+        existing = SparkContext._active_spark_context
+        session = build_spark_session(
+            self.master,
+            app_name=self.app_name,
+            conf=self.spark_config,
+            log_dir=self.log_dir or Settings.from_env().log_dir,
+        )
+        self._owned = existing is None or session.sparkContext is not existing
+        self._spark_session = session
+
     @property
     def session(self) -> SparkSession:
-        if self._session is None:
-            # Imported here so that loading definitions and running sensors stays JVM-free.
-            from pyspark import SparkContext
-
-            from kinesis_lake.spark.session import build_spark_session
-
-            existing = SparkContext._active_spark_context
-            session = build_spark_session(self.master, app_name=self.app_name, conf=self.conf)
-            self._owned = existing is None or session.sparkContext is not existing
-            self._session = session
-        return self._session
+        """The run's session (``spark_session``, typed)."""
+        return self.spark_session
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._session is not None and self._owned:
-            self._session.stop()
-        self._session = None
+        if self._spark_session is not None and self._owned:
+            self._spark_session.stop()
+        self._spark_session = None
         self._owned = False
 
 

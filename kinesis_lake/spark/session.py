@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -49,9 +50,17 @@ def build_spark_session(
     *,
     app_name: str = "kinesis-lake",
     conf: Mapping[str, str] | None = None,
+    log_dir: str | Path | None = None,
 ) -> SparkSession:
-    """Create (or reuse, if one with the same master is active) the job's session."""
+    """Create (or reuse, if one with the same master is active) the job's session.
+
+    With ``log_dir``, a JVM this call starts writes its log to ``spark_log_file(log_dir)``
+    instead of the terminal: commands print the pipeline's story, and the log is there
+    (and named by the CLI) when a run fails.
+    """
     merged = {**driver_address_conf(), **BASE_CONF, **(conf or {})}
+    if log_dir is not None:
+        merged = _logging_to_file(merged, Path(log_dir))
     if merged.get("spark.speculation", "false").lower() == "true":
         raise SparkConfigError(
             "spark.speculation=true is not supported: two attempts of one Kinesis read "
@@ -69,6 +78,38 @@ def build_spark_session(
         builder = builder.config(key, value)
     builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
     return _register(builder.getOrCreate())
+
+
+def spark_log_file(log_dir: str | Path) -> Path:
+    """Where a session built with ``log_dir`` writes Spark's log."""
+    return Path(log_dir) / "spark.log"
+
+
+_LOG4J2 = """\
+# Written by kinesis-lake: Spark logs to a file, not the terminal.
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def _logging_to_file(conf: dict[str, str], log_dir: Path) -> dict[str, str]:
+    """``conf`` with the driver JVM's log4j2 pointed at a file under ``log_dir``.
+
+    Spark reads this only when it starts the JVM (the gateway passes every setting to
+    spark-submit), so a session reused from earlier keeps its logging.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    properties = log_dir / "log4j2.properties"
+    properties.write_text(_LOG4J2.format(log_file=spark_log_file(log_dir).resolve()))
+    option = f"-Dlog4j2.configurationFile={properties.resolve().as_uri()}"
+    existing = conf.get("spark.driver.extraJavaOptions", "")
+    return {**conf, "spark.driver.extraJavaOptions": f"{existing} {option}".strip()}
 
 
 def driver_address_conf() -> dict[str, str]:

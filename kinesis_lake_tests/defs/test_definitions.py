@@ -186,10 +186,10 @@ def test_spark_conf_env_vars_are_resolved(monkeypatch):
     monkeypatch.setenv("SPARK_MASTER", "local[1]")
     spark = SparkResource(
         master=dg.EnvVar("SPARK_MASTER"),
-        conf={"spark.sql.shuffle.partitions": dg.EnvVar("KINESIS_LAKE_TEST_SHUFFLE")},
+        spark_config={"spark.sql.shuffle.partitions": dg.EnvVar("KINESIS_LAKE_TEST_SHUFFLE")},
     )
     resolved = _resolve(spark)
-    assert resolved.conf == {"spark.sql.shuffle.partitions": "3"}
+    assert resolved.spark_config == {"spark.sql.shuffle.partitions": "3"}
     assert resolved.master == "local[1]"
     assert _resolve(SparkResource.from_env()).master == "local[1]"
 
