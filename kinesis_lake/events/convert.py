@@ -33,7 +33,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -43,10 +43,10 @@ import pyarrow.compute as pc
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, arrow_type, decimal_params
 from kinesis_lake.events.schema import EventField
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MIN_TIMESTAMP = pa.scalar(datetime.min.replace(tzinfo=timezone.utc), TIMESTAMP_ARROW_TYPE)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_TIMESTAMP = pa.scalar(datetime.min.replace(tzinfo=UTC), TIMESTAMP_ARROW_TYPE)
 # The last event time whose day (and minute) still has an end that datetime can represent.
-LATEST_EVENT_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=timezone.utc)
+LATEST_EVENT_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 _MAX_TIMESTAMP = pa.scalar(LATEST_EVENT_TIME, TIMESTAMP_ARROW_TYPE)
 AMBIGUOUS_EPOCH_BELOW = 10**11
 _EXCERPT_CHARS = 60

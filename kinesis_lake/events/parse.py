@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -204,7 +204,7 @@ def _refuse_empty_keys(keys: pa.Array, name: str, errors: RowErrors) -> None:
 
 def _utc(now: datetime | None) -> datetime:
     if now is None:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     return now

@@ -8,7 +8,7 @@ DuckDB run the SQL over it. Big queries belong in Spark.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
@@ -149,9 +149,9 @@ def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
     return {
         "snapshot_id": snapshot.snapshot_id,
         "parent_id": snapshot.parent_snapshot_id,
-        "timestamp": datetime.fromtimestamp(
-            snapshot.timestamp_ms / 1000, tz=timezone.utc
-        ).isoformat(timespec="milliseconds"),
+        "timestamp": datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=UTC).isoformat(
+            timespec="milliseconds"
+        ),
         "operation": operation,
         "added_records": number("added-records"),
         "added_data_files": number("added-data-files"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TypeAlias
 
 import boto3
@@ -85,5 +85,5 @@ def _utc_botocore_session() -> botocore.session.Session:
 
 def _parse_timestamp_utc(value: str | int | float) -> datetime:
     if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, tz=timezone.utc)
+        return datetime.fromtimestamp(value, tz=UTC)
     return parse_timestamp(value)

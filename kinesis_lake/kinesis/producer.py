@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.retry import (
@@ -231,7 +231,7 @@ def sample_events(
             "event_type": rng.choices(_EVENT_TYPES)[0],
             "user_id": user_id,
             "amount": round(rng.uniform(0.5, 500.0), 2),
-            "event_time": datetime.fromtimestamp(event_ms / 1000, tz=timezone.utc)
+            "event_time": datetime.fromtimestamp(event_ms / 1000, tz=UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z"),
             "key1": word1,

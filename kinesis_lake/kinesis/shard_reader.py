@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -80,7 +80,7 @@ class StartPosition:
         if self.sequence_number is not None:
             args["StartingSequenceNumber"] = self.sequence_number
         if self.timestamp_ms is not None:
-            args["Timestamp"] = datetime.fromtimestamp(self.timestamp_ms / 1000, tz=timezone.utc)
+            args["Timestamp"] = datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
         return args
 
     def to_dict(self) -> dict[str, Any]:

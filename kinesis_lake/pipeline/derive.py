@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, LessThan, Or
@@ -57,7 +57,7 @@ from kinesis_lake.spark.iceberg_files_reader import read_data_files
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
 _QUARANTINED = "__quarantined"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_EVENT_TYPE = "unknown"
 
 

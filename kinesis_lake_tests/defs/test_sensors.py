@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 import pyarrow as pa
@@ -67,7 +67,7 @@ def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:
         shard, sequence = record["ShardId"], record["SequenceNumber"]
         if shard not in positions or int(sequence) > int(positions[shard]):
             positions[shard] = sequence
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = pa.Table.from_pylist(
         [
             {

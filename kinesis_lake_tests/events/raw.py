@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,8 +11,8 @@ import pyarrow as pa
 from kinesis_lake.events.schema import EventSchema, load_event_schema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-ARRIVAL = datetime(2024, 5, 1, 12, 30, 15, tzinfo=timezone.utc)
-NOW = datetime(2024, 5, 2, tzinfo=timezone.utc)
+ARRIVAL = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
+NOW = datetime(2024, 5, 2, tzinfo=UTC)
 
 
 def demo_schema() -> EventSchema:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -42,7 +42,7 @@ GOOD = {
     "key2": "b",
     "key3": "c",
 }
-UTC = timezone.utc
+UTC = UTC
 
 
 def _json(value: Any) -> bytes:

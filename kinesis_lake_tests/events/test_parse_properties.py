@@ -4,7 +4,7 @@ and a row's fate does not depend on the rows batched with it."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +18,7 @@ from kinesis_lake_tests.events.raw import NOW, demo_schema, raw_table
 from kinesis_lake_tests.events.test_parse import ALL_TYPES
 
 OFFSETS = st.sampled_from(
-    [timezone.utc, timezone(timedelta(hours=2)), timezone(-timedelta(hours=5, minutes=30))]
+    [UTC, timezone(timedelta(hours=2)), timezone(-timedelta(hours=5, minutes=30))]
 )
 JSON_SCALARS = (
     st.none()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -15,7 +15,7 @@ from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
 
-DAY0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+DAY0 = datetime(2024, 5, 1, tzinfo=UTC)
 NAMESPACE = "lake"
 RAW = f"{NAMESPACE}.raw"
 

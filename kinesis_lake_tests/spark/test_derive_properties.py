@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, example, given, settings
@@ -38,7 +38,7 @@ TIMES = (
     | st.datetimes(
         min_value=datetime(2024, 4, 30),
         max_value=datetime(2024, 5, 2),
-        timezones=st.just(timezone.utc),
+        timezones=st.just(UTC),
     ).map(datetime.isoformat)
     | st.sampled_from(
         [1714557600, 1714557600000, -(10**12), 10**20, 99_999_999_999, 253402214400000]
@@ -85,7 +85,7 @@ def test_the_parser_accounts_for_every_hostile_record(payloads: list[bytes]) -> 
     assert sorted(sequence, key=int) == [str(row + 1) for row in range(len(payloads))]
     assert all(quarantine.column("error").to_pylist())
     assert all(len(error) < 400 for error in quarantine.column("error").to_pylist())
-    last = datetime(9999, 12, 31, tzinfo=timezone.utc) - timedelta(microseconds=1)
+    last = datetime(9999, 12, 31, tzinfo=UTC) - timedelta(microseconds=1)
     assert all(t <= last for t in parsed.column("event_timestamp").to_pylist())
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +18,7 @@ from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
 
 
 def raw_batch(shard: str, first_sequence: int, rows: int) -> pa.RecordBatch:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return pa.RecordBatch.from_pylist(
         [
             {

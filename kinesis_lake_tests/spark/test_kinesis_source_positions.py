@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -76,7 +76,7 @@ def test_at_timestamp_reads_what_arrived_at_or_after_it(
 ):
     boundary = two_waves.boundary_ms
     timestamp = (
-        datetime.fromtimestamp(boundary / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        datetime.fromtimestamp(boundary / 1000, tz=UTC).isoformat(timespec="milliseconds")
         if form == "iso-8601"
         else str(boundary)
     )
