@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +236,7 @@ def environment_info(mode: str, scale: float) -> dict[str, Any]:
     """The facts a reader needs to judge a number: machine, versions, load, mode."""
     memory = psutil.virtual_memory()
     return {
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "mode": mode,
         "scale": scale,
         "cores_logical": os.cpu_count(),
