@@ -15,9 +15,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_lake.config import Settings, SettingsError, load_profile
+from kinesis_lake.config import Settings, load_profile
+from kinesis_lake.errors import ConfigurationError, KinesisLakeError
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 
 if TYPE_CHECKING:
@@ -25,20 +27,14 @@ if TYPE_CHECKING:
 
 
 def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except SettingsError as error:
-        raise SystemExit(f"kinesis-lake: configuration error: {error}") from error
+    return Settings.from_env()
 
 
 def _preflight(settings: Settings, *, event_schema: bool) -> None:
     """Fail before Spark starts, in one line naming the setting (see preflight.py)."""
-    from kinesis_lake.pipeline.preflight import PreflightError, preflight
+    from kinesis_lake.pipeline.preflight import preflight
 
-    try:
-        preflight(settings, event_schema=event_schema)
-    except PreflightError as error:
-        raise SystemExit(f"kinesis-lake: configuration error: {error}") from error
+    preflight(settings, event_schema=event_schema)
 
 
 def cmd_settings(args: argparse.Namespace) -> None:
@@ -220,6 +216,11 @@ def cmd_dev(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kinesis-lake", description=__doc__)
     parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full trace of an error instead of its one-line message",
+    )
+    parser.add_argument(
         "--profile",
         default=os.environ.get("KINESIS_LAKE_PROFILE"),
         help="env file to load first, e.g. profiles/local.env",
@@ -274,9 +275,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.profile:
-        load_profile(args.profile)
-    args.func(args)
+    try:
+        if args.profile:
+            load_profile(args.profile)
+        args.func(args)
+    except Exception as error:
+        if args.debug or (message := error_line(error)) is None:
+            raise
+        log = _spark_log()
+        raise SystemExit(
+            f"kinesis-lake: {message}" + (f"\n(Spark's log: {log})" if log else "")
+        ) from None
+
+
+def error_line(error: BaseException) -> str | None:
+    """The one line to print for ``error`` if it is one of ours, else None (a bug: show its
+    trace). Spark hands back what a data source raised on the driver or an executor as a
+    Py4J/streaming exception whose text holds the original ``SomeError: message`` line."""
+    if isinstance(error, ConfigurationError):
+        return f"configuration error: {error}"
+    if isinstance(error, KinesisLakeError):
+        return str(error)
+    ours = {cls.__name__ for cls in _subclasses(KinesisLakeError)}
+    for line in reversed(str(error).splitlines()):
+        name, _, message = line.strip().partition(": ")
+        if name.rsplit(".", 1)[-1] in ours and message:
+            return message
+    return None
+
+
+def _subclasses(cls: type) -> set[type]:
+    found: set[type] = set(cls.__subclasses__())
+    for sub in list(found):
+        found |= _subclasses(sub)
+    return found
+
+
+def _spark_log() -> Path | None:
+    """The Spark log of this command, when it started Spark and wrote one."""
+    if "pyspark" not in sys.modules:
+        return None
+    from kinesis_lake.spark.session import spark_log_file
+
+    try:
+        log = spark_log_file(Settings.from_env().log_dir)
+    except KinesisLakeError:
+        return None
+    return log if log.exists() else None
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kinesis_lake.errors import ConfigurationError
+
 STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
 ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
 
@@ -27,7 +29,7 @@ QUARANTINE_TABLE = "events_quarantine"
 AGGREGATE_TABLE = "event_counts_per_minute"
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigurationError):
     """A setting has a value the pipeline cannot run with; the message says which and why."""
 
 

@@ -23,6 +23,7 @@ from kinesis_lake.defs.assets import (
 )
 from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
 from kinesis_lake.pipeline.lake import load_table, open_lake, raw_positions
 from kinesis_lake.pipeline.reconcile import (
@@ -256,7 +257,7 @@ def events_reconcile_with_raw(settings: PipelineSettingsResource) -> dg.AssetChe
         return _missing_table(EVENTS, RECONCILIATION_CHECK, lake.quarantine_table)
     try:
         report = reconcile_derived(raw, parsed, quarantine)
-    except LookupError as error:
+    except SnapshotExpiredError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     metadata: dict[str, Any] = {
         "raw_processed": report.raw_processed,
@@ -333,7 +334,7 @@ def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheck
         return _missing_table(EVENTS_QUARANTINE, QUARANTINE_CHECK, lake.quarantine_table)
     try:
         report = quarantine_ratio(raw, parsed, quarantine)
-    except LookupError as error:
+    except SnapshotExpiredError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     passed = report.ratio <= lake.quarantine_warn_ratio
     return dg.AssetCheckResult(
@@ -367,7 +368,7 @@ def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetChe
         return _missing_table(EVENT_COUNTS_PER_MINUTE, AGGREGATE_CHECK, lake.aggregate_table)
     try:
         report = reconcile_aggregate(parsed, aggregate)
-    except LookupError as error:
+    except SnapshotExpiredError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     metadata: dict[str, Any] = {
         "windows": report.windows,

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.columns import RESERVED_COLUMNS
 from kinesis_lake.events.field_types import arrow_type, normalize_type
 
@@ -41,7 +42,7 @@ _ROLES: dict[str, tuple[frozenset[str], str]] = {
 _PROMOTIONS = frozenset({("int", "long"), ("float", "double")})
 
 
-class EventSchemaError(ValueError):
+class EventSchemaError(ConfigurationError):
     """An invalid schema declaration.
 
     Messages are written for whoever edits the YAML: they name the file (when there is one),

@@ -21,12 +21,14 @@ from pyiceberg.utils.config import Config
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kinesis_lake.errors import TableError
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_CATALOG_NAME = "kinesis_lake"
 
 
-class DataDirMovedError(RuntimeError):
+class DataDirMovedError(TableError, RuntimeError):
     """The local catalog's tables live outside its data directory: it was moved or copied."""
 
 

@@ -22,7 +22,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 
-from kinesis_lake.errors import SnapshotExpiredError
+from kinesis_lake.errors import SnapshotExpiredError, TableError
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.commit import last_committed_batch
 from kinesis_lake.iceberg.data_files import conform_batch, table_arrow_schema
@@ -31,7 +31,7 @@ from kinesis_lake.iceberg.data_files import conform_batch, table_arrow_schema
 SOURCE_SNAPSHOT_PROPERTY = "kinesis-lake.source-snapshot-id"
 
 
-class IncrementalReadError(RuntimeError):
+class IncrementalReadError(TableError, RuntimeError):
     """The changes since a snapshot cannot be read as appends: a full refresh is needed."""
 
 

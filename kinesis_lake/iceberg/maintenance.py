@@ -25,6 +25,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
 
+from kinesis_lake.errors import TableError
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.commit import DEFAULT_MAX_ATTEMPTS
 from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
@@ -214,7 +215,7 @@ def _rewrite_partition(
     rows_out = sum(data_file.record_count for data_file in new_files)
     if rows_in != rows_out:
         delete_files(target.io_properties, target.location, new_paths)
-        raise RuntimeError(
+        raise TableError(
             f"Compaction of {target.identifier} read {rows_in} rows but wrote {rows_out}; "
             "nothing was committed."
         )

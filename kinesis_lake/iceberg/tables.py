@@ -20,12 +20,14 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.types import IcebergType
 
+from kinesis_lake.errors import TableError
+
 # Evolution commits only conflict with another process evolving the same table at the
 # same moment (two jobs starting together); a couple of fresh attempts settle it.
 _EVOLVE_ATTEMPTS = 3
 
 
-class SchemaEvolutionError(ValueError):
+class SchemaEvolutionError(TableError, ValueError):
     """The declared schema cannot be reached from the table's schema in place."""
 
 

@@ -29,6 +29,8 @@ from types import TracebackType
 import boto3
 from botocore.config import Config
 
+from kinesis_lake.errors import KinesisError
+
 ENDPOINT_KIND_SETTING = "KINESIS_LAKE_ENDPOINT_KIND"
 NODE_MODULES_SETTING = "KINESIS_LAKE_NODE_MODULES"
 ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
@@ -209,12 +211,12 @@ class LocalKinesisEndpoint:
 
     def _check_alive(self, process: subprocess.Popen[bytes], deadline: float) -> None:
         if process.poll() is not None:
-            raise RuntimeError(
+            raise KinesisError(
                 f"{self._kind} exited with code {process.returncode} while starting; "
                 f"its output:\n{self._log()}"
             )
         if time.monotonic() > deadline:
-            raise TimeoutError(
+            raise KinesisError(
                 f"{self._kind} did not answer ListStreams in time; its output:\n{self._log()}"
             )
 

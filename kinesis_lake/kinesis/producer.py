@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.retry import (
     DEFAULT_RETRY,
@@ -58,7 +59,7 @@ class PutSummary:
     calls: int = 0
 
 
-class PutRecordsError(RuntimeError):
+class PutRecordsError(KinesisError, RuntimeError):
     """Entries could not be written; ``summary`` tells what was written before that."""
 
     def __init__(

@@ -23,6 +23,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.kpl import user_records
 from kinesis_lake.kinesis.records import KinesisRecord
@@ -128,7 +129,7 @@ class ReadOutcome:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
-class ShardReadError(RuntimeError):
+class ShardReadError(KinesisError, RuntimeError):
     """A shard could not be read as asked; names everything needed to find out why."""
 
     def __init__(

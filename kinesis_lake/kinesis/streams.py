@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
+from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.retry import DEFAULT_RETRY, call_with_retry, error_code
 
@@ -72,7 +73,7 @@ class StreamInfo:
     open_shard_count: int
 
 
-class StreamNotFoundError(LookupError):
+class StreamNotFoundError(KinesisError, LookupError):
     """The stream does not exist at this endpoint (or in this region)."""
 
     def __init__(self, stream_name: str, endpoint: str, region: str | None) -> None:
@@ -166,7 +167,7 @@ def _describe_stream_paged(client: KinesisClient, stream_name: str) -> list[Mapp
             return list(shards.values())
         if not new:
             # moto ignores ExclusiveStartShardId; without this guard we would loop forever.
-            raise RuntimeError(
+            raise KinesisError(
                 f"DescribeStream paging of {stream_name!r} at {client.meta.endpoint_url} made"
                 " no progress: the endpoint ignores ExclusiveStartShardId"
             )

@@ -26,6 +26,7 @@ from botocore.exceptions import (
 )
 
 from kinesis_lake.config import Settings
+from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.schema import EventSchemaError, load_event_schema
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.retry import RetryPolicy, call_with_retry, error_code
@@ -35,7 +36,7 @@ _PREFLIGHT_RETRY = RetryPolicy(max_retries=2)
 _TIMEOUT_S = 10.0
 
 
-class PreflightError(RuntimeError):
+class PreflightError(ConfigurationError):
     """A setting the pipeline cannot run with; ``str()`` is one line naming it and the fix."""
 
 

@@ -20,6 +20,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
+from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.events.columns import (
     EVENT_COUNT,
     EVENT_TIMESTAMP,
@@ -161,7 +162,7 @@ def rows_at(table: Table, snapshot_id: int) -> int:
     """Rows of ``table`` as of ``snapshot_id`` (its summary's running total; no scan)."""
     snapshot = table.snapshot_by_id(snapshot_id)
     if snapshot is None:
-        raise LookupError(
+        raise SnapshotExpiredError(
             f"Snapshot {snapshot_id} of {'.'.join(table.name())} has expired, so the rows the "
             "derived tables processed can no longer be counted. Keep snapshots longer than "
             "the refresh interval (history.expire.min-snapshots-to-keep / max-snapshot-age-ms)."
@@ -272,7 +273,7 @@ def reconcile_aggregate(parsed: Table, aggregate: Table) -> WindowReconciliation
     if source is None:
         return WindowReconciliation(None, 0, 0, 0, 0)
     if parsed.snapshot_by_id(source) is None:
-        raise LookupError(
+        raise SnapshotExpiredError(
             f"Snapshot {source} of {'.'.join(parsed.name())}, which the aggregate last "
             "processed, has expired: the per-window comparison has nothing to compare with."
         )

@@ -58,6 +58,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kinesis_lake.errors import ConfigurationError, IngestionError
 from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, open_catalog
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
@@ -72,7 +73,7 @@ _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-class IcebergSinkOptionError(ValueError):
+class IcebergSinkOptionError(ConfigurationError):
     """An option of the Iceberg sink is missing or malformed."""
 
 
@@ -278,7 +279,7 @@ class IcebergBatchWriter(_FileWritingTask, DataSourceArrowWriter):
         self._abort(messages)
 
 
-class OverlappingPositionsError(RuntimeError):
+class OverlappingPositionsError(IngestionError, RuntimeError):
     """A batch holds records at or before positions the table has already committed."""
 
 

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from kinesis_lake.errors import IngestionError
 from kinesis_lake.kinesis.shard_reader import ReadOutcome, StartPosition
 from kinesis_lake.kinesis.streams import Shard, shard_lineage_order
 
@@ -30,7 +31,7 @@ OFFSET_VERSION = 1
 """Bumped whenever the offset layout changes, so an old checkpoint is refused clearly."""
 
 
-class SourcePlanningError(RuntimeError):
+class SourcePlanningError(IngestionError, RuntimeError):
     """The stream no longer matches the checkpoint in a way that would lose or invent data."""
 
 

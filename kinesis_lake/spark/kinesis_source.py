@@ -87,6 +87,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kinesis_lake.errors import IngestionError
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 from kinesis_lake.kinesis.retry import RetryPolicy
@@ -190,7 +191,7 @@ class ShardReadTask(InputPartition):
     max_retries: int
 
 
-class DataLossError(RuntimeError):
+class DataLossError(IngestionError, RuntimeError):
     """Records the query still had to read have expired from the stream."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.kinesis.shard_reader import StartPosition
 from kinesis_lake.kinesis.streams import Shard
 
@@ -54,7 +55,7 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 
 
-class KinesisOptionError(ValueError):
+class KinesisOptionError(ConfigurationError):
     """An option of the ``kinesis`` source is missing, unknown or malformed."""
 
 

@@ -16,13 +16,15 @@ executors are not pinned to an address they do not have.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.spark.iceberg_sink import IcebergDataSource
 from kinesis_lake.spark.kinesis_source import KinesisDataSource
 
@@ -41,7 +43,7 @@ BASE_CONF: dict[str, str] = {
 }
 
 
-class SparkConfigError(ValueError):
+class SparkConfigError(ConfigurationError):
     """A Spark setting that would break the pipeline's guarantees."""
 
 
@@ -77,7 +79,10 @@ def build_spark_session(
     for key, value in merged.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
-    return _register(builder.getOrCreate())
+    if log_dir is None:
+        return _register(builder.getOrCreate())
+    with _jvm_stderr_to(spark_log_file(log_dir)):
+        return _register(builder.getOrCreate())
 
 
 def spark_log_file(log_dir: str | Path) -> Path:
@@ -110,6 +115,27 @@ def _logging_to_file(conf: dict[str, str], log_dir: Path) -> dict[str, str]:
     option = f"-Dlog4j2.configurationFile={properties.resolve().as_uri()}"
     existing = conf.get("spark.driver.extraJavaOptions", "")
     return {**conf, "spark.driver.extraJavaOptions": f"{existing} {option}".strip()}
+
+
+@contextlib.contextmanager
+def _jvm_stderr_to(log_file: Path) -> Iterator[None]:
+    """Let a JVM started inside this block inherit ``log_file`` as its stderr.
+
+    What the JVM prints before log4j is up (the JDK's "Using incubator modules" warning that
+    Spark's launcher options cause), and the stderr of the Python workers it starts, then
+    land beside the log instead of in the terminal. Only the file descriptor is swapped, and
+    only while the session is created: this process's own stderr is back right after.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_file, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def driver_address_conf() -> dict[str, str]:

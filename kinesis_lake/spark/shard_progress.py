@@ -45,13 +45,14 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from kinesis_lake.errors import IngestionError
 from kinesis_lake.kinesis.shard_reader import ReadOutcome
 
 EPOCHS_RETAINED = 20
 """Epochs of progress kept behind the committed one: Spark only ever replays the last."""
 
 
-class ProgressConflictError(RuntimeError):
+class ProgressConflictError(IngestionError, RuntimeError):
     """Another attempt of the same task recorded a different read of the shard first."""
 
 

@@ -37,7 +37,7 @@ def test_spark_logs_to_the_file_not_the_terminal(tmp_path: Path) -> None:
 
     assert result.returncode == 0, result.stderr
     assert "rows 15" in result.stdout
-    assert " WARN " not in result.stderr and "INFO" not in result.stderr, result.stderr
+    assert "WARN" not in result.stderr and "INFO" not in result.stderr, result.stderr
     log = (tmp_path / "logs" / "spark.log").read_text()
     assert "WARN DataSourceManager" in log
 
