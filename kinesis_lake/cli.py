@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_lake.config import Settings, load_profile
+from kinesis_lake.config import Settings, load_profile, settings_markdown
 from kinesis_lake.errors import ConfigurationError, KinesisLakeError
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 
@@ -38,6 +38,9 @@ def _preflight(settings: Settings, *, event_schema: bool) -> None:
 
 
 def cmd_settings(args: argparse.Namespace) -> None:
+    if args.markdown:
+        print(settings_markdown(), end="")
+        return
     for variable, value, description in _settings().describe():
         print(f"{variable:36} {value or '(unset)':40} {description}")
 
@@ -227,9 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    commands.add_parser("settings", help="print every setting and its value").set_defaults(
-        func=cmd_settings
+    settings = commands.add_parser("settings", help="print every setting and its value")
+    settings.add_argument(
+        "--markdown", action="store_true", help="print the README's table of settings instead"
     )
+    settings.set_defaults(func=cmd_settings)
 
     endpoint = commands.add_parser("endpoint", help="run the local Kinesis endpoint")
     endpoint.add_argument("--port", type=int, default=LOCAL_ENDPOINT_PORT)

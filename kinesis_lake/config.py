@@ -14,13 +14,15 @@ through this object, its logs, or Dagster metadata.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any, get_args, get_type_hints
 
 from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.iceberg.catalog import default_data_dir
+from kinesis_lake.kinesis.shard_reader import STARTING_POSITIONS
 
-STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
 ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
 
 RAW_TABLE = "raw_events"
@@ -47,30 +49,112 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def setting(
+    variable: str,
+    help: str,
+    *,
+    default: object = None,
+    factory: Callable[[], object] | None = None,
+) -> Any:
+    """One field of :class:`Settings`: its environment variable and help ride along as
+    field metadata, so the field is the only place the setting is declared."""
+    metadata = {"variable": variable, "help": help}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """The resolved configuration of one kinesis-lake deployment."""
+    """The resolved configuration of one kinesis-lake deployment.
 
-    stream_name: str = "kinesis-lake-events"
-    endpoint_url: str | None = None
-    region: str | None = None
-    shard_count: int = 2
-    starting_position: str = "trim_horizon"
-    starting_timestamp: str | None = None
-    max_records_per_shard: int = 100_000
-    fail_on_data_loss: bool = True
-    endpoint_kind: str = "auto"
-    data_dir: Path = field(default_factory=lambda: _repo_root() / ".data")
-    checkpoint_dir: str = ""
-    source_progress_dir: str = ""
-    catalog_name: str = "kinesis_lake"
-    namespace: str = "kinesis_lake"
-    event_schema_path: Path = field(
-        default_factory=lambda: _repo_root() / "schemas" / "events.yaml"
+    Each field is one setting, declared once: type, default, environment variable and help.
+    ``from_env``, ``describe`` (``kinesis-lake settings`` and the README's table) and the
+    Dagster resource's fields and descriptions are all read off these fields.
+    """
+
+    stream_name: str = setting(
+        "KINESIS_STREAM_NAME", "Kinesis stream to ingest.", default="kinesis-lake-events"
     )
-    spark_master: str = "local[2]"
-    freshness_minutes: int = 15
-    quarantine_warn_ratio: float = 0.05
+    endpoint_url: str | None = setting(
+        "KINESIS_ENDPOINT_URL",
+        "Kinesis API endpoint; unset means real AWS through boto3's region and credentials.",
+    )
+    region: str | None = setting("AWS_REGION", "AWS region (else boto3's own resolution).")
+    shard_count: int = setting(
+        "KINESIS_SHARD_COUNT", "Shards when the project creates the stream.", default=2
+    )
+    starting_position: str = setting(
+        "KINESIS_STARTING_POSITION",
+        "Where ingestion starts while the raw table is empty: trim_horizon, latest or "
+        "at_timestamp (later the checkpoint, else the committed positions, decide).",
+        default="trim_horizon",
+    )
+    starting_timestamp: str | None = setting(
+        "KINESIS_STARTING_TIMESTAMP",
+        "With at_timestamp: ISO-8601 time or epoch milliseconds to start from.",
+    )
+    max_records_per_shard: int = setting(
+        "KINESIS_MAX_RECORDS_PER_SHARD",
+        "Kinesis records read per shard per micro-batch (a KPL aggregate counts once, however "
+        "many user records it holds).",
+        default=100_000,
+    )
+    fail_on_data_loss: bool = setting(
+        "KINESIS_LAKE_FAIL_ON_DATA_LOSS",
+        "true: stop ingestion when records expired (retention) before they were read, naming "
+        "the shard; false: skip the gap, count it (no_data_loss check) and go on.",
+        default=True,
+    )
+    endpoint_kind: str = setting(
+        "KINESIS_LAKE_ENDPOINT_KIND",
+        "Local endpoint the project starts: auto (kinesalite if Node is there, else moto).",
+        default="auto",
+    )
+    data_dir: Path = setting(
+        "KINESIS_LAKE_DATA_DIR",
+        "Local state: catalog, warehouse, endpoint, Spark's log; default <repo>/.data.",
+        factory=default_data_dir,
+    )
+    checkpoint_dir: str = setting(
+        "KINESIS_LAKE_CHECKPOINT_DIR",
+        "Spark checkpoints (a path Spark can write: local, shared, or s3:// on EMR); "
+        "default DATA_DIR/checkpoints.",
+        default="",
+    )
+    source_progress_dir: str = setting(
+        "KINESIS_LAKE_SOURCE_PROGRESS_DIR",
+        "Where executors record how far they read each shard (a path or s3://, seen by "
+        "the driver and every executor); default CHECKPOINT_DIR.",
+        default="",
+    )
+    catalog_name: str = setting(
+        "KINESIS_LAKE_CATALOG",
+        "pyiceberg catalog name; configure it in .pyiceberg.yaml or PYICEBERG_CATALOG__<NAME>__*.",
+        default="kinesis_lake",
+    )
+    namespace: str = setting(
+        "KINESIS_LAKE_NAMESPACE", "Iceberg namespace of all tables.", default="kinesis_lake"
+    )
+    event_schema_path: Path = setting(
+        "KINESIS_LAKE_EVENT_SCHEMA",
+        "YAML file declaring the event fields parsed from the JSON payloads; default "
+        "<repo>/schemas/events.yaml.",
+        factory=lambda: _repo_root() / "schemas" / "events.yaml",
+    )
+    spark_master: str = setting(
+        "SPARK_MASTER", "Spark master URL for ingestion jobs.", default="local[2]"
+    )
+    freshness_minutes: int = setting(
+        "KINESIS_LAKE_FRESHNESS_MINUTES",
+        "Raw table is stale when the stream has unconsumed data older than this.",
+        default=15,
+    )
+    quarantine_warn_ratio: float = setting(
+        "KINESIS_LAKE_QUARANTINE_WARN_RATIO",
+        "Quarantined / raw ratio above which the quarantine check warns.",
+        default=0.05,
+    )
 
     def __post_init__(self) -> None:
         if not self.checkpoint_dir:
@@ -143,35 +227,39 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read every setting from ``env`` (default: the process environment)."""
         env = os.environ if env is None else env
-        values: dict[str, object] = {}
-        for spec in _ENV_SPEC:
+        values: dict[str, Any] = {}
+        for spec in SETTINGS:
             raw = env.get(spec.variable)
             if raw is None or raw == "":
                 continue
             values[spec.attribute] = spec.parse(raw)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
     def to_env(self) -> dict[str, str]:
         """The variables that make ``from_env`` rebuild these settings in a child process."""
         return {
-            variable: "" if getattr(self, attribute) is None else str(getattr(self, attribute))
-            for variable, attribute in ENV_VARIABLES
+            spec.variable: "" if (value := getattr(self, spec.attribute)) is None else str(value)
+            for spec in SETTINGS
         }
 
     def describe(self) -> list[tuple[str, str, str]]:
-        """(variable, value, description) rows, for the README and `kinesis-lake settings`."""
+        """(variable, value, help) rows, for ``kinesis-lake settings`` and the README."""
         rows = []
-        for spec in _ENV_SPEC:
+        for spec in SETTINGS:
             value = getattr(self, spec.attribute)
             rows.append((spec.variable, "" if value is None else str(value), spec.help))
         return rows
 
 
 @dataclass(frozen=True)
-class _EnvSetting:
+class SettingSpec:
+    """One row of the settings table, as :class:`Settings`' field declares it."""
+
     variable: str
     attribute: str
     kind: type
+    optional: bool
+    default: Any
     help: str
 
     def parse(self, raw: str) -> object:
@@ -187,102 +275,49 @@ class _EnvSetting:
             ) from error
 
 
-_ENV_SPEC: tuple[_EnvSetting, ...] = (
-    _EnvSetting("KINESIS_STREAM_NAME", "stream_name", str, "Kinesis stream to ingest."),
-    _EnvSetting(
-        "KINESIS_ENDPOINT_URL",
-        "endpoint_url",
-        str,
-        "Kinesis API endpoint; unset means real AWS through boto3's region and credentials.",
-    ),
-    _EnvSetting("AWS_REGION", "region", str, "AWS region (else boto3's own resolution)."),
-    _EnvSetting(
-        "KINESIS_SHARD_COUNT", "shard_count", int, "Shards when the project creates the stream."
-    ),
-    _EnvSetting(
-        "KINESIS_STARTING_POSITION",
-        "starting_position",
-        str,
-        "Where ingestion starts while the raw table is empty: trim_horizon, latest or "
-        "at_timestamp (later the checkpoint, else the committed positions, decide).",
-    ),
-    _EnvSetting(
-        "KINESIS_STARTING_TIMESTAMP",
-        "starting_timestamp",
-        str,
-        "With at_timestamp: ISO-8601 time or epoch milliseconds to start from.",
-    ),
-    _EnvSetting(
-        "KINESIS_MAX_RECORDS_PER_SHARD",
-        "max_records_per_shard",
-        int,
-        "Kinesis records read per shard per micro-batch.",
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_FAIL_ON_DATA_LOSS",
-        "fail_on_data_loss",
-        bool,
-        "true: stop ingestion when records expired (retention) before they were read, naming "
-        "the shard; false: skip the gap, count it (no_data_loss check) and go on.",
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_ENDPOINT_KIND",
-        "endpoint_kind",
-        str,
-        "Local endpoint the project starts: auto (kinesalite if Node is there, else moto).",
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_DATA_DIR", "data_dir", Path, "Local state: catalog, warehouse, endpoint."
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_CHECKPOINT_DIR",
-        "checkpoint_dir",
-        str,
-        "Spark checkpoints (a path Spark can write: local, shared, or s3:// on EMR); "
-        "default DATA_DIR/checkpoints.",
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_SOURCE_PROGRESS_DIR",
-        "source_progress_dir",
-        str,
-        "Where executors record how far they read each shard (a path or s3://, seen by "
-        "the driver and every executor); default CHECKPOINT_DIR.",
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_CATALOG",
-        "catalog_name",
-        str,
-        "pyiceberg catalog name; configure it in .pyiceberg.yaml or PYICEBERG_CATALOG__<NAME>__*.",
-    ),
-    _EnvSetting("KINESIS_LAKE_NAMESPACE", "namespace", str, "Iceberg namespace of all tables."),
-    _EnvSetting(
-        "KINESIS_LAKE_EVENT_SCHEMA",
-        "event_schema_path",
-        Path,
-        "YAML file declaring the event fields parsed from the JSON payloads.",
-    ),
-    _EnvSetting("SPARK_MASTER", "spark_master", str, "Spark master URL for ingestion jobs."),
-    _EnvSetting(
-        "KINESIS_LAKE_FRESHNESS_MINUTES",
-        "freshness_minutes",
-        int,
-        "Raw table is stale when the stream has unconsumed data older than this.",
-    ),
-    _EnvSetting(
-        "KINESIS_LAKE_QUARANTINE_WARN_RATIO",
-        "quarantine_warn_ratio",
-        float,
-        "Quarantined / raw ratio above which the quarantine check warns.",
-    ),
-)
+def _specs() -> tuple[SettingSpec, ...]:
+    hints = get_type_hints(Settings)
+    specs = []
+    for each in fields(Settings):
+        kinds = [k for k in get_args(hints[each.name]) if k is not type(None)]
+        kind = kinds[0] if kinds else hints[each.name]
+        default = each.default if each.default is not MISSING else None
+        specs.append(
+            SettingSpec(
+                variable=each.metadata["variable"],
+                attribute=each.name,
+                kind=kind,
+                optional=bool(kinds),
+                default=default,
+                help=each.metadata["help"],
+            )
+        )
+    return tuple(specs)
 
-ENV_VARIABLES: tuple[tuple[str, str], ...] = tuple((s.variable, s.attribute) for s in _ENV_SPEC)
+
+SETTINGS: tuple[SettingSpec, ...] = _specs()
+"""Every setting, in declaration order: the table front ends are generated from."""
+
+ENV_VARIABLES: tuple[tuple[str, str], ...] = tuple((s.variable, s.attribute) for s in SETTINGS)
 """(environment variable, Settings attribute) for every setting, for other front ends."""
+
+
+def settings_markdown() -> str:
+    """The README's table of settings, generated from :data:`SETTINGS` (a test keeps the
+    README equal to it; ``kinesis-lake settings --markdown`` prints it)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for spec in SETTINGS:
+        default = spec.default
+        if isinstance(default, bool):
+            default = str(default).lower()
+        shown = f"`{default}`" if default not in (None, "") else ""
+        rows.append(f"| `{spec.variable}` | {shown} | {spec.help} |")
+    return "\n".join(rows) + "\n"
 
 
 def parse_setting(variable: str, raw: str) -> object:
     """``raw`` as the value of ``variable``; a bad one fails naming the variable."""
-    return next(spec for spec in _ENV_SPEC if spec.variable == variable).parse(raw)
+    return next(spec for spec in SETTINGS if spec.variable == variable).parse(raw)
 
 
 def load_profile(path: str | Path, *, override: bool = False) -> None:

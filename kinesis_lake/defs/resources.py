@@ -12,11 +12,11 @@ them. Nothing in this module puts them in metadata or logs.
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import dagster as dg
@@ -25,15 +25,32 @@ from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_cli
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
-from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError, parse_setting
+from kinesis_lake.config import (
+    ENV_VARIABLES,
+    SETTINGS,
+    Settings,
+    SettingsError,
+    SettingSpec,
+    parse_setting,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _default(attribute: str) -> Any:
-    """``Settings``' own default for ``attribute``: one source of defaults for both."""
-    return next(f.default for f in dataclasses.fields(Settings) if f.name == attribute)
+def _spec(attribute: str) -> SettingSpec:
+    return next(spec for spec in SETTINGS if spec.attribute == attribute)
+
+
+def _setting_field(attribute: str) -> Any:
+    """A resource field that is the setting ``attribute``: its default and help, once."""
+    spec = _spec(attribute)
+    return Field(default=spec.default, description=f"{spec.variable}: {spec.help}")
+
+
+def _variables(**fields: str) -> dict[str, str]:
+    """{environment variable: resource field} for resource fields named after settings."""
+    return {_spec(setting).variable: field for field, setting in fields.items()}
 
 
 def _from_env(
@@ -64,79 +81,63 @@ def _from_env(
     return cls(**values, **fixed)
 
 
-class PipelineSettingsResource(dg.ConfigurableResource):
+class _SettingsFields(dg.ConfigurableResource):
     """The deployment's ``Settings``, configurable in Dagster, defaulting from the env.
 
     Assets and checks call :meth:`settings` and hand the result to the same library
     functions the CLI calls, so a run launched from the UI with changed config and a
-    ``kinesis-lake`` command with changed variables behave alike. Fields left at None
-    take ``Settings``' computed default (paths under the repository).
+    ``kinesis-lake`` command with changed variables behave alike. The fields are generated
+    from ``kinesis_lake.config.SETTINGS`` (name, type, default, description), so a setting
+    is declared once; fields left at None take ``Settings``' computed default.
     """
 
-    stream_name: str = Field(default=_default("stream_name"), description="Kinesis stream.")
-    endpoint_url: str | None = Field(
-        default=None, description="Kinesis endpoint; None means real AWS."
-    )
-    region: str | None = Field(default=None, description="AWS region; None means boto3's.")
-    shard_count: int = Field(default=_default("shard_count"), description="Shards to create.")
-    starting_position: str = Field(
-        default=_default("starting_position"),
-        description="Where ingestion starts while the raw table is empty (see Settings).",
-    )
-    starting_timestamp: str | None = Field(
-        default=None, description="With at_timestamp: ISO-8601 time or epoch milliseconds."
-    )
-    max_records_per_shard: int = Field(
-        default=_default("max_records_per_shard"),
-        description="Kinesis records read per shard per micro-batch.",
-    )
-    fail_on_data_loss: bool = Field(
-        default=_default("fail_on_data_loss"),
-        description="Stop on records that expired unread (true) or skip and count them (false).",
-    )
-    endpoint_kind: str = Field(
-        default=_default("endpoint_kind"), description="Local endpoint kind (dev only)."
-    )
-    data_dir: str | None = Field(
-        default=None, description="Local state: catalog, warehouse. None: <repo>/.data."
-    )
-    checkpoint_dir: str | None = Field(
-        default=None, description="Spark checkpoints; None: <data_dir>/checkpoints."
-    )
-    source_progress_dir: str | None = Field(
-        default=None,
-        description="Per-shard read progress (path or s3://); None: the checkpoint folder.",
-    )
-    catalog_name: str = Field(default=_default("catalog_name"), description="pyiceberg catalog.")
-    namespace: str = Field(default=_default("namespace"), description="Iceberg namespace.")
-    event_schema_path: str | None = Field(
-        default=None, description="Event schema YAML; None: <repo>/schemas/events.yaml."
-    )
-    spark_master: str = Field(default=_default("spark_master"), description="Spark master URL.")
-    freshness_minutes: int = Field(
-        default=_default("freshness_minutes"),
-        description="Raw is stale when the stream holds unconsumed data older than this.",
-    )
-    quarantine_warn_ratio: float = Field(
-        default=_default("quarantine_warn_ratio"),
-        description="Quarantined / processed raw rows above which the check warns.",
-    )
-
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> PipelineSettingsResource:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Any:
         return _from_env(cls, dict(ENV_VARIABLES), env)
 
     def settings(self) -> Settings:
         """A validated ``Settings``; a bad value fails here, naming the variable."""
         values: dict[str, Any] = {}
-        for _, attribute in ENV_VARIABLES:
-            value = getattr(self, attribute)
+        for spec in SETTINGS:
+            value = getattr(self, spec.attribute)
             if value is None or value == "":
                 continue
-            if attribute in ("data_dir", "event_schema_path"):
+            if spec.kind is Path:
                 value = Path(value).expanduser().resolve()
-            values[attribute] = value
+            values[spec.attribute] = value
         return Settings(**values)
+
+
+def _resource_field(spec: SettingSpec) -> tuple[Any, Any]:
+    """(annotation, pydantic Field) for one setting. Paths are strings in Dagster's config;
+    a setting whose default is computed (a path under the repository, a folder under the
+    data dir) or absent is optional there, None meaning "Settings decides"."""
+    computed = spec.kind is Path or spec.default in (None, "")
+    kind = str if spec.kind is Path else spec.kind
+    annotation = kind | None if computed or spec.optional else kind
+    default = None if computed else spec.default
+    return annotation, Field(default=default, description=f"{spec.variable}: {spec.help}")
+
+
+def _settings_resource_class() -> type[_SettingsFields]:
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"__module__": __name__, "__doc__": _SettingsFields.__doc__}
+    for spec in SETTINGS:
+        annotations[spec.attribute], namespace[spec.attribute] = _resource_field(spec)
+    namespace["__annotations__"] = annotations
+    made = types.new_class(
+        "PipelineSettingsResource", (_SettingsFields,), exec_body=lambda ns: ns.update(namespace)
+    )
+    return cast(type[_SettingsFields], made)
+
+
+if TYPE_CHECKING:  # the checker sees the methods; the fields exist at run time only
+
+    class PipelineSettingsResource(_SettingsFields):
+        pass
+
+else:
+    PipelineSettingsResource = _settings_resource_class()
 
 
 class KinesisResource(ResourceWithBoto3Configuration):
@@ -149,10 +150,8 @@ class KinesisResource(ResourceWithBoto3Configuration):
     default from the same variables, and :meth:`require_same_stream` enforces it).
     """
 
-    stream_name: str = Field(default=_default("stream_name"), description="Kinesis stream.")
-    shard_count: int = Field(
-        default=_default("shard_count"), description="Shards when the project creates it."
-    )
+    stream_name: str = _setting_field("stream_name")
+    shard_count: int = _setting_field("shard_count")
     connect_timeout_seconds: float = Field(
         default=5.0, description="Short, so a sensor tick (60 s budget) never hangs on AWS."
     )
@@ -162,12 +161,12 @@ class KinesisResource(ResourceWithBoto3Configuration):
     def from_env(cls, env: Mapping[str, str] | None = None) -> KinesisResource:
         return _from_env(
             cls,
-            {
-                "KINESIS_STREAM_NAME": "stream_name",
-                "KINESIS_SHARD_COUNT": "shard_count",
-                "KINESIS_ENDPOINT_URL": "endpoint_url",
-                "AWS_REGION": "region_name",
-            },
+            _variables(
+                stream_name="stream_name",
+                shard_count="shard_count",
+                endpoint_url="endpoint_url",
+                region_name="region",
+            ),
             env,
         )
 
@@ -223,7 +222,7 @@ class SparkResource(LazyPySparkResource):
     running, where the base never stops any.
     """
 
-    master: str = Field(default=_default("spark_master"), description="Spark master URL.")
+    master: str = _setting_field("spark_master")
     app_name: str = Field(default="kinesis-lake-dagster", description="Spark application name.")
     spark_config: dict[str, str] = Field(
         default_factory=dict,
@@ -238,7 +237,7 @@ class SparkResource(LazyPySparkResource):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SparkResource:
-        return _from_env(cls, {"SPARK_MASTER": "master"}, env)
+        return _from_env(cls, _variables(master="spark_master"), env)
 
     def _init_session(self) -> None:
         if self._spark_session is not None:

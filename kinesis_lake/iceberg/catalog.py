@@ -28,6 +28,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_CATALOG_NAME = "kinesis_lake"
 
 
+def default_data_dir() -> Path:
+    """Home of the embedded default catalog and warehouse when nothing says otherwise:
+    ``.data`` in the repository (beside the package), whatever the working directory, so
+    the CLI, Dagster and a Spark job started elsewhere find the same lake."""
+    return Path(__file__).resolve().parents[2] / ".data"
+
+
 class DataDirMovedError(TableError, RuntimeError):
     """The local catalog's tables live outside its data directory: it was moved or copied."""
 

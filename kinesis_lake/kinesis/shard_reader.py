@@ -44,6 +44,11 @@ _ITERATOR_KINDS = (
 _FOREIGN_SEQUENCE_MESSAGES = ("It encodes", "did not come from this stream")
 
 
+STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
+"""Where a consumer with no committed position may start: the names settings and the
+Spark source accept (``at_timestamp`` needs a time as well)."""
+
+
 @dataclass(frozen=True)
 class StartPosition:
     """Where a read starts; JSON-able so it can live in a Spark offset."""

@@ -33,10 +33,7 @@ batch that would re-add a committed position is refused rather than committed: t
 a second, stale checkpoint (a machine that was replaced, then came back) writing what
 another query already wrote (:class:`OverlappingPositionsError`).
 
-Options: ``table`` (required, ``namespace.name``), ``catalog`` (pyiceberg catalog name),
-``dataDir`` (home of the embedded default catalog), ``writerId``, ``batchIdColumn`` (a
-column filled with the micro-batch id), ``batchId`` (batch writes: the id to commit
-under), ``positionColumns`` and ``summary.<key>`` (extra snapshot-summary entries).
+Options: the table :data:`OPTIONS` (an unknown key is refused, naming the known ones).
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from kinesis_lake.errors import ConfigurationError, IngestionError
-from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, open_catalog
+from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, default_data_dir, open_catalog
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
@@ -74,7 +71,30 @@ _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class IcebergSinkOptionError(ConfigurationError):
-    """An option of the Iceberg sink is missing or malformed."""
+    """An option of the Iceberg sink is missing, unknown or malformed."""
+
+
+# option name (as users write it) -> (default, description). Spark passes keys in any case.
+OPTIONS: dict[str, tuple[str | None, str]] = {
+    "table": (None, "Table to write, as 'namespace.name' (required; .save(path) works too)."),
+    "catalog": (DEFAULT_CATALOG_NAME, "pyiceberg catalog name."),
+    "dataDir": (
+        str(default_data_dir()),
+        "Home of the embedded default catalog and warehouse (when the catalog has no "
+        "configuration of its own).",
+    ),
+    "writerId": (None, "Writer identity for the commit protocol; default the query's id."),
+    "batchIdColumn": (None, "A column to fill with the micro-batch id."),
+    "batchId": (None, "Batch writes: the id to commit under (required with writerId)."),
+    "positionColumns": (
+        None,
+        "'<shard column>,<sequence number column>': record and guard committed positions.",
+    ),
+    "checkpointLocation": (None, "Spark's own streaming checkpoint (read by Spark)."),
+}
+_SUMMARY_PREFIX = "summary."
+"""Options ``summary.<key>`` become extra snapshot-summary entries."""
+_KNOWN = {name.lower() for name in OPTIONS} | {"path"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,16 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: dict[str, str]) -> SinkOptions:
         lowered = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(
+            key
+            for key in options
+            if key.lower() not in _KNOWN and not key.lower().startswith(_SUMMARY_PREFIX)
+        )
+        if unknown:
+            raise IcebergSinkOptionError(
+                f"Unknown option(s) {', '.join(map(repr, unknown))} of the Iceberg sink; known: "
+                f"{', '.join(OPTIONS)} and {_SUMMARY_PREFIX}<key>."
+            )
         table = lowered.get("table") or lowered.get("path")
         if not table or "." not in table:
             raise IcebergSinkOptionError(
@@ -114,15 +144,15 @@ class SinkOptions:
         return cls(
             table=table,
             catalog=lowered.get("catalog") or DEFAULT_CATALOG_NAME,
-            data_dir=Path(data_dir) if data_dir else Path.cwd() / ".data",
+            data_dir=Path(data_dir) if data_dir else default_data_dir(),
             writer_id=lowered.get("writerid"),
             batch_id_column=lowered.get("batchidcolumn"),
             batch_id=int(batch_id) if batch_id is not None else None,
             position_columns=position_columns,
             summary={
-                key.removeprefix("summary."): value
+                key[len(_SUMMARY_PREFIX) :]: value
                 for key, value in options.items()
-                if key.lower().startswith("summary.")
+                if key.lower().startswith(_SUMMARY_PREFIX)
             },
         )
 

@@ -16,11 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kinesis_lake.errors import ConfigurationError
-from kinesis_lake.kinesis.shard_reader import StartPosition
+from kinesis_lake.kinesis.shard_reader import STARTING_POSITIONS, StartPosition
 from kinesis_lake.kinesis.streams import Shard
 
 DEFAULT_METADATA_ROOT = Path.home() / ".kinesis-lake" / "kinesis-source"
-STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
 MIN_CALL_INTERVAL_MS = 200
 """Kinesis serves at most 5 GetRecords calls per second per shard, to all readers together."""
 
