@@ -83,6 +83,7 @@ def cmd_produce(args: argparse.Namespace) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
+    from kinesis_lake.console import IngestProgress
     from kinesis_lake.pipeline.derive import refresh_derived
     from kinesis_lake.pipeline.ingest import run_ingestion
     from kinesis_lake.spark.session import build_spark_session
@@ -91,7 +92,8 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     _preflight(settings, event_schema=args.derive)
     spark = build_spark_session(settings.spark_master, log_dir=settings.log_dir)
     try:
-        result = run_ingestion(spark, settings)
+        with IngestProgress() as progress:
+            result = run_ingestion(spark, settings, on_batch=progress.batch)
         print(
             f"ingested {result.rows} rows in {result.batches} micro-batches "
             f"({result.rows_per_second:,.0f} rows/s); raw table holds {result.raw_rows_total}"
@@ -105,6 +107,33 @@ def cmd_ingest(args: argparse.Namespace) -> None:
             )
     finally:
         spark.stop()
+
+
+def cmd_maintain(args: argparse.Namespace) -> None:
+    """One upkeep pass over every table that exists (what the hourly schedule runs)."""
+    from kinesis_lake.console import steps
+    from kinesis_lake.pipeline.lake import load_table, open_lake
+    from kinesis_lake.pipeline.maintain import CONSUMERS, MaintenancePolicy, run_maintenance
+
+    settings = _settings()
+    catalog = open_lake(settings)
+    tables = [a for a in CONSUMERS if load_table(catalog, getattr(settings, a)) is not None]
+    if not tables:
+        print("no tables yet: nothing to maintain")
+        return
+    policy = MaintenancePolicy(snapshot_max_age_hours=args.snapshot_max_age_hours)
+    with steps("maintaining", len(tables)) as progress:
+        task = progress.add_task("maintain", total=len(tables))
+        for attribute in tables:
+            done = run_maintenance(settings, attribute, policy)
+            progress.console.print(
+                f"{done.table}: files {done.files_before} -> {done.files_after}, snapshots "
+                f"{done.snapshots_before} -> {done.snapshots_after}, "
+                f"{done.orphans_removed} orphan files removed",
+                highlight=False,
+                soft_wrap=True,
+            )
+            progress.advance(task)
 
 
 def cmd_stream(args: argparse.Namespace) -> None:
@@ -252,6 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", help="one bounded ingestion run (availableNow)")
     ingest.add_argument("--derive", action="store_true", help="refresh derived tables too")
     ingest.set_defaults(func=cmd_ingest)
+
+    maintain = commands.add_parser(
+        "maintain", help="compact, expire snapshots and remove orphans on every table"
+    )
+    maintain.add_argument(
+        "--snapshot-max-age-hours",
+        type=float,
+        default=24.0,
+        help="expire snapshots older than this (never one a derived table still needs)",
+    )
+    maintain.set_defaults(func=cmd_maintain)
 
     stream = commands.add_parser("stream", help="continuous ingestion until SIGTERM/SIGINT")
     stream.add_argument("--trigger", default="5 seconds", help="processing-time trigger")

@@ -4,9 +4,9 @@ Layers, from the bottom: the leaf ``errors``; the libraries (``kinesis``, ``iceb
 ``events``); the deployment's settings (``config``); the Spark data sources (``spark``),
 which take their options from Spark, never from ``config``; the pipeline jobs
 (``pipeline``); the Dagster layer (``defs``, ``definitions``); the front door (``cli``,
-``demo``, ``dev``). A module may import its own layer's modules and lower layers', never
-a higher layer's; the libraries may not import each other. Imports inside functions count:
-a lazy import is still a dependency.
+``console``, ``demo``, ``dev``). A module may import its own layer's modules and lower
+layers', never a higher layer's; the libraries may not import each other. Imports inside
+functions count: a lazy import is still a dependency.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kinesis_lake.spark",),
     ("kinesis_lake.pipeline",),
     ("kinesis_lake.defs", "kinesis_lake.definitions"),
-    ("kinesis_lake.cli", "kinesis_lake.demo", "kinesis_lake.dev"),
+    ("kinesis_lake.cli", "kinesis_lake.console", "kinesis_lake.demo", "kinesis_lake.dev"),
 )
 DAGSTER_ALLOWED = LAYERS[-2] + LAYERS[-1]
 

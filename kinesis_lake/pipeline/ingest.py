@@ -144,13 +144,47 @@ def start_ingestion_query(
     return writer.trigger(processingTime=processing_time).start()
 
 
-def run_ingestion(spark: SparkSession, settings: Settings) -> IngestResult:
-    """Drain what the stream holds now into the raw table, then stop."""
+def run_ingestion(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    on_batch: Callable[[BatchReport], None] | None = None,
+) -> IngestResult:
+    """Drain what the stream holds now into the raw table, then stop; ``on_batch`` sees
+    each committed micro-batch that moved rows (a progress display, say)."""
     started = time.monotonic()
     before = _raw_rows(settings)
     query = start_ingestion_query(spark, settings, available_now=True)
-    query.awaitTermination()
+    if on_batch is None:
+        query.awaitTermination()
+    else:
+        follower = _BatchFollower(settings, query, on_batch)
+        while not query.awaitTermination(1):
+            follower.poll()
+        follower.poll()
     return _summarise(settings, query.recentProgress, time.monotonic() - started, before)
+
+
+class _BatchFollower:
+    """Reports each committed micro-batch of ``query`` that moved rows, once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        query: StreamingQuery,
+        on_batch: Callable[[BatchReport], None] | None,
+    ) -> None:
+        self._settings, self._query, self._on_batch = settings, query, on_batch
+        self._reported = -1
+        self.batches = 0
+
+    def poll(self) -> None:
+        for progress in self._query.recentProgress:
+            if progress["batchId"] > self._reported and progress["numInputRows"] > 0:
+                self._reported = progress["batchId"]
+                self.batches += 1
+                if self._on_batch is not None:
+                    self._on_batch(_batch_report(self._settings, progress))
 
 
 def run_continuous(
@@ -172,22 +206,11 @@ def run_continuous(
     query = start_ingestion_query(
         spark, settings, available_now=False, processing_time=processing_time
     )
-    reported = -1
-    batches = 0
-
-    def report_new_batches() -> None:
-        nonlocal reported, batches
-        for progress in query.recentProgress:
-            if progress["batchId"] > reported and progress["numInputRows"] > 0:
-                reported = progress["batchId"]
-                batches += 1
-                if on_batch is not None:
-                    on_batch(_batch_report(settings, progress))
-
+    follower = _BatchFollower(settings, query, on_batch)
     try:
         while not stop.is_set() and query.isActive:
             stop.wait(0.5)
-            report_new_batches()
+            follower.poll()
         failure = query.exception()
         if failure is not None:
             raise failure
@@ -195,9 +218,9 @@ def run_continuous(
         _stop_gracefully(query, checkpoint_location(settings))
     # The batch that was in flight when ``stop`` was set committed during the graceful
     # stop: it must be reported like every other.
-    report_new_batches()
+    follower.poll()
     return _summarise(
-        settings, query.recentProgress, time.monotonic() - started, before, batches=batches
+        settings, query.recentProgress, time.monotonic() - started, before, batches=follower.batches
     )
 
 

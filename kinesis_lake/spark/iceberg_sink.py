@@ -91,6 +91,7 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "'<shard column>,<sequence number column>': record and guard committed positions.",
     ),
     "checkpointLocation": (None, "Spark's own streaming checkpoint (read by Spark)."),
+    "queryName": (None, "The streaming query's name (Spark passes .queryName() here)."),
 }
 _SUMMARY_PREFIX = "summary."
 """Options ``summary.<key>`` become extra snapshot-summary entries."""

@@ -61,3 +61,28 @@ def test_bad_configuration_fails_fast_naming_the_setting(kinesalite_endpoint, se
     assert failed.returncode != 0
     assert "KINESIS_STARTING_POSITION='yesterday'" in failed.stderr
     assert "trim_horizon, latest, at_timestamp" in failed.stderr
+
+
+def test_ingest_and_maintain_report_progress_in_plain_lines_off_a_terminal(
+    kinesalite_endpoint, settings_factory
+):
+    settings = settings_factory(kinesalite_endpoint, max_records_per_shard=20)
+    produce(settings, 120, seed=53)
+
+    ingest = run_cli(settings, "ingest", "--derive")
+    maintain = run_cli(settings, "maintain")
+
+    assert ingest.returncode == 0, ingest.stderr[-2000:]
+    batches = [line for line in ingest.stdout.splitlines() if line.startswith("batch ")]
+    assert len(batches) >= 2, ingest.stdout
+    assert all("remaining lag" in line for line in batches)
+    assert "120 so far" in batches[-1]
+    assert maintain.returncode == 0, maintain.stderr[-2000:]
+    tables = [line.split(":")[0] for line in maintain.stdout.splitlines()]
+    assert tables == [
+        settings.raw_table,
+        settings.parsed_table,
+        settings.quarantine_table,
+        settings.aggregate_table,
+    ]
+    assert "\x1b[" not in ingest.stdout + maintain.stdout
