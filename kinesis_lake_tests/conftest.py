@@ -13,18 +13,33 @@ from pathlib import Path
 
 import pytest
 
+from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "kinesis-lake-test",
-    "AWS_SECRET_ACCESS_KEY": "kinesis-lake-test",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+# Session-wide too: session fixtures (endpoints, the Spark session) start before any test.
 for _key, _value in FAKE_AWS_ENV.items():
     os.environ.setdefault(_key, _value)
-# Keep boto3 away from any profile or instance metadata on the test machine.
-os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test: placeholder AWS credentials and region, never a real profile, shared
+    credentials file or metadata service; and no pyiceberg configuration of the developer's
+    (``PYICEBERG_*`` variables, ``~/.pyiceberg.yaml``), as pyiceberg's own tests isolate it.
+    """
+    for key, value in FAKE_AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    for name in list(os.environ):
+        if name.upper().startswith("PYICEBERG_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "no-pyiceberg-config"
+    home.mkdir()
+    monkeypatch.setenv("PYICEBERG_HOME", str(home))
 
 
 @pytest.fixture(scope="session")

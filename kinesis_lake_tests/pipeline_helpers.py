@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import boto3
 
@@ -28,26 +29,30 @@ def produce(
     return put_records(client, settings.stream_name, events)
 
 
-def stream_truth(settings: Settings) -> set[tuple[str, str]]:
-    """Every (shard id, sequence number) in the stream, read with bare boto3."""
-    client = boto3.client(
-        "kinesis", endpoint_url=settings.endpoint_url, region_name=settings.region
-    )
-    found: set[tuple[str, str]] = set()
-    shards = client.describe_stream(StreamName=settings.stream_name)["StreamDescription"]["Shards"]
-    for shard in shards:
+def read_stream(client: Any, stream_name: str) -> list[dict[str, Any]]:
+    """Every record the stream holds, from TRIM_HORIZON, read with bare boto3 calls and
+    nothing of ours: the ground truth the pipeline is checked against. Each record also
+    carries its ``ShardId``."""
+    found: list[dict[str, Any]] = []
+    for shard in client.list_shards(StreamName=stream_name)["Shards"]:
         iterator = client.get_shard_iterator(
-            StreamName=settings.stream_name,
-            ShardId=shard["ShardId"],
-            ShardIteratorType="TRIM_HORIZON",
+            StreamName=stream_name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
         while iterator:
             page = client.get_records(ShardIterator=iterator, Limit=10_000)
-            found.update((shard["ShardId"], r["SequenceNumber"]) for r in page["Records"])
+            found += [{**record, "ShardId": shard["ShardId"]} for record in page["Records"]]
             if not page["Records"]:
                 break
             iterator = page.get("NextShardIterator")
     return found
+
+
+def stream_truth(settings: Settings) -> set[tuple[str, str]]:
+    """Every (shard id, sequence number) in the stream (see :func:`read_stream`)."""
+    client = boto3.client(
+        "kinesis", endpoint_url=settings.endpoint_url, region_name=settings.region
+    )
+    return {(r["ShardId"], r["SequenceNumber"]) for r in read_stream(client, settings.stream_name)}
 
 
 def table_rows(settings: Settings, table: str, columns: tuple[str, ...] = ()) -> list[dict]:

@@ -69,7 +69,7 @@ from kinesis_lake_tests.ambiguous_catalog import (  # noqa: E402
     catalog_environment,
 )
 from kinesis_lake_tests.pipeline_helpers import raw_keys, settings_env  # noqa: E402
-from kinesis_lake_tests.spark.test_kinesis_source_support import wait_active  # noqa: E402
+from kinesis_lake_tests.spark.source_helpers import wait_active  # noqa: E402
 
 RETENTION_HOURS = 24
 ROUND_S = 20 * 3600

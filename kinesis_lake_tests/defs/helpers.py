@@ -6,7 +6,6 @@ so the tests also prove that the env -> ``dg.EnvVar`` -> ``Settings`` path works
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,19 +17,13 @@ from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import lake_resources
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
-
-TEST_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "test",
-    "AWS_SECRET_ACCESS_KEY": "test",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 
 
 def lake_env(data_dir: Path, endpoint_url: str, stream_name: str, **extra: str) -> dict[str, str]:
     """The variables a deployment would set; Settings.from_env and the resources read them."""
     return {
-        **TEST_AWS_ENV,
+        **FAKE_AWS_ENV,
         "KINESIS_ENDPOINT_URL": endpoint_url,
         "KINESIS_STREAM_NAME": stream_name,
         "KINESIS_SHARD_COUNT": "2",
@@ -61,9 +54,6 @@ class Lake:
 
 def make_lake(monkeypatch: pytest.MonkeyPatch, data_dir: Path, endpoint_url: str) -> Lake:
     """A fresh stream and catalog; a developer's own pyiceberg configuration cannot leak in."""
-    for name in list(os.environ):
-        if name.upper().startswith("PYICEBERG_"):
-            monkeypatch.delenv(name)
     data_dir.mkdir(parents=True, exist_ok=True)
     env = lake_env(data_dir, endpoint_url, f"dg-{uuid.uuid4().hex[:10]}")
     env["PYICEBERG_HOME"] = str(data_dir)

@@ -28,7 +28,7 @@ from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
 from kinesis_lake.pipeline.lake import committed_positions, open_lake
-from kinesis_lake_tests.pipeline_helpers import produce
+from kinesis_lake_tests.pipeline_helpers import produce, read_stream
 
 
 def tick(lake, instance, cursor: str | None = None):
@@ -39,22 +39,7 @@ def tick(lake, instance, cursor: str | None = None):
 
 
 def stream_records(lake) -> list[dict]:
-    """Every record in the stream, read with bare boto3 calls (the ground truth)."""
-    client = lake.client
-    found = []
-    for shard in client.list_shards(StreamName=lake.settings.stream_name)["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=lake.settings.stream_name,
-            ShardId=shard["ShardId"],
-            ShardIteratorType="TRIM_HORIZON",
-        )["ShardIterator"]
-        while iterator:
-            page = client.get_records(ShardIterator=iterator, Limit=10_000)
-            found += [{**r, "ShardId": shard["ShardId"]} for r in page["Records"]]
-            if not page["Records"]:
-                break
-            iterator = page.get("NextShardIterator")
-    return found
+    return read_stream(lake.client, lake.settings.stream_name)
 
 
 def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:

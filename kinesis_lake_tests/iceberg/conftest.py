@@ -1,12 +1,8 @@
-"""Every iceberg test gets its own SQLite catalog and warehouse under tmp_path.
-
-pyiceberg also reads configuration from ~/.pyiceberg.yaml, the working directory and
-PYICEBERG_* variables; they are isolated here so a developer's setup cannot leak in.
-"""
+"""Every iceberg test gets its own SQLite catalog and warehouse under tmp_path (the root
+conftest keeps a developer's pyiceberg configuration out)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,17 +12,6 @@ from pyiceberg.table import Table
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake_tests.iceberg.helpers import NAMESPACE, RAW
-
-
-@pytest.fixture(autouse=True)
-def isolated_pyiceberg_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.upper().startswith("PYICEBERG_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(home)
 
 
 @pytest.fixture

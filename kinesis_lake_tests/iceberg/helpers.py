@@ -20,14 +20,21 @@ NAMESPACE = "lake"
 RAW = f"{NAMESPACE}.raw"
 
 
-def raw_batch(keys: Sequence[int], *, day: int = 0, batch_id: int = 0) -> pa.RecordBatch:
-    """Raw rows whose sequence numbers are ``keys``, arriving on ``DAY0 + day``."""
+def raw_batch(
+    keys: Sequence[int],
+    *,
+    shard: str = "shardId-000000000000",
+    day: int = 0,
+    batch_id: int = 0,
+) -> pa.RecordBatch:
+    """Raw rows of ``shard`` whose sequence numbers are ``keys``, arriving on ``DAY0 + day``:
+    the one builder of raw rows for the iceberg, sink and commit tests."""
     size = len(keys)
     arrivals = [DAY0 + timedelta(days=day, seconds=key % 86_000) for key in keys]
     return pa.RecordBatch.from_pydict(
         {
             "stream_name": ["events"] * size,
-            "shard_id": ["shardId-000000000000"] * size,
+            "shard_id": [shard] * size,
             "sequence_number": [str(key) for key in keys],
             "sub_sequence_number": [0] * size,
             "partition_key": [f"pk-{key % 7}" for key in keys],

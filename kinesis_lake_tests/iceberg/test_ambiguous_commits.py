@@ -33,7 +33,7 @@ from kinesis_lake_tests.ambiguous_catalog import (
     pause_commits,
     pending,
 )
-from kinesis_lake_tests.spark.test_iceberg_sink import raw_batch
+from kinesis_lake_tests.iceberg.helpers import raw_batch
 
 
 @pytest.fixture
@@ -87,14 +87,14 @@ def test_abort_after_a_commit_that_landed_then_raised_keeps_its_files(faults, tm
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
     arm(faults, LANDS_THEN_RAISES, error=error)
-    first = writer.write(iter([raw_batch("a", 100, 50)]))
+    first = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     with pytest.raises((CommitStateUnknownException, ConnectionError)):
         writer.commit([first], batchId=0)
     assert pending(faults) == 0
     writer.abort([first], batchId=0)  # what Spark does for any exception of commit
     assert all(exists(p) for p in first.paths), "abort deleted files the table references"
 
-    replay = writer.write(iter([raw_batch("a", 100, 50)]))
+    replay = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     writer.commit([replay], batchId=0)
     assert not any(exists(p) for p in replay.paths), "the replay's own files are orphans"
     assert sequences(data_dir) == expected("a", 100, 50)
@@ -106,7 +106,7 @@ def test_a_landed_commit_reported_as_a_conflict_is_skipped_without_deleting_its_
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
     arm(faults, LANDS_THEN_RAISES, error="conflict")
-    message = writer.write(iter([raw_batch("a", 100, 50)]))
+    message = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     outcome = writer._commit([message], 0, "query-1")
     assert outcome is not None and outcome.skipped_duplicate
     assert all(exists(p) for p in message.paths)
@@ -118,12 +118,12 @@ def test_a_commit_that_failed_before_landing_is_cleaned_up_and_replayed_once(fau
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
     arm(faults, RAISES_BEFORE, error="generic")
-    first = writer.write(iter([raw_batch("a", 100, 50)]))
+    first = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     with pytest.raises(ConnectionError):
         writer.commit([first], batchId=0)
     writer.abort([first], batchId=0)
     assert not any(exists(p) for p in first.paths), "unreferenced files of an abort stay"
-    replay = writer.write(iter([raw_batch("a", 100, 50)]))
+    replay = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     writer.commit([replay], batchId=0)
     assert sequences(data_dir) == expected("a", 100, 50)
 
@@ -132,7 +132,10 @@ def test_compaction_whose_commit_landed_then_raised_loses_no_rows(faults, tmp_pa
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
     for batch in range(4):
-        writer.commit([writer.write(iter([raw_batch("a", 100 + batch * 10, 10)]))], batchId=batch)
+        writer.commit(
+            [writer.write(iter([raw_batch(range(100 + batch * 10, 110 + batch * 10), shard="a")]))],
+            batchId=batch,
+        )
     table = writer.options.load_table()
     arm(faults, LANDS_THEN_RAISES, error="conflict", table="lake.raw")
     report = compact(table, target_file_size_bytes=64 * 1024 * 1024)
@@ -146,8 +149,15 @@ def test_compaction_whose_commit_landed_then_raised_loses_no_rows(faults, tmp_pa
 def test_positions_survive_compaction_and_expiry_and_still_guard_the_table(faults, tmp_path):
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
-    writer.commit([writer.write(iter([raw_batch("a", 100, 10), raw_batch("b", 7, 3)]))], 0)
-    writer.commit([writer.write(iter([raw_batch("a", 110, 10)]))], 1)
+    writer.commit(
+        [
+            writer.write(
+                iter([raw_batch(range(100, 110), shard="a"), raw_batch(range(7, 10), shard="b")])
+            )
+        ],
+        0,
+    )
+    writer.commit([writer.write(iter([raw_batch(range(110, 120), shard="a")]))], 1)
     table = writer.options.load_table()
     compact(table, target_file_size_bytes=64 * 1024 * 1024, min_input_files=2)
     table.refresh()
@@ -161,8 +171,8 @@ def test_positions_survive_compaction_and_expiry_and_still_guard_the_table(fault
     # What a restart resumes after, and what a stale checkpoint is refused against:
     stale = sink(data_dir, writer_id="stale-query")
     with pytest.raises(OverlappingPositionsError):
-        stale.commit([stale.write(iter([raw_batch("a", 115, 10)]))], batchId=0)
-    stale.commit([stale.write(iter([raw_batch("a", 120, 5)]))], batchId=1)
+        stale.commit([stale.write(iter([raw_batch(range(115, 125), shard="a")]))], batchId=0)
+    stale.commit([stale.write(iter([raw_batch(range(120, 125), shard="a")]))], batchId=1)
     assert sequences(data_dir) == expected("a", 100, 25) + expected("b", 7, 3)
     assert committed_positions(writer.options.load_table()) == {"a": "124", "b": "9"}
 
@@ -171,7 +181,9 @@ def test_conflicts_raised_before_landing_are_retried_by_the_sink(faults, tmp_pat
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
     arm(faults, RAISES_BEFORE, error="conflict", times=2)
-    outcome = writer._commit([writer.write(iter([raw_batch("a", 1, 5)]))], 0, "query-1")
+    outcome = writer._commit(
+        [writer.write(iter([raw_batch(range(1, 6), shard="a")]))], 0, "query-1"
+    )
     assert outcome is not None and outcome.committed and outcome.attempts == 3
     assert sequences(data_dir) == expected("a", 1, 5)
 
@@ -185,7 +197,7 @@ def test_two_writers_racing_between_load_and_commit_never_both_commit_a_range(fa
     """
     data_dir = tmp_path / "data"
     live, stale = sink(data_dir, "live-query"), sink(data_dir, "stale-query")
-    live.commit([live.write(iter([raw_batch("a", 1, 10)]))], batchId=0)
+    live.commit([live.write(iter([raw_batch(range(1, 11), shard="a")]))], batchId=0)
     held, other_done = threading.Event(), threading.Event()
     first_in = threading.Lock()
     results: dict[str, object] = {}
@@ -196,7 +208,7 @@ def test_two_writers_racing_between_load_and_commit_never_both_commit_a_range(fa
             assert other_done.wait(timeout=120)
 
     def commit(writer: IcebergStreamWriter, batch_id: int) -> None:
-        message = writer.write(iter([raw_batch("a", 11, 10)]))
+        message = writer.write(iter([raw_batch(range(11, 21), shard="a")]))
         try:
             writer.commit([message], batchId=batch_id)
             results[writer.options.writer_id] = "committed"

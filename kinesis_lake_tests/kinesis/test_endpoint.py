@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint, resolve_endpoint_kind
 from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
@@ -74,5 +75,5 @@ def test_moto_cannot_persist(tmp_path: Path) -> None:
 
 def test_start_failure_shows_the_server_output(kinesalite) -> None:
     port = int(kinesalite.url.rsplit(":", 1)[1])
-    with pytest.raises(RuntimeError, match="EADDRINUSE"):
+    with pytest.raises(KinesisError, match="EADDRINUSE"):
         LocalKinesisEndpoint("kinesalite", port=port).start(timeout_s=10)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,33 +10,11 @@ import pyarrow as pa
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import TableWriteTarget
-from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
+from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.spark.iceberg_sink import IcebergStreamWriter, SinkOptions
+from kinesis_lake_tests.iceberg.helpers import raw_batch
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
-
-
-def raw_batch(shard: str, first_sequence: int, rows: int) -> pa.RecordBatch:
-    now = datetime.now(UTC)
-    return pa.RecordBatch.from_pylist(
-        [
-            {
-                "stream_name": "s",
-                "shard_id": shard,
-                "sequence_number": str(first_sequence + i),
-                "sub_sequence_number": 0,
-                "partition_key": "k",
-                "approximate_arrival_timestamp": now,
-                "data": b"{}",
-                "aggregated": False,
-                "source_error": None,
-                "ingested_at": now,
-                "batch_id": 0,
-            }
-            for i in range(rows)
-        ],
-        schema=RAW_ARROW_SCHEMA,
-    )
 
 
 def sink_for(data_dir: Path) -> tuple[IcebergStreamWriter, object]:
@@ -61,15 +38,15 @@ def row_count(catalog) -> int:
 
 def test_files_written_but_not_committed_are_invisible_and_the_rerun_commits_once(tmp_path):
     writer, catalog = sink_for(tmp_path)
-    crashed = writer.write(iter([raw_batch("shard-1", 100, 50)]))
+    crashed = writer.write(iter([raw_batch(range(100, 150), shard="shard-1")]))
     assert crashed.paths and all(Path(p.removeprefix("file://")).exists() for p in crashed.paths)
     assert row_count(catalog) == 0, "data files alone must not be visible"
 
-    rerun = writer.write(iter([raw_batch("shard-1", 100, 50)]))
+    rerun = writer.write(iter([raw_batch(range(100, 150), shard="shard-1")]))
     writer.commit([rerun], batchId=0)
     assert row_count(catalog) == 50
 
-    replay = writer.write(iter([raw_batch("shard-1", 100, 50)]))
+    replay = writer.write(iter([raw_batch(range(100, 150), shard="shard-1")]))
     writer.commit([replay], batchId=0)
     assert row_count(catalog) == 50, "a batch id already committed is skipped"
     assert not any(Path(p.removeprefix("file://")).exists() for p in replay.paths)
@@ -77,8 +54,15 @@ def test_files_written_but_not_committed_are_invisible_and_the_rerun_commits_onc
 
 def test_positions_of_every_shard_accumulate_in_the_snapshot_summary(tmp_path):
     writer, catalog = sink_for(tmp_path)
-    writer.commit([writer.write(iter([raw_batch("a", 5, 3), raw_batch("b", 90, 2)]))], batchId=0)
-    writer.commit([writer.write(iter([raw_batch("a", 8, 4)]))], batchId=1)
+    writer.commit(
+        [
+            writer.write(
+                iter([raw_batch(range(5, 8), shard="a"), raw_batch(range(90, 92), shard="b")])
+            )
+        ],
+        batchId=0,
+    )
+    writer.commit([writer.write(iter([raw_batch(range(8, 12), shard="a")]))], batchId=1)
 
     summary = catalog.load_table("lake.raw").current_snapshot().summary
     assert summary["kinesis-lake.positions"] == '{"a": "11", "b": "91"}'
@@ -87,7 +71,7 @@ def test_positions_of_every_shard_accumulate_in_the_snapshot_summary(tmp_path):
 
 def test_an_aborted_batch_leaves_no_files(tmp_path):
     writer, catalog = sink_for(tmp_path)
-    message = writer.write(iter([raw_batch("a", 1, 10)]))
+    message = writer.write(iter([raw_batch(range(1, 11), shard="a")]))
     writer.abort([message], batchId=0)
     assert not any(Path(p.removeprefix("file://")).exists() for p in message.paths)
     assert row_count(catalog) == 0
@@ -110,7 +94,8 @@ def test_a_second_writer_committing_during_ingestion_loses_nothing(
             table = open_catalog(settings.catalog_name, data_dir=settings.data_dir).load_table(
                 settings.raw_table
             )
-            rows = pa.Table.from_batches([raw_batch("backfill", 10_000 + batch_id * 5, 5)])
+            first = 10_000 + batch_id * 5
+            rows = pa.Table.from_batches([raw_batch(range(first, first + 5), shard="backfill")])
             commit_arrow(table, rows, writer_id="backfill", batch_id=batch_id)
             backfilled.extend(rows.column("sequence_number").to_pylist())
             batch_id += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,
     payloads,

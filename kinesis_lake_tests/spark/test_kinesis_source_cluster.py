@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,
     put,

@@ -7,7 +7,7 @@ from pyspark.errors import AnalysisException
 
 from kinesis_lake.kinesis.shard_reader import StartPosition
 from kinesis_lake.spark.kinesis_source_options import KinesisOptionError, KinesisSourceOptions
-from kinesis_lake_tests.spark.test_kinesis_source_support import REGION, new_stream
+from kinesis_lake_tests.spark.source_helpers import REGION, new_stream
 
 CASES = [
     pytest.param({"colour": "blue"}, ["Unknown option 'colour'", "startingPosition"], id="unknown"),

@@ -15,7 +15,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from kinesis_lake.kinesis.fault_proxy import FaultProxy
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     kinesis,
     new_stream,

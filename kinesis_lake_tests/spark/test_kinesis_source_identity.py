@@ -7,7 +7,7 @@ import time
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     kinesis,
     new_stream,

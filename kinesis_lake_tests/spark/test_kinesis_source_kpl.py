@@ -10,7 +10,7 @@ import hashlib
 from collections import defaultdict
 
 from kinesis_lake.kinesis.kpl import KPL_MAGIC
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     new_stream,
     put,
     run_source,

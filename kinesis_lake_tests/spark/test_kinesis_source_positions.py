@@ -11,7 +11,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from kinesis_lake.kinesis.fault_proxy import FaultProxy
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.pipeline_helpers import read_stream
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     kinesis,
     new_stream,
@@ -52,15 +53,10 @@ def two_waves(kinesalite_endpoint) -> TwoWaves:
 
 
 def _read_all(client, stream: str) -> dict[str, list[dict]]:
-    """Each shard's records from TRIM_HORIZON, with bare boto3."""
-    found = {}
-    for shard in client.describe_stream(StreamName=stream)["StreamDescription"]["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        found[shard["ShardId"]] = client.get_records(ShardIterator=iterator, Limit=10_000)[
-            "Records"
-        ]
+    """Each shard's records, from the ground-truth reader."""
+    found: dict[str, list[dict]] = {}
+    for record in read_stream(client, stream):
+        found.setdefault(record["ShardId"], []).append(record)
     return found
 
 

@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,
     put,

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_kinesis_source_support import (
+from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     kinesis,
     merge,

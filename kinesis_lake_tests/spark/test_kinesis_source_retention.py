@@ -25,7 +25,7 @@ from kinesis_lake.spark.kinesis_source_options import (
     check_against_stream,
 )
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
-from kinesis_lake_tests.spark.test_kinesis_source_support import kinesis, split
+from kinesis_lake_tests.spark.source_helpers import kinesis, split
 
 PARENT = "shardId-000000000000"
 DAY_S = 24 * 3600

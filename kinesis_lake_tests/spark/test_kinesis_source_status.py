@@ -12,7 +12,7 @@ from pathlib import Path
 from kinesis_lake.pipeline.ingest import run_ingestion, source_metadata_path
 from kinesis_lake.spark.shard_progress import ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_kinesis_source_support import keyed_events, new_stream, put
+from kinesis_lake_tests.spark.source_helpers import keyed_events, new_stream, put
 
 SHARD = "shardId-000000000000"
 

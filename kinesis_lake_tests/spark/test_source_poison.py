@@ -14,7 +14,7 @@ from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.kinesis.test_kpl import _field, _varint
 from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_kinesis_source_support import kinesis
+from kinesis_lake_tests.spark.source_helpers import kinesis
 
 SECOND_HALF = str(2**127 + 1)  # an explicit hash key in the second shard's range
 

@@ -88,9 +88,6 @@ def page(chromium_executable: str) -> Iterator[Page]:
 @pytest.fixture
 def lake_settings(tmp_path: Path, kinesalite_endpoint, monkeypatch) -> Settings:
     """A fresh stream and lake; the same env reaches ``dagster dev`` and this process."""
-    for name in list(os.environ):
-        if name.upper().startswith("PYICEBERG_"):
-            monkeypatch.delenv(name)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     env = lake_env(data_dir, kinesalite_endpoint.url, f"ui-{uuid.uuid4().hex[:10]}")

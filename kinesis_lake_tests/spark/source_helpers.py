@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from kinesis_lake.kinesis.producer import put_records
+from kinesis_lake_tests.pipeline_helpers import read_stream
 
 REGION = "us-east-1"
 QUERY_TIMEOUT_S = 600
@@ -140,20 +141,8 @@ def record_keys(rows: Iterable[dict]) -> list[tuple[str, str, int]]:
 
 
 def stream_positions(endpoint_url: str, stream: str) -> set[tuple[str, str]]:
-    """Every (shard id, sequence number) the stream holds, read with bare boto3."""
-    client = kinesis(endpoint_url)
-    found = set()
-    for shard in client.describe_stream(StreamName=stream)["StreamDescription"]["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        while iterator:
-            page = client.get_records(ShardIterator=iterator, Limit=10_000)
-            found.update((shard["ShardId"], r["SequenceNumber"]) for r in page["Records"])
-            if not page["Records"]:
-                break
-            iterator = page.get("NextShardIterator")
-    return found
+    """Every (shard id, sequence number) the stream holds (the ground-truth reader)."""
+    return {(r["ShardId"], r["SequenceNumber"]) for r in read_stream(kinesis(endpoint_url), stream)}
 
 
 def progress_records(metadata: Path) -> list[dict]:
