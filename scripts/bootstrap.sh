@@ -50,14 +50,16 @@ ensure_python() {
     "$PYTHON" -m venv .venv || fail "could not create a virtualenv: install python3-venv."
   fi
   say "installing Python packages from requirements.lock (pinned and hashed)"
-  .venv/bin/pip install -q --upgrade pip setuptools wheel
+  # -qq: errors only. A machine's pip configuration may name package mirrors that are not
+  # there, and pip then warns once per package; what is installed is pinned and hashed.
+  .venv/bin/pip install -qq --upgrade pip setuptools wheel
   # Exactly the locked versions, each checked against its hash: a fresh clone gets what
   # CI tested, not whatever is newest today. `make lock` updates the lock.
-  .venv/bin/pip install -q --require-hashes --no-deps -r requirements.lock
+  .venv/bin/pip install -qq --require-hashes --no-deps -r requirements.lock
   # compat mode puts the repo on sys.path, so Spark's auto-registration of the
   # top-level pyspark_kinesis module finds it. --no-deps: everything came from the lock.
   # setuptools warns at length about every editable mode; the choice is deliberate.
-  PYTHONWARNINGS=ignore .venv/bin/pip install -q --no-deps -e . \
+  PYTHONWARNINGS=ignore .venv/bin/pip install -qq --no-deps -e . \
     --config-settings editable_mode=compat
 }
 
