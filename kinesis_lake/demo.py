@@ -148,4 +148,6 @@ def _report(settings, sent: int, run_ok: bool, evaluations) -> int:
     )
     ok = run_ok and consistent and not failed and bool(evaluations)
     print("\nDemo " + ("succeeded: every record landed exactly once." if ok else "FAILED."))
+    if not ok:
+        print(f"Spark's log: {settings.log_dir / 'spark.log'}")
     return 0 if ok else 1
