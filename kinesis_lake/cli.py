@@ -31,7 +31,7 @@ def _settings() -> Settings:
 
 
 def _preflight(settings: Settings, *, event_schema: bool) -> None:
-    """Fail before Spark starts, in one line naming the setting (see preflight.py)."""
+    """Fail before Spark starts, in one line naming the setting (see pipeline/preflight.py)."""
     from kinesis_lake.pipeline.preflight import preflight
 
     preflight(settings, event_schema=event_schema)
@@ -186,8 +186,9 @@ def _print_batch(batch: BatchReport) -> None:
 def _stream_reporter(
     settings: Settings, cleanup: contextlib.ExitStack
 ) -> Callable[[BatchReport], None]:
-    """Print each batch; with $DAGSTER_HOME, record it there too, as the Spark resource's
-    ``ingest_continuously`` does, so the stream shows in Dagster as raw_events updates."""
+    """Print each batch; with $DAGSTER_HOME, record it there too, as
+    ``defs.assets.ingest_continuously`` does, so the stream shows in Dagster as raw_events
+    updates."""
     from kinesis_lake.defs.assets import raw_batch_reporter
 
     instance = None
