@@ -100,9 +100,11 @@ def cmd_ingest(args: argparse.Namespace) -> None:
         )
         if args.derive:
             derived = refresh_derived(spark, settings)
+            written = ", ".join(
+                f"{refresh.rows_written} to {name}" for name, refresh in derived.tables.items()
+            )
             print(
-                f"derived: {derived.parsed.rows_written} parsed, "
-                f"{derived.quarantine.rows_written} quarantined, "
+                f"derived: {written}, {derived.quarantine.rows_written} quarantined, "
                 f"{derived.windows_recomputed} aggregate windows recomputed"
             )
     finally:
@@ -112,20 +114,22 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 def cmd_maintain(args: argparse.Namespace) -> None:
     """One upkeep pass over every table that exists (what the hourly schedule runs)."""
     from kinesis_lake.console import steps
+    from kinesis_lake.events.declaration import load_declaration
     from kinesis_lake.pipeline.lake import load_table, open_lake
-    from kinesis_lake.pipeline.maintain import CONSUMERS, MaintenancePolicy, run_maintenance
+    from kinesis_lake.pipeline.maintain import MaintenancePolicy, consumers, run_maintenance
 
     settings = _settings()
     catalog = open_lake(settings)
-    tables = [a for a in CONSUMERS if load_table(catalog, getattr(settings, a)) is not None]
+    lake = consumers(load_declaration(settings.event_schema_path))
+    tables = [t for t in lake if load_table(catalog, settings.table_identifier(t)) is not None]
     if not tables:
         print("no tables yet: nothing to maintain")
         return
     policy = MaintenancePolicy(snapshot_max_age_hours=args.snapshot_max_age_hours)
     with steps("maintaining", len(tables)) as progress:
         task = progress.add_task("maintain", total=len(tables))
-        for attribute in tables:
-            done = run_maintenance(settings, attribute, policy)
+        for name in tables:
+            done = run_maintenance(settings, name, policy)
             progress.console.print(
                 f"{done.table}: files {done.files_before} -> {done.files_after}, snapshots "
                 f"{done.snapshots_before} -> {done.snapshots_after}, "

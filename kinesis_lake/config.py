@@ -20,15 +20,11 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, RAW_TABLE
 from kinesis_lake.iceberg.catalog import default_data_dir
 from kinesis_lake.kinesis.shard_reader import STARTING_POSITIONS
 
 ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
-
-RAW_TABLE = "raw_events"
-PARSED_TABLE = "events"
-QUARANTINE_TABLE = "events_quarantine"
-AGGREGATE_TABLE = "event_counts_per_minute"
 
 
 class SettingsError(ConfigurationError):
@@ -211,9 +207,9 @@ class Settings:
     def raw_table(self) -> str:
         return f"{self.namespace}.{RAW_TABLE}"
 
-    @property
-    def parsed_table(self) -> str:
-        return f"{self.namespace}.{PARSED_TABLE}"
+    def table_identifier(self, name: str) -> str:
+        """A declared table's identifier in this deployment's namespace."""
+        return f"{self.namespace}.{name}"
 
     @property
     def quarantine_table(self) -> str:

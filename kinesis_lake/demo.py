@@ -104,9 +104,10 @@ def _report(settings, sent: int, run_ok: bool, evaluations) -> int:
             run_sql(catalog, settings.namespace, f"SELECT count(*) FROM {table}")[0][0].as_py()
         )
 
-    from kinesis_lake.events.schema import load_event_schema
+    from kinesis_lake.events.declaration import DEFAULT_TABLE, load_declaration
 
-    fields = [f.name for f in load_event_schema(settings.event_schema_path).fields][:5]
+    declared = load_declaration(settings.event_schema_path).table(DEFAULT_TABLE)
+    fields = [f.name for f in declared.schema.fields][:5]
     columns = ", ".join([*fields, "event_timestamp", "shard_id"])
     shown = f"SELECT {columns} FROM events ORDER BY event_timestamp LIMIT 10"
     print(f"\n{shown}")

@@ -14,8 +14,9 @@ Who runs what:
   continuously instead (stop the backlog sensor meanwhile: the sensor does not know about
   it) and records each micro-batch as a runless raw_events materialization with the same
   metadata keys (``raw_batch_materialization``).
-* ``events``, ``events_quarantine``, ``event_counts_per_minute``: declarative automation,
-  eagerly after every raw update, unless a blocking check of raw failed (duplicates).
+* the declared tables (one asset each, from the declaration file), ``events_quarantine`` and
+  ``event_counts_per_minute``: declarative automation, eagerly after every raw update,
+  unless a blocking check of raw failed (duplicates).
 * ``*_maintenance``: the hourly maintenance schedule (``jobs.py``).
 """
 
@@ -31,16 +32,22 @@ from pydantic import Field
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from kinesis_lake.config import (
+from kinesis_lake.config import Settings
+from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
+from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
-    PARSED_TABLE,
     QUARANTINE_TABLE,
     RAW_TABLE,
-    Settings,
+    LakeDeclaration,
+    TableDeclaration,
 )
-from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
+from kinesis_lake.events.tables import (
+    aggregate_table_schema,
+    parsed_table_schema,
+    quarantine_table_schema,
+)
 from kinesis_lake.pipeline.lake import open_lake, table_stats
-from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
+from kinesis_lake.pipeline.maintain import MaintenancePolicy, consumers, run_maintenance
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
@@ -58,7 +65,6 @@ MAINTENANCE_POOL = "kinesis_lake_maintenance"
 
 KINESIS_STREAM = dg.AssetKey("kinesis_stream")
 RAW_EVENTS = dg.AssetKey(RAW_TABLE)
-EVENTS = dg.AssetKey(PARSED_TABLE)
 EVENTS_QUARANTINE = dg.AssetKey(QUARANTINE_TABLE)
 EVENT_COUNTS_PER_MINUTE = dg.AssetKey(AGGREGATE_TABLE)
 
@@ -251,80 +257,120 @@ _DERIVED_COMMON: dict[str, Any] = {
     "automation_condition": DERIVED_AUTOMATION,
 }
 
-DERIVED_SPECS = [
-    dg.AssetSpec(
-        EVENTS,
-        deps=[RAW_EVENTS],
-        description=(
-            "Raw records parsed against the declared event schema (schemas/events.yaml), one "
-            "typed row per valid event, deduplicated on the event key within a refresh."
-        ),
-        **_DERIVED_COMMON,
-    ),
-    dg.AssetSpec(
-        EVENTS_QUARANTINE,
-        deps=[RAW_EVENTS],
-        description=(
-            "Raw records that failed parsing, with payload bytes and the reason: nothing is "
-            "dropped, so they can be inspected and replayed after a fix."
-        ),
-        **_DERIVED_COMMON,
-    ),
-    dg.AssetSpec(
-        EVENT_COUNTS_PER_MINUTE,
-        deps=[EVENTS],
-        description=(
-            "Parsed events counted per minute of event time and event type; only the windows "
-            "new events fall in are recomputed."
-        ),
-        **_DERIVED_COMMON,
-    ),
-]
 
-
-@dg.multi_asset(
-    name="derived_tables",
-    specs=DERIVED_SPECS,
-    pool=DERIVE_POOL,
-    description=(
-        "One incremental refresh of the three derived tables: the raw files appended since "
-        "the last refresh are parsed once on the executors and written to both parsed and "
-        "quarantine, then the touched aggregate windows are recomputed."
-    ),
-)
-def derived_tables(
-    context: dg.AssetExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
-):
-    lake = settings.settings()
-    started = time.monotonic()
-    from kinesis_lake.pipeline.derive import refresh_derived  # PySpark: only when a step runs
-
-    check_event_schema(lake)
-    result = refresh_derived(spark.session, lake)
-    seconds = round(time.monotonic() - started, 3)
-    context.log.info(
-        f"Parsed {result.parsed.rows_written} rows, quarantined {result.quarantine.rows_written}, "
-        f"recomputed {result.windows_recomputed} aggregate windows in {seconds} s"
+def _declared_table_description(table: TableDeclaration, path: str) -> str:
+    conditions = table.route.to_dict()
+    takes = (
+        "every raw record"
+        if not conditions
+        else "raw records where " + ", ".join(f"{k} {v}" for k, v in conditions.items())
     )
-    catalog = open_lake(lake)
-    for key, identifier, refresh in (
-        (EVENTS, lake.parsed_table, result.parsed),
-        (EVENTS_QUARANTINE, lake.quarantine_table, result.quarantine),
-        (EVENT_COUNTS_PER_MINUTE, lake.aggregate_table, result.aggregate),
+    dedup = f", deduplicated on {table.schema.event_key} per day" if table.schema.event_key else ""
+    lead = f"{table.description} " if table.description else ""
+    return f"{lead}Declared in {path}: {takes}, parsed against its fields{dedup}."
+
+
+def derived_specs(declaration: LakeDeclaration, namespace: str) -> list[dg.AssetSpec]:
+    """One asset per declared table, then the quarantine and the aggregate."""
+    path = str(declaration.path or "the declaration")
+    specs = [
+        dg.AssetSpec(
+            dg.AssetKey(table.name),
+            deps=[RAW_EVENTS],
+            description=_declared_table_description(table, path),
+            metadata={
+                "dagster/table_name": f"{namespace}.{table.name}",
+                "dagster/column_schema": table_column_schema(parsed_table_schema(table.schema)),
+            },
+            **_DERIVED_COMMON,
+        )
+        for table in declaration.tables
+    ]
+    return [
+        *specs,
+        dg.AssetSpec(
+            EVENTS_QUARANTINE,
+            deps=[RAW_EVENTS],
+            description=(
+                "Raw records no declared table could take, with payload bytes and the reason: "
+                "undecodable, no route, rejected by a table's schema (target_table names it), "
+                "or a repeated key. Nothing is dropped; fix the producer or the declaration "
+                "and the payloads are here to load again."
+            ),
+            metadata={
+                "dagster/table_name": f"{namespace}.{QUARANTINE_TABLE}",
+                "dagster/column_schema": table_column_schema(quarantine_table_schema()),
+            },
+            **_DERIVED_COMMON,
+        ),
+        dg.AssetSpec(
+            EVENT_COUNTS_PER_MINUTE,
+            deps=[dg.AssetKey(declaration.aggregate_source)],
+            description=(
+                f"Rows of {declaration.aggregate_source} counted per minute of event time and "
+                "event type; only the windows new rows fall in are recomputed."
+            ),
+            metadata={
+                "dagster/table_name": f"{namespace}.{AGGREGATE_TABLE}",
+                "dagster/column_schema": table_column_schema(aggregate_table_schema()),
+            },
+            **_DERIVED_COMMON,
+        ),
+    ]
+
+
+def derived_tables_asset(declaration: LakeDeclaration, namespace: str) -> dg.AssetsDefinition:
+    """The declared tables, quarantine and aggregate, refreshed together: one routing pass
+    over the raw files appended since the last refresh feeds them all."""
+
+    @dg.multi_asset(
+        name="derived_tables",
+        specs=derived_specs(declaration, namespace),
+        pool=DERIVE_POOL,
+        description=(
+            "One incremental refresh of the derived tables: the raw files appended since the "
+            "last refresh are routed and parsed once on the executors and written to every "
+            "declared table and the quarantine, then the touched aggregate windows are "
+            "recomputed."
+        ),
+    )
+    def derived_tables(
+        context: dg.AssetExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
     ):
-        metadata = {
-            **_table_metadata(identifier, catalog.load_table(identifier)),
-            "rows_added": refresh.rows_written,
-            "source_files_read": refresh.source_files_read,
-            "source_rows_read": refresh.source_rows_read,
-            "committed": refresh.committed,
-            "seconds": seconds,
-        }
-        if refresh.source_snapshot_id is not None:
-            metadata["source_snapshot_id"] = int(refresh.source_snapshot_id)
-        if key == EVENT_COUNTS_PER_MINUTE:
-            metadata["windows_recomputed"] = result.windows_recomputed
-        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+        lake = settings.settings()
+        started = time.monotonic()
+        from kinesis_lake.pipeline.derive import refresh_derived  # PySpark: only when a step runs
+
+        check_event_schema(lake)
+        result = refresh_derived(spark.session, lake)
+        seconds = round(time.monotonic() - started, 3)
+        written = ", ".join(f"{r.rows_written} to {n}" for n, r in result.tables.items())
+        context.log.info(
+            f"Wrote {written}, quarantined {result.quarantine.rows_written}, recomputed "
+            f"{result.windows_recomputed} aggregate windows in {seconds} s"
+        )
+        catalog = open_lake(lake)
+        refreshes = [
+            *((dg.AssetKey(name), refresh) for name, refresh in result.tables.items()),
+            (EVENTS_QUARANTINE, result.quarantine),
+            (EVENT_COUNTS_PER_MINUTE, result.aggregate),
+        ]
+        for key, refresh in refreshes:
+            metadata = {
+                **_table_metadata(refresh.table, catalog.load_table(refresh.table)),
+                "rows_added": refresh.rows_written,
+                "source_files_read": refresh.source_files_read,
+                "source_rows_read": refresh.source_rows_read,
+                "committed": refresh.committed,
+                "seconds": seconds,
+            }
+            if refresh.source_snapshot_id is not None:
+                metadata["source_snapshot_id"] = int(refresh.source_snapshot_id)
+            if key == EVENT_COUNTS_PER_MINUTE:
+                metadata["windows_recomputed"] = result.windows_recomputed
+            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+
+    return derived_tables
 
 
 # ---- maintenance --------------------------------------------------------------------------
@@ -367,8 +413,9 @@ class MaintenanceConfig(dg.Config):
         return MaintenancePolicy(**self.model_dump())
 
 
-def _maintenance_asset(table_key: dg.AssetKey, table_attribute: str) -> dg.AssetsDefinition:
-    name = f"{table_key.path[-1]}_maintenance"
+def _maintenance_asset(table: str) -> dg.AssetsDefinition:
+    table_key = dg.AssetKey(table)
+    name = f"{table}_maintenance"
 
     @dg.asset(
         name=name,
@@ -388,7 +435,7 @@ def _maintenance_asset(table_key: dg.AssetKey, table_attribute: str) -> dg.Asset
         config: MaintenanceConfig,
         settings: PipelineSettingsResource,
     ) -> dg.MaterializeResult:
-        done = run_maintenance(settings.settings(), table_attribute, config.policy())
+        done = run_maintenance(settings.settings(), table, config.policy())
         context.log.info(
             f"{done.table}: files {done.files_before} -> {done.files_after}, snapshots "
             f"{done.snapshots_before} -> {done.snapshots_after}, {done.orphans_removed} "
@@ -399,15 +446,6 @@ def _maintenance_asset(table_key: dg.AssetKey, table_attribute: str) -> dg.Asset
     return _maintain
 
 
-maintenance_assets = [
-    _maintenance_asset(RAW_EVENTS, "raw_table"),
-    _maintenance_asset(EVENTS, "parsed_table"),
-    _maintenance_asset(EVENTS_QUARANTINE, "quarantine_table"),
-    _maintenance_asset(EVENT_COUNTS_PER_MINUTE, "aggregate_table"),
-]
-
-pipeline_assets: list[dg.AssetSpec | dg.AssetsDefinition] = [
-    kinesis_stream,
-    raw_events,
-    derived_tables,
-]
+def maintenance_assets(declaration: LakeDeclaration) -> list[dg.AssetsDefinition]:
+    """One upkeep asset per table of the lake, raw, declared and fixed alike."""
+    return [_maintenance_asset(table) for table in consumers(declaration)]

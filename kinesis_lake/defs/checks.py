@@ -17,17 +17,24 @@ import dagster as dg
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import (
     EVENT_COUNTS_PER_MINUTE,
-    EVENTS,
     EVENTS_QUARANTINE,
     RAW_EVENTS,
 )
 from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.errors import SnapshotExpiredError
+from kinesis_lake.events.declaration import (
+    QUARANTINE_TABLE,
+    RAW_TABLE,
+    LakeDeclaration,
+    TableDeclaration,
+    load_declaration,
+)
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
 from kinesis_lake.pipeline.lake import load_table, open_lake, raw_positions
 from kinesis_lake.pipeline.reconcile import (
-    compare_parsed_schema,
+    DerivedReconciliation,
+    compare_table_schema,
     quarantine_ratio,
     raw_duplicates,
     raw_position_reconciliation,
@@ -238,85 +245,134 @@ def raw_events_no_data_loss(context: dg.AssetCheckExecutionContext) -> dg.AssetC
 # ---- derived tables -----------------------------------------------------------------------
 
 
-@dg.asset_check(
-    asset=EVENTS,
-    name=RECONCILIATION_CHECK,
-    description=(
-        "Every raw row the derived tables processed (up to the raw snapshot parsed records "
-        "as its source) is in exactly one of parsed and quarantine: nothing dropped, nothing "
-        "doubled."
-    ),
-)
-def events_reconcile_with_raw(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    raw, parsed, quarantine = _tables(lake, "raw_table", "parsed_table", "quarantine_table")
-    for table, identifier in ((raw, lake.raw_table), (parsed, lake.parsed_table)):
-        if table is None:
-            return _missing_table(EVENTS, RECONCILIATION_CHECK, identifier)
-    if quarantine is None:
-        return _missing_table(EVENTS, RECONCILIATION_CHECK, lake.quarantine_table)
-    try:
-        report = reconcile_derived(raw, parsed, quarantine)
-    except SnapshotExpiredError as error:
-        return dg.AssetCheckResult(passed=False, description=str(error))
-    metadata: dict[str, Any] = {
-        "raw_processed": report.raw_processed,
-        "parsed": report.parsed,
-        "quarantined": report.quarantined,
-        "missing": report.missing,
-        "unexpected": report.unexpected,
-    }
-    if report.source_snapshot_id is not None:
-        metadata["source_snapshot_id"] = report.source_snapshot_id
+def _reconciliation_description(report: DerivedReconciliation) -> str:
+    routed = " + ".join(f"{rows} {name}" for name, rows in report.routed.items())
+    if report.out_of_step:
+        return (
+            f"{', '.join(report.out_of_step)} caught up to another raw snapshot than the "
+            "rest: a refresh was interrupted between commits; materialize the derived "
+            "tables again to finish it."
+        )
     if report.source_snapshot_id is None:
-        description = "The derived tables have not processed any raw rows yet."
-    elif report.passed:
-        description = (
-            f"{report.raw_processed} raw rows = {report.parsed} parsed + "
+        return "The derived tables have not processed any raw rows yet."
+    if report.passed:
+        return (
+            f"All {report.raw_processed} raw rows accounted for: {routed} routed rows + "
             f"{report.quarantined} quarantined."
         )
-    else:
-        description = (
-            f"{report.raw_processed} raw rows processed but {report.parsed} parsed + "
-            f"{report.quarantined} quarantined: {report.missing} raw rows in neither table, "
-            f"{report.unexpected} derived rows with no raw row (e.g. "
-            f"{', '.join(report.examples) or 'n/a'})."
-        )
-    return dg.AssetCheckResult(passed=report.passed, metadata=metadata, description=description)
-
-
-@dg.asset_check(
-    asset=EVENTS,
-    name=SCHEMA_CHECK,
-    description=(
-        "The parsed table has every column the event schema declares, with the declared "
-        "type. A column no longer declared only warns: Iceberg keeps it for old rows."
-    ),
-)
-def events_schema_matches(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    (parsed,) = _tables(lake, "parsed_table")
-    if parsed is None:
-        return _missing_table(EVENTS, SCHEMA_CHECK, lake.parsed_table)
-    report = compare_parsed_schema(parsed, lake)
-    metadata = {
-        "declared_columns": len(report.declared),
-        "table_columns": len(report.actual),
-        "missing_columns": len(report.missing),
-        "extra_columns": len(report.extra),
-        "mismatched_columns": len(report.mismatched),
-    }
-    problems = [
-        *(f"missing {name}" for name in report.missing),
-        *(f"{name} is {have}, declared {want}" for name, (have, want) in report.mismatched.items()),
-        *(f"{name} no longer declared" for name in report.extra),
-    ]
-    return dg.AssetCheckResult(
-        passed=report.passed and not report.extra,
-        severity=dg.AssetCheckSeverity.ERROR if not report.passed else dg.AssetCheckSeverity.WARN,
-        metadata=metadata,
-        description="; ".join(problems) or "Table schema matches the declared event schema.",
+    return (
+        f"Of {report.raw_processed} raw rows processed, {report.missing} are in no table "
+        f"and not quarantined, {report.repeated} are written twice for one table, and "
+        f"{report.unexpected} derived rows match no raw row (e.g. "
+        f"{', '.join(report.examples) or 'n/a'})."
     )
+
+
+def _reconciliation_check(declaration: LakeDeclaration) -> dg.AssetChecksDefinition:
+    only = declaration.tables[0] if len(declaration.tables) == 1 else None
+    routes_everything = only is not None and not only.route.conditions
+
+    @dg.asset_check(
+        asset=EVENTS_QUARANTINE,
+        name=RECONCILIATION_CHECK,
+        description=(
+            "Every raw row the derived tables processed is accounted for exactly once: in "
+            "each declared table whose route takes it (or quarantined for that table), or "
+            "else once in quarantine. Nothing dropped, nothing doubled."
+        ),
+    )
+    def quarantine_reconciles_with_raw(
+        settings: PipelineSettingsResource,
+    ) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        catalog = open_lake(lake)
+        names = [RAW_TABLE, QUARANTINE_TABLE, *declaration.names]
+        tables = {}
+        for name in names:
+            table = load_table(catalog, lake.table_identifier(name))
+            if table is None:
+                return _missing_table(
+                    EVENTS_QUARANTINE, RECONCILIATION_CHECK, lake.table_identifier(name)
+                )
+            tables[name] = table
+        raw, quarantine = tables.pop(RAW_TABLE), tables.pop(QUARANTINE_TABLE)
+        try:
+            report = reconcile_derived(raw, tables, quarantine, routes_everything=routes_everything)
+        except SnapshotExpiredError as error:
+            return dg.AssetCheckResult(passed=False, description=str(error))
+        metadata: dict[str, Any] = {
+            "raw_processed": report.raw_processed,
+            **{f"routed/{name}": rows for name, rows in report.routed.items()},
+            "quarantined": report.quarantined,
+            "missing": report.missing,
+            "repeated": report.repeated,
+            "unexpected": report.unexpected,
+        }
+        if report.source_snapshot_id is not None:
+            metadata["source_snapshot_id"] = report.source_snapshot_id
+        return dg.AssetCheckResult(
+            passed=report.passed,
+            metadata=metadata,
+            description=_reconciliation_description(report),
+        )
+
+    return quarantine_reconciles_with_raw
+
+
+def _schema_check(table: TableDeclaration) -> dg.AssetChecksDefinition:
+    asset = dg.AssetKey(table.name)
+
+    @dg.asset_check(
+        asset=asset,
+        name=SCHEMA_CHECK,
+        description=(
+            f"{table.name} has every column its declaration gives it, with the declared "
+            "type. A column no longer declared only warns: Iceberg keeps it for old rows."
+        ),
+    )
+    def schema_matches(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        identifier = lake.table_identifier(table.name)
+        found = load_table(open_lake(lake), identifier)
+        if found is None:
+            return _missing_table(asset, SCHEMA_CHECK, identifier)
+        # The file as it is now, as the next refresh will read it (the asset graph is the
+        # file as it was when the code location loaded).
+        current = load_declaration(lake.event_schema_path)
+        if table.name not in current.names:
+            return dg.AssetCheckResult(
+                passed=False,
+                description=(
+                    f"{table.name} is no longer declared in {lake.event_schema_path}: reload "
+                    "the code location to drop its asset, or declare it again."
+                ),
+            )
+        report = compare_table_schema(found, current.table(table.name).schema)
+        metadata = {
+            "declared_columns": len(report.declared),
+            "table_columns": len(report.actual),
+            "missing_columns": len(report.missing),
+            "extra_columns": len(report.extra),
+            "mismatched_columns": len(report.mismatched),
+        }
+        problems = [
+            *(f"missing {name}" for name in report.missing),
+            *(
+                f"{name} is {have}, declared {want}"
+                for name, (have, want) in report.mismatched.items()
+            ),
+            *(f"{name} no longer declared" for name in report.extra),
+        ]
+        return dg.AssetCheckResult(
+            passed=report.passed and not report.extra,
+            severity=(
+                dg.AssetCheckSeverity.ERROR if not report.passed else dg.AssetCheckSeverity.WARN
+            ),
+            metadata=metadata,
+            description="; ".join(problems) or "Table schema matches the declaration.",
+        )
+
+    return schema_matches
 
 
 @dg.asset_check(
@@ -324,16 +380,16 @@ def events_schema_matches(settings: PipelineSettingsResource) -> dg.AssetCheckRe
     name=QUARANTINE_CHECK,
     description=(
         "Quarantined rows over raw rows processed; warns above "
-        "KINESIS_LAKE_QUARANTINE_WARN_RATIO (a producer or schema change gone wrong)."
+        "KINESIS_LAKE_QUARANTINE_WARN_RATIO (a producer or declaration change gone wrong)."
     ),
 )
 def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
     lake = settings.settings()
-    raw, parsed, quarantine = _tables(lake, "raw_table", "parsed_table", "quarantine_table")
-    if raw is None or parsed is None or quarantine is None:
+    raw, quarantine = _tables(lake, "raw_table", "quarantine_table")
+    if raw is None or quarantine is None:
         return _missing_table(EVENTS_QUARANTINE, QUARANTINE_CHECK, lake.quarantine_table)
     try:
-        report = quarantine_ratio(raw, parsed, quarantine)
+        report = quarantine_ratio(raw, quarantine)
     except SnapshotExpiredError as error:
         return dg.AssetCheckResult(passed=False, description=str(error))
     passed = report.ratio <= lake.quarantine_warn_ratio
@@ -353,41 +409,47 @@ def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheck
     )
 
 
-@dg.asset_check(
-    asset=EVENT_COUNTS_PER_MINUTE,
-    name=AGGREGATE_CHECK,
-    description=(
-        "For every minute window, the summed counts equal the parsed rows whose "
-        "event_timestamp falls in it (parsed as of the snapshot the aggregate processed)."
-    ),
-)
-def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    parsed, aggregate = _tables(lake, "parsed_table", "aggregate_table")
-    if parsed is None or aggregate is None:
-        return _missing_table(EVENT_COUNTS_PER_MINUTE, AGGREGATE_CHECK, lake.aggregate_table)
-    try:
-        report = reconcile_aggregate(parsed, aggregate)
-    except SnapshotExpiredError as error:
-        return dg.AssetCheckResult(passed=False, description=str(error))
-    metadata: dict[str, Any] = {
-        "windows": report.windows,
-        "mismatched_windows": report.mismatched_windows,
-        "parsed_rows": report.parsed_rows,
-        "aggregate_sum": report.aggregate_sum,
-    }
-    if report.parsed_snapshot_id is not None:
-        metadata["parsed_snapshot_id"] = report.parsed_snapshot_id
-    return dg.AssetCheckResult(
-        passed=report.passed,
-        metadata=metadata,
+def _aggregate_check(source_name: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=EVENT_COUNTS_PER_MINUTE,
+        name=AGGREGATE_CHECK,
         description=(
-            f"{report.windows} windows, {report.aggregate_sum} events counted = parsed rows."
-            if report.passed
-            else f"{report.mismatched_windows} of {report.windows} windows disagree: "
-            + json.dumps(report.examples)
+            f"For every minute window, the summed counts equal the {source_name} rows whose "
+            "event_timestamp falls in it (as of the snapshot the aggregate processed)."
         ),
     )
+    def event_counts_match_events(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        catalog = open_lake(lake)
+        source = load_table(catalog, lake.table_identifier(source_name))
+        aggregate = load_table(catalog, lake.aggregate_table)
+        if source is None or aggregate is None:
+            return _missing_table(EVENT_COUNTS_PER_MINUTE, AGGREGATE_CHECK, lake.aggregate_table)
+        try:
+            report = reconcile_aggregate(source, aggregate)
+        except SnapshotExpiredError as error:
+            return dg.AssetCheckResult(passed=False, description=str(error))
+        metadata: dict[str, Any] = {
+            "windows": report.windows,
+            "mismatched_windows": report.mismatched_windows,
+            "parsed_rows": report.parsed_rows,
+            "aggregate_sum": report.aggregate_sum,
+        }
+        if report.parsed_snapshot_id is not None:
+            metadata["parsed_snapshot_id"] = report.parsed_snapshot_id
+        return dg.AssetCheckResult(
+            passed=report.passed,
+            metadata=metadata,
+            description=(
+                f"{report.windows} windows, {report.aggregate_sum} events counted = "
+                f"{source_name} rows."
+                if report.passed
+                else f"{report.mismatched_windows} of {report.windows} windows disagree: "
+                + json.dumps(report.examples)
+            ),
+        )
+
+    return event_counts_match_events
 
 
 raw_checks = [
@@ -397,10 +459,18 @@ raw_checks = [
     raw_events_match_positions,
     raw_events_no_data_loss,
 ]
-derived_checks = [
-    events_reconcile_with_raw,
-    events_schema_matches,
-    events_quarantine_ratio,
-    event_counts_match_events,
-]
-all_checks = [*raw_checks, *derived_checks]
+
+
+def derived_checks(declaration: LakeDeclaration) -> list[dg.AssetChecksDefinition]:
+    """The generated checks: reconciliation with raw, each declared table's schema, the
+    quarantine ratio and the aggregate's sums."""
+    return [
+        _reconciliation_check(declaration),
+        *(_schema_check(table) for table in declaration.tables),
+        events_quarantine_ratio,
+        _aggregate_check(declaration.aggregate_source),
+    ]
+
+
+def all_checks(declaration: LakeDeclaration) -> list[dg.AssetChecksDefinition]:
+    return [*raw_checks, *derived_checks(declaration)]

@@ -27,6 +27,7 @@ PAYLOAD = "payload"
 ERROR = "error"
 ERROR_FIELD = "error_field"
 QUARANTINED_AT = "quarantined_at"
+TARGET_TABLE = "target_table"  # the declared table that rejected it; null: none could take it
 
 # Aggregate table.
 WINDOW_START = "window_start"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -36,7 +37,9 @@ from kinesis_lake.events.convert import (
     json_kind,
     parse_json_float,
 )
+from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
+from kinesis_lake.events.routes import NO_ROUTE
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
     parsed_arrow_schema,
@@ -100,14 +103,14 @@ def _exact_decimal(text: str) -> Decimal:
         ) from None
 
 
-def _decoder(schema: EventSchema, *, checked_ints: bool = False) -> json.JSONDecoder:
+def _decoder(exact: bool, *, checked_ints: bool = False) -> json.JSONDecoder:
     """Strict JSON (Python otherwise accepts NaN and Infinity); fractions are decoded as
-    ``Decimal`` only when a decimal field needs their exact digits, because it is slower.
+    ``Decimal`` only when a decimal field needs their exact digits (``exact``), because it is
+    slower.
 
     ``checked_ints`` is for re-decoding a payload that failed: it costs a Python call per
     integer, so the usual path keeps ``int``.
     """
-    exact = any(decimal_params(field.type) for field in schema.fields)
     return json.JSONDecoder(
         parse_constant=_reject_constant,
         parse_float=_exact_decimal if exact else parse_json_float,
@@ -119,12 +122,17 @@ def _decoder(schema: EventSchema, *, checked_ints: bool = False) -> json.JSONDec
 def _decode(
     payloads: list[bytes | None],
     source_errors: list[str | None],
-    schema: EventSchema,
+    schemas: list[EventSchema],
     errors: RowErrors,
 ) -> list[dict[str, Any]]:
-    """One JSON object per row; rows that fail get an error and an empty placeholder object."""
-    decode = _decoder(schema).decode
-    declared = {field.name for field in schema.fields}
+    """One JSON object per row; rows that fail get an error and an empty placeholder object.
+
+    Decoded once for every table the records may be routed to, so ``schemas`` decide together
+    whether fractions need exact digits and which duplicate keys name a declared field.
+    """
+    exact = any(decimal_params(field.type) for schema in schemas for field in schema.fields)
+    decode = _decoder(exact).decode
+    declared = {field.name for schema in schemas for field in schema.fields}
     objects: list[Any] = []
     append = objects.append
     for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
@@ -149,7 +157,7 @@ def _decode(
                     exc.key if exc.key in declared else None,
                 )
             except ValueError as exc:  # malformed, NaN/Infinity, integers over 4300 digits
-                errors.add(row, _invalid_json(text, exc, schema))
+                errors.add(row, _invalid_json(text, exc, exact))
             except RecursionError:
                 errors.add(row, "invalid JSON: nested too deeply")
             else:
@@ -162,14 +170,14 @@ def _decode(
     return objects
 
 
-def _invalid_json(text: str, exc: ValueError, schema: EventSchema) -> str:
+def _invalid_json(text: str, exc: ValueError, exact: bool) -> str:
     if text.startswith("\ufeff"):
         return (
             "payload starts with a UTF-8 byte order mark (EF BB BF); "
             "send JSON without a byte order mark"
         )
     try:  # once more, with integers checked, so the reason is in the record's terms
-        _decoder(schema, checked_ints=True).decode(text)
+        _decoder(exact, checked_ints=True).decode(text)
     except ValueError as checked:
         exc = checked
     except RecursionError:
@@ -221,11 +229,77 @@ def parse_events(
 
     ``now`` stamps ``parsed_at``/``quarantined_at`` (default: the current time).
     """
+    columns = _raw_columns(raw)
+    errors = RowErrors(len(columns[DATA]))
+    objects = _decode(
+        columns[DATA].to_pylist(), columns[SOURCE_ERROR].to_pylist(), [schema], errors
+    )
+    return _convert(columns, objects, errors, schema, _utc(now), target=None)
+
+
+@dataclass
+class RoutedEvents:
+    """One raw batch routed: each declared table's typed rows, and every row that failed."""
+
+    tables: dict[str, pa.Table]
+    quarantine: pa.Table
+
+
+def route_events(
+    raw: pa.RecordBatch | pa.Table, declaration: LakeDeclaration, *, now: datetime | None = None
+) -> RoutedEvents:
+    """Decode each record once, then parse it for every table whose route takes it.
+
+    A record that does not decode is quarantined once, with no target table; one that decodes
+    but no route takes is quarantined once with ``NO_ROUTE``; one that a table takes but its
+    schema rejects is quarantined for that table (``target_table``). So each raw row yields
+    one row per table that takes it (typed or quarantined), or exactly one quarantine row.
+    """
     stamp = _utc(now)
     columns = _raw_columns(raw)
     size = len(columns[DATA])
     errors = RowErrors(size)
-    objects = _decode(columns[DATA].to_pylist(), columns[SOURCE_ERROR].to_pylist(), schema, errors)
+    schemas = [table.schema for table in declaration.tables]
+    objects = _decode(columns[DATA].to_pylist(), columns[SOURCE_ERROR].to_pylist(), schemas, errors)
+    decoded = [message is None for message in errors.messages]
+    routed = [False] * size
+    tables: dict[str, pa.Table] = {}
+    quarantined: list[pa.Table] = []
+    for table in declaration.tables:
+        taken = [row for row in range(size) if decoded[row] and table.route.takes(objects[row])]
+        for row in taken:
+            routed[row] = True
+        indices = pa.array(taken, pa.int64())
+        subset = {name: column.take(indices) for name, column in columns.items()}
+        good, bad = _convert(
+            subset,
+            [objects[row] for row in taken],
+            RowErrors(len(taken)),
+            table.schema,
+            stamp,
+            target=table.name,
+        )
+        tables[table.name] = good
+        quarantined.append(bad)
+    for row in range(size):
+        if decoded[row] and not routed[row]:
+            errors.add(row, NO_ROUTE)
+    failed = pa.array([message is not None for message in errors.messages], pa.bool_())
+    quarantined.insert(0, _quarantine_rows(columns, failed, errors, stamp, target=None))
+    return RoutedEvents(tables, pa.concat_tables(quarantined))
+
+
+def _convert(
+    columns: dict[str, pa.ChunkedArray],
+    objects: list[dict[str, Any]],
+    errors: RowErrors,
+    schema: EventSchema,
+    stamp: datetime,
+    *,
+    target: str | None,
+) -> tuple[pa.Table, pa.Table]:
+    """Typed rows of the decoded ``objects`` and quarantine rows for those ``schema`` rejects
+    (or that ``errors`` already holds from decoding)."""
     fields = [convert_field(objects, field, errors) for field in schema.fields]
     names = [field.name for field in schema.fields]
     if schema.event_key is not None:
@@ -240,24 +314,36 @@ def parse_events(
     else:
         event_time = fields[names.index(schema.event_time_field)]
 
-    failures = [row for row, message in enumerate(errors.messages) if message is not None]
     ok = errors.ok_mask()
     identity = [columns[name] for name in (*IDENTITY_COLUMNS, ARRIVAL_TIMESTAMP)]
+    kept = pc.sum(ok).as_py() or 0
     parsed = pa.Table.from_arrays(
         [
             *(column.filter(ok) for column in (*identity, *fields, event_time)),
-            _constant(stamp, size - len(failures)),
+            _constant(stamp, kept),
         ],
         schema=parsed_arrow_schema(schema),
     )
-    failed = pc.invert(ok)
-    quarantine = pa.Table.from_arrays(
+    return parsed, _quarantine_rows(columns, pc.invert(ok), errors, stamp, target=target)
+
+
+def _quarantine_rows(
+    columns: dict[str, pa.ChunkedArray],
+    failed: pa.Array,
+    errors: RowErrors,
+    stamp: datetime,
+    *,
+    target: str | None,
+) -> pa.Table:
+    rows = pc.indices_nonzero(failed).to_pylist()
+    return pa.Table.from_arrays(
         [
-            *(column.filter(failed) for column in (*identity, columns[DATA])),
-            pa.array([errors.messages[row] for row in failures], pa.string()),
-            pa.array([errors.fields[row] for row in failures], pa.string()),
-            _constant(stamp, len(failures)),
+            *(columns[name].filter(failed) for name in (*IDENTITY_COLUMNS, ARRIVAL_TIMESTAMP)),
+            columns[DATA].filter(failed),
+            pa.array([errors.messages[row] for row in rows], pa.string()),
+            pa.array([errors.fields[row] for row in rows], pa.string()),
+            _constant(stamp, len(rows)),
+            pa.array([target] * len(rows), pa.string()),
         ],
         schema=quarantine_arrow_schema(),
     )
-    return parsed, quarantine

@@ -5,7 +5,8 @@ one typed row or one quarantine row from it, and ``tables.py`` derives the Icebe
 Keeping it in configuration means a new stream (or a new optional field) needs no code change.
 
 Validation happens when the dataclasses are constructed, so a schema built in code is checked
-exactly like one loaded from a file; ``load_event_schema`` only adds the file name to messages.
+exactly like one loaded from a file; ``declaration.load_declaration`` only adds the file name
+(and line) to messages.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import yaml
 
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.columns import RESERVED_COLUMNS
@@ -217,23 +216,6 @@ class EventSchema:
         can be stored alongside tables to detect that the configuration changed."""
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def load_event_schema(path: str | Path) -> EventSchema:
-    """Load and validate a YAML schema file; every error message starts with the file path."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EventSchemaError(f"{path}: cannot read schema file: {exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise EventSchemaError(f"{path}: invalid YAML: {exc}") from None
-    try:
-        return EventSchema.from_dict(data)
-    except EventSchemaError as exc:
-        raise EventSchemaError(f"{path}: {exc}") from None
 
 
 def check_evolution(old: EventSchema, new: EventSchema) -> list[str]:

@@ -12,10 +12,21 @@ Each Arrow schema is the exact shape ``parse.py`` produces and mirrors its Icebe
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import DayTransform
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    YearTransform,
+)
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -45,9 +56,11 @@ from kinesis_lake.events.columns import (
     SHARD_ID,
     STREAM_NAME,
     SUB_SEQUENCE_NUMBER,
+    TARGET_TABLE,
     UPDATED_AT,
     WINDOW_START,
 )
+from kinesis_lake.events.declaration import DAILY, PartitionDeclaration
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
 from kinesis_lake.events.schema import EventSchema
 
@@ -131,9 +144,32 @@ def parsed_table_schema(event_schema: EventSchema) -> Schema:
     )
 
 
-def parsed_partition_spec(schema: Schema) -> PartitionSpec:
-    """Daily partitions of event time: the time queries and the aggregate filter on."""
-    return _day_spec(schema, EVENT_TIMESTAMP)
+_TRANSFORMS: dict[str, Callable[[int | None], Transform[Any, Any]]] = {
+    "identity": lambda _: IdentityTransform(),
+    "year": lambda _: YearTransform(),
+    "month": lambda _: MonthTransform(),
+    "day": lambda _: DayTransform(),
+    "hour": lambda _: HourTransform(),
+    "truncate": lambda width: TruncateTransform(width or 1),
+}
+
+
+def parsed_partition_spec(
+    schema: Schema, partition: tuple[PartitionDeclaration, ...] = DAILY
+) -> PartitionSpec:
+    """The declared partitioning (default: days of event time, what time queries, dedup and
+    the aggregate filter on), resolved by name like ``_day_spec``."""
+    return PartitionSpec(
+        *(
+            PartitionField(
+                source_id=schema.find_field(spec.field).field_id,
+                field_id=_FIRST_PARTITION_FIELD_ID + position,
+                transform=_TRANSFORMS[spec.transform](spec.width),
+                name=spec.name,
+            )
+            for position, spec in enumerate(partition)
+        )
+    )
 
 
 def parsed_arrow_schema(event_schema: EventSchema) -> pa.Schema:
@@ -155,6 +191,7 @@ def quarantine_table_schema() -> Schema:
         NestedField(7, ERROR, StringType(), required=True),
         NestedField(8, ERROR_FIELD, StringType(), required=False),
         NestedField(9, QUARANTINED_AT, TimestamptzType(), required=False),
+        NestedField(10, TARGET_TABLE, StringType(), required=False),
     )
 
 
@@ -171,6 +208,7 @@ def quarantine_arrow_schema() -> pa.Schema:
             pa.field(ERROR, pa.string(), nullable=False),
             pa.field(ERROR_FIELD, pa.string(), nullable=True),
             pa.field(QUARANTINED_AT, TIMESTAMP_ARROW_TYPE, nullable=True),
+            pa.field(TARGET_TABLE, pa.string(), nullable=True),
         ]
     )
 

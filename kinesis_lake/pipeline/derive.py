@@ -1,4 +1,4 @@
-"""Derived tables: raw -> parsed + quarantine -> per-minute counts, all incremental.
+"""Derived tables: raw -> declared tables + quarantine -> per-minute counts, all incremental.
 
 Each derived table remembers, in its own Iceberg commit, the snapshot of its source it
 has caught up to: the commit's batch id is that source snapshot's sequence number
@@ -6,12 +6,14 @@ has caught up to: the commit's batch id is that source snapshot's sequence numbe
 data files appended to the source since then, and re-running a refresh that already
 committed is skipped by the same idempotent commit that protects ingestion.
 
-* parsed and quarantine: the new raw files are read on executors, every row is parsed
-  against the declared event schema once (``mapInArrow``), valid rows go to the parsed
-  table, the rest with their payload and error to quarantine: none is dropped.
-* aggregate: only the minute windows that new parsed rows fall in are recomputed, from
-  the parsed rows of those windows, and replace the old rows of those windows in one
-  overwrite commit.
+* declared tables and quarantine: the new raw files are read on executors, every record is
+  decoded once, routed to the tables whose routes take it and parsed against each one's
+  schema (``mapInArrow``); valid rows go to their tables, the rest (undecodable, no route,
+  rejected by a table's schema, repeated keys) with their payload and error to quarantine:
+  none is dropped.
+* aggregate: only the minute windows that new rows of its source table fall in are
+  recomputed, from that table's rows of those windows, and replace the old rows of those
+  windows in one overwrite commit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, LessThan, Or
@@ -29,8 +32,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.parse import parse_events
-from kinesis_lake.events.schema import EventSchema, load_event_schema
+from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.parse import route_events
+from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
     aggregate_arrow_schema,
     aggregate_partition_spec,
@@ -56,7 +60,8 @@ from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg_files_reader import read_data_files
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
-_QUARANTINED = "__quarantined"
+_TARGET = "__target"
+_QUARANTINE = "__quarantine"  # the quarantine's name as a target; no declared table has it
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_EVENT_TYPE = "unknown"
 
@@ -79,37 +84,55 @@ class TableRefresh:
 
 @dataclass
 class DeriveResult:
-    parsed: TableRefresh
+    tables: dict[str, TableRefresh]
+    """Per declared table (its short name), in declared order."""
     quarantine: TableRefresh
     aggregate: TableRefresh
     windows_recomputed: int
 
+    @property
+    def rows_written(self) -> int:
+        return sum(refresh.rows_written for refresh in self.tables.values())
 
-def ensure_derived_tables(settings: Settings, schema: EventSchema) -> dict[str, Table]:
+
+@dataclass(frozen=True)
+class DerivedTables:
+    """The loaded tables one refresh writes, by role."""
+
+    declared: dict[str, Table]
+    quarantine: Table
+    aggregate: Table
+
+
+def ensure_derived_tables(settings: Settings, declaration: LakeDeclaration) -> DerivedTables:
+    """Create or evolve every declared table, the quarantine and the aggregate."""
     catalog = open_lake(settings)
-    parsed_schema = parsed_table_schema(schema)
+    declared = {}
+    for table in declaration.tables:
+        schema = parsed_table_schema(table.schema)
+        declared[table.name] = ensure_table(
+            catalog,
+            settings.table_identifier(table.name),
+            schema,
+            partition_spec=parsed_partition_spec(schema, table.partition),
+        )
     quarantine_schema = quarantine_table_schema()
     aggregate_schema = aggregate_table_schema()
-    return {
-        "parsed": ensure_table(
-            catalog,
-            settings.parsed_table,
-            parsed_schema,
-            partition_spec=parsed_partition_spec(parsed_schema),
-        ),
-        "quarantine": ensure_table(
+    return DerivedTables(
+        declared,
+        ensure_table(
             catalog,
             settings.quarantine_table,
             quarantine_schema,
             partition_spec=quarantine_partition_spec(quarantine_schema),
         ),
-        "aggregate": ensure_table(
+        ensure_table(
             catalog,
             settings.aggregate_table,
             aggregate_schema,
             partition_spec=aggregate_partition_spec(aggregate_schema),
         ),
-    }
+    )
 
 
 def pending_slice(source: Table, derived: Table) -> IncrementalSlice:
@@ -125,41 +148,43 @@ def _sequence_number(table: Table, snapshot_id: int | None) -> int:
 
 
 def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
-    """Bring parsed, quarantine and aggregate up to date with the raw table."""
-    schema = load_event_schema(settings.event_schema_path)
-    tables = ensure_derived_tables(settings, schema)
+    """Bring every declared table, the quarantine and the aggregate up to date with raw."""
+    declaration = load_declaration(settings.event_schema_path)
+    tables = ensure_derived_tables(settings, declaration)
     raw = open_lake(settings).load_table(settings.raw_table)
-    parsed, quarantine = refresh_parsed_and_quarantine(
-        spark, settings, schema, raw, tables["parsed"], tables["quarantine"]
+    routed, quarantine = refresh_routed(spark, settings, declaration, raw, tables)
+    source = open_lake(settings).load_table(settings.table_identifier(declaration.aggregate_source))
+    aggregate, windows = refresh_aggregate(
+        spark, declaration.table(declaration.aggregate_source).schema, source, tables.aggregate
     )
-    parsed_table = open_lake(settings).load_table(settings.parsed_table)
-    aggregate, windows = refresh_aggregate(spark, schema, parsed_table, tables["aggregate"])
-    return DeriveResult(parsed, quarantine, aggregate, windows)
+    return DeriveResult(routed, quarantine, aggregate, windows)
 
 
-def refresh_parsed_and_quarantine(
+def refresh_routed(
     spark: SparkSession,
     settings: Settings,
-    schema: EventSchema,
+    declaration: LakeDeclaration,
     raw: Table,
-    parsed: Table,
-    quarantine: Table,
-) -> tuple[TableRefresh, TableRefresh]:
-    slices = {"parsed": pending_slice(raw, parsed), "quarantine": pending_slice(raw, quarantine)}
-    results = {}
-    # Both targets usually lag by the same slice; parse it once and write both.
-    groups: list[tuple[str, ...]]
-    if slices["parsed"].files == slices["quarantine"].files:
-        groups = [("parsed", "quarantine")]
-    else:
-        groups = [("parsed",), ("quarantine",)]
-    for group in groups:
-        piece = slices[group[0]]
+    tables: DerivedTables,
+) -> tuple[dict[str, TableRefresh], TableRefresh]:
+    """Route and parse the raw files each target has not seen, and append them to it.
+
+    Every target (each declared table and the quarantine) keeps its own place in raw, so a
+    crash between two targets' commits is repaired by the next refresh writing only the ones
+    behind. Targets that lag by the same slice, the usual case, share one routing pass.
+    """
+    targets: dict[str, Table] = {**tables.declared, _QUARANTINE: tables.quarantine}
+    slices = {name: pending_slice(raw, table) for name, table in targets.items()}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, piece in slices.items():
+        groups.setdefault(tuple(piece.files), []).append(name)
+    results: dict[str, TableRefresh] = {}
+    for names in groups.values():
+        piece = slices[names[0]]
         if not piece.files:
-            for name in group:
-                results[name] = TableRefresh(
-                    settings_table(settings, name), 0, 0, 0, piece.to_snapshot_id, False
-                )
+            for name in names:
+                identifier = ".".join(targets[name].name())
+                results[name] = TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
             continue
         target = TableWriteTarget.from_table(raw)
         raw_rows = read_data_files(
@@ -169,86 +194,149 @@ def refresh_parsed_and_quarantine(
             location=target.location,
             io_properties=target.io_properties,
         )
-        split = parse_on_executors(raw_rows, schema)
-        if schema.event_key:
-            split = quarantine_duplicates(spark, split, raw_rows, schema, parsed)
-        split = split.persist()
+        routed = route_on_executors(raw_rows, declaration).persist()
         try:
-            for name in group:
-                columns = (
-                    parsed_arrow_schema(schema) if name == "parsed" else quarantine_arrow_schema()
-                ).names
-                written = split.filter(
-                    ~F.col(_QUARANTINED) if name == "parsed" else F.col(_QUARANTINED)
-                ).select(*columns)
-                count = _append(written, settings, name, raw, piece)
+            outputs = _target_rows(spark, routed, raw_rows, declaration, tables, names)
+            for name in names:
+                identifier = ".".join(targets[name].name())
+                count = _append(outputs[name], settings, identifier, raw, piece)
                 results[name] = TableRefresh(
-                    settings_table(settings, name),
-                    len(piece.files),
-                    piece.rows,
-                    count,
-                    piece.to_snapshot_id,
-                    True,
+                    identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
                 )
         finally:
-            split.unpersist()
-    return results["parsed"], results["quarantine"]
+            routed.unpersist()
+    quarantine = results.pop(_QUARANTINE)
+    return {name: results[name] for name in declaration.names}, quarantine
 
 
-def settings_table(settings: Settings, name: str) -> str:
-    return {
-        "parsed": settings.parsed_table,
-        "quarantine": settings.quarantine_table,
-        "aggregate": settings.aggregate_table,
-    }[name]
+def _target_rows(
+    spark: SparkSession,
+    routed: DataFrame,
+    raw_rows: DataFrame,
+    declaration: LakeDeclaration,
+    tables: DerivedTables,
+    names: list[str],
+) -> dict[str, DataFrame]:
+    """The rows each of ``names`` receives from one routing pass.
+
+    A table with a dedup key keeps the first occurrence of each key and day; the repeats go
+    to quarantine, so the quarantine needs every keyed table's verdicts, a table only its own.
+    """
+    quarantine_columns = quarantine_arrow_schema().names
+    outputs: dict[str, DataFrame] = {}
+    quarantined = [routed.filter(F.col(_TARGET) == _QUARANTINE).select(*quarantine_columns)]
+    for position, table in enumerate(declaration.tables):
+        wanted = table.name in names
+        if not wanted and not (_QUARANTINE in names and table.schema.event_key):
+            continue
+        rows = routed.filter(F.col(_TARGET) == table.name).select(f"{_struct(position)}.*")
+        if table.schema.event_key:
+            rows, repeats = deduplicate(
+                spark, rows, raw_rows, table.name, table.schema, tables.declared[table.name]
+            )
+            quarantined.append(repeats.select(*quarantine_columns))
+        if wanted:
+            outputs[table.name] = rows
+    if _QUARANTINE in names:
+        outputs[_QUARANTINE] = reduce(DataFrame.unionByName, quarantined)
+    return outputs
 
 
-def parse_on_executors(raw_rows: DataFrame, schema: EventSchema) -> DataFrame:
-    """Parse once into a union of the parsed and quarantine columns plus a flag."""
-    schema_dict = schema.to_dict()
-    union = _union_schema(schema)
+def route_on_executors(raw_rows: DataFrame, declaration: LakeDeclaration) -> DataFrame:
+    """Route and parse once: one row per output row, its target named in ``__target``, a
+    declared table's columns in that table's struct column, quarantine columns at the top."""
+    declared = declaration.to_dict()
+    union = _union_schema(declaration)
 
-    def parse_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        event_schema = EventSchema.from_dict(schema_dict)
+    def route_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        lake = LakeDeclaration.from_dict(declared)
         for batch in batches:
-            good, bad = parse_events(batch, event_schema)
-            yield from _to_union(good, union, quarantined=False).to_batches()
-            yield from _to_union(bad, union, quarantined=True).to_batches()
+            routed = route_events(batch, lake)
+            for position, table in enumerate(lake.tables):
+                rows = routed.tables[table.name]
+                yield from _to_union(rows, union, table.name, _struct(position)).to_batches()
+            yield from _to_union(routed.quarantine, union, _QUARANTINE, None).to_batches()
 
-    return raw_rows.mapInArrow(parse_partition, from_arrow_schema(union))
+    return raw_rows.mapInArrow(route_partition, from_arrow_schema(union))
+
+
+def _struct(position: int) -> str:
+    return f"__table_{position}"
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    return field.with_nullable(True)
+
+
+def _union_schema(declaration: LakeDeclaration) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field(_TARGET, pa.string(), nullable=False),
+            *(_nullable(field) for field in quarantine_arrow_schema()),
+            *(
+                pa.field(
+                    _struct(position),
+                    pa.struct([_nullable(f) for f in parsed_arrow_schema(table.schema)]),
+                )
+                for position, table in enumerate(declaration.tables)
+            ),
+        ]
+    )
+
+
+def _to_union(rows: pa.Table, union: pa.Schema, target: str, struct: str | None) -> pa.Table:
+    size = rows.num_rows
+    columns = []
+    for field in union:
+        if field.name == _TARGET:
+            columns.append(pa.array([target] * size, pa.string()))
+        elif field.name == struct:
+            arrays = [rows.column(f.name).combine_chunks().cast(f.type) for f in field.type]
+            columns.append(pa.StructArray.from_arrays(arrays, fields=list(field.type)))
+        elif struct is None and field.name in rows.column_names:
+            columns.append(rows.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(size, field.type))
+    return pa.Table.from_arrays(columns, schema=union)
 
 
 _KEY_EXCERPT_CHARS = 60
 
 
-def quarantine_duplicates(
-    spark: SparkSession, split: DataFrame, raw_rows: DataFrame, schema: EventSchema, parsed: Table
-) -> DataFrame:
-    """Send every repeat of an ``event_key`` on the same UTC day to quarantine, keeping the first.
+def deduplicate(
+    spark: SparkSession,
+    rows: DataFrame,
+    raw_rows: DataFrame,
+    table_name: str,
+    schema: EventSchema,
+    table: Table,
+) -> tuple[DataFrame, DataFrame]:
+    """Split a table's new rows into the first occurrence of each key and day, and the
+    repeats as quarantine rows (with ``table_name`` as their target).
 
     Producers retry, so the same event can arrive twice, with the same event time. The dedup
     window is declared, not accidental: two events are the same event when they share the key
     and the UTC day of their event time. The first occurrence wins in Kinesis order (shard, then
     sequence number as an integer, then sub-sequence); later ones, in this slice or already in
-    the parsed table, are quarantined with the reason rather than dropped, so
-    ``parsed + quarantined == raw`` still holds. The outcome of a record therefore depends only
-    on the records before it, never on what else its batch holds, and the lookup reads only the
-    parsed table's day partitions the new events fall in: the cost follows the new data. The
-    same key on another day is another event.
+    the table, are quarantined with the reason rather than dropped, so every raw row is still
+    accounted for. The outcome of a record therefore depends only on the records before it,
+    never on what else its batch holds, and the lookup reads only the table's day partitions
+    the new events fall in: the cost follows the new data. The same key on another day is
+    another event.
 
-    A parsed row that *is* the record being judged (same Kinesis identity) does not count as an
-    earlier occurrence: after a crash between the parsed and quarantine commits, the
-    quarantine-only re-run must reach the verdicts of the first run, not quarantine every
-    event it finds already parsed.
+    A row already in the table that *is* the record being judged (same Kinesis identity) does
+    not count as an earlier occurrence: after a crash between the table's and the quarantine's
+    commits, the quarantine-only re-run must reach the verdicts of the first run, not
+    quarantine every event it finds already written.
     """
     key = schema.event_key
     assert key is not None
-    valid = split.filter(~F.col(_QUARANTINED)).withColumn("__day", _day(C.EVENT_TIMESTAMP))
+    valid = rows.withColumn("__day", _day(C.EVENT_TIMESTAMP))
     order = Window.partitionBy(key, "__day").orderBy(
         C.SHARD_ID, F.length(C.SEQUENCE_NUMBER), C.SEQUENCE_NUMBER, C.SUB_SEQUENCE_NUMBER
     )
     ranked = valid.withColumn("__rank", F.row_number().over(order))
-    earlier = _parsed_in_days(spark, valid, parsed, key)
+    earlier = _written_in_days(spark, valid, table, key)
     identity = F.struct(*C.IDENTITY_COLUMNS)
     if earlier is not None:
         occurrences = earlier.groupBy(key, "__day").agg(F.collect_set(identity).alias("__ids"))
@@ -277,14 +365,10 @@ def quarantine_duplicates(
         )
         .withColumn(C.ERROR_FIELD, F.lit(key))
         .withColumn(C.QUARANTINED_AT, F.current_timestamp())
-        .withColumn(_QUARANTINED, F.lit(True))
+        .withColumn(C.TARGET_TABLE, F.lit(table_name))
     )
-    firsts = ranked.filter(~duplicate)
-    return (
-        split.filter(F.col(_QUARANTINED))
-        .unionByName(firsts.select(*split.columns))
-        .unionByName(repeats.select(*split.columns))
-    )
+    firsts = ranked.filter(~duplicate).select(*rows.columns)
+    return firsts, repeats
 
 
 def _day(column: str) -> Column:
@@ -292,10 +376,10 @@ def _day(column: str) -> Column:
     return F.date_trunc("day", column)
 
 
-def _parsed_in_days(
+def _written_in_days(
     spark: SparkSession, new_events: DataFrame, parsed: Table, key: str
 ) -> DataFrame | None:
-    """Key, day and identity of the parsed rows in the day partitions new events fall into."""
+    """Key, day and identity of the table's rows in the days new events fall into."""
     day_micros = [row[0] for row in new_events.select(F.unix_micros("__day")).distinct().collect()]
     if not day_micros or parsed.current_snapshot() is None:
         return None
@@ -324,35 +408,15 @@ def _parsed_in_days(
     return earlier.select(key, *C.IDENTITY_COLUMNS, _day(C.EVENT_TIMESTAMP).alias("__day"))
 
 
-def _union_schema(schema: EventSchema) -> pa.Schema:
-    fields: dict[str, pa.Field] = {}
-    for field in [*parsed_arrow_schema(schema), *quarantine_arrow_schema()]:
-        fields.setdefault(field.name, field.with_nullable(True))
-    fields[_QUARANTINED] = pa.field(_QUARANTINED, pa.bool_(), nullable=False)
-    return pa.schema(list(fields.values()))
-
-
-def _to_union(table: pa.Table, union: pa.Schema, *, quarantined: bool) -> pa.Table:
-    columns = []
-    for field in union:
-        if field.name == _QUARANTINED:
-            columns.append(pa.array([quarantined] * table.num_rows, pa.bool_()))
-        elif field.name in table.column_names:
-            columns.append(table.column(field.name).cast(field.type))
-        else:
-            columns.append(pa.nulls(table.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=union)
-
-
 def _append(
-    rows: DataFrame, settings: Settings, name: str, source: Table, piece: IncrementalSlice
+    rows: DataFrame, settings: Settings, identifier: str, source: Table, piece: IncrementalSlice
 ) -> int:
     count = rows.count()
     assert piece.to_snapshot_id is not None
     (
         rows.write.format(SINK_NAME)
         .mode("append")
-        .option("table", settings_table(settings, name))
+        .option("table", identifier)
         .option("catalog", settings.catalog_name)
         .option("dataDir", str(settings.data_dir))
         .option("writerId", derived_writer_id(source.name()[-1]))

@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
+from kinesis_lake.events.declaration import (
+    AGGREGATE_TABLE,
+    QUARANTINE_TABLE,
+    RAW_TABLE,
+    LakeDeclaration,
+    load_declaration,
+)
 from kinesis_lake.iceberg import maintenance
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import load_table, open_lake
@@ -21,14 +28,19 @@ from kinesis_lake.pipeline.lake import load_table, open_lake
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_RETAIN_LAST = 100
 
-# Which derived tables read each table incrementally (attribute names on Settings): their
-# last-processed source snapshot must survive expiry or their next refresh cannot run.
-CONSUMERS: dict[str, tuple[str, ...]] = {
-    "raw_table": ("parsed_table", "quarantine_table"),
-    "parsed_table": ("aggregate_table",),
-    "quarantine_table": (),
-    "aggregate_table": (),
-}
+
+def consumers(declaration: LakeDeclaration) -> dict[str, tuple[str, ...]]:
+    """Every table of the lake, each with the tables that read it incrementally: their
+    last-processed source snapshot must survive expiry or their next refresh cannot run."""
+    return {
+        RAW_TABLE: (*declaration.names, QUARANTINE_TABLE),
+        **{
+            name: (AGGREGATE_TABLE,) if name == declaration.aggregate_source else ()
+            for name in declaration.names
+        },
+        QUARANTINE_TABLE: (),
+        AGGREGATE_TABLE: (),
+    }
 
 
 @dataclass(frozen=True)
@@ -76,17 +88,16 @@ def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float)
     return cutoff
 
 
-def run_maintenance(
-    settings: Settings, table_attribute: str, policy: MaintenancePolicy
-) -> MaintenancePass:
-    """One pass over the table named by ``table_attribute`` (e.g. ``"raw_table"``)."""
+def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) -> MaintenancePass:
+    """One pass over the lake's table ``name`` (e.g. ``"raw_events"``)."""
     catalog = open_lake(settings)
-    identifier = getattr(settings, table_attribute)
+    identifier = settings.table_identifier(name)
     table = catalog.load_table(identifier)
-    consumers = [
+    readers = consumers(load_declaration(settings.event_schema_path))[name]
+    downstream = [
         found
-        for name in CONSUMERS[table_attribute]
-        if (found := load_table(catalog, getattr(settings, name))) is not None
+        for reader in readers
+        if (found := load_table(catalog, settings.table_identifier(reader))) is not None
     ]
     started = time.monotonic()
     snapshots_before = len(table.metadata.snapshots)
@@ -101,7 +112,7 @@ def run_maintenance(
     )
     expired = maintenance.expire_snapshots(
         table,
-        older_than_ms=expiry_cutoff_ms(table, consumers, policy.snapshot_max_age_hours),
+        older_than_ms=expiry_cutoff_ms(table, downstream, policy.snapshot_max_age_hours),
         retain_last=retain_last,
     )
     orphans = maintenance.remove_orphan_files(

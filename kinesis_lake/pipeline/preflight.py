@@ -27,7 +27,8 @@ from botocore.exceptions import (
 
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
-from kinesis_lake.events.schema import EventSchemaError, load_event_schema
+from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.schema import EventSchemaError
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.retry import RetryPolicy, call_with_retry, error_code
 
@@ -89,13 +90,13 @@ def _why_not_writable(path: Path) -> str | None:
 
 
 def check_event_schema(settings: Settings) -> None:
-    """The schema derive will use loads and validates now, not after raw data committed."""
+    """The declaration derive will use loads and validates now, not after raw data committed."""
     try:
-        load_event_schema(settings.event_schema_path)
+        load_declaration(settings.event_schema_path)
     except EventSchemaError as error:
         raise PreflightError(
-            f"KINESIS_LAKE_EVENT_SCHEMA={settings.event_schema_path} is not a valid event "
-            f"schema: {_one_line(error)}. Fix the file (see schemas/events.yaml) or point "
+            f"KINESIS_LAKE_EVENT_SCHEMA={settings.event_schema_path} is not a valid "
+            f"declaration: {_one_line(error)}. Fix the file (see schemas/) or point "
             "the variable at one."
         ) from error
 

@@ -19,7 +19,6 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from kinesis_lake.config import Settings
 from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.events.columns import (
     EVENT_COUNT,
@@ -27,14 +26,17 @@ from kinesis_lake.events.columns import (
     IDENTITY_COLUMNS,
     SEQUENCE_NUMBER,
     SHARD_ID,
+    TARGET_TABLE,
     WINDOW_START,
 )
-from kinesis_lake.events.schema import load_event_schema
+from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_table_schema
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import committed_positions, table_stats
 
 EXAMPLES = 5
+QUARANTINE_TARGET = ""
+"""The quarantine's key among the targets (no declared table has an empty name)."""
 """How many offending keys a report quotes: enough to start debugging, small as metadata."""
 
 # Kinesis sequence numbers are decimal strings wider than any SQL integer (up to 128
@@ -173,41 +175,50 @@ def rows_at(table: Table, snapshot_id: int) -> int:
 
 @dataclass(frozen=True)
 class DerivedReconciliation:
-    """Raw rows the derived tables have processed against parsed + quarantined rows.
+    """Raw rows the derived tables have processed against the declared tables and quarantine.
 
-    The parser drops nothing (an invalid record and a repeat of an already parsed event
-    key are both quarantined), so every processed raw row must be in exactly one of the
-    two tables. ``missing``: processed raw rows in neither; ``unexpected``: derived rows
-    that match no processed raw row (a double commit, rows written from elsewhere).
+    Routing drops nothing: a raw row is in each table whose route takes it, either as a typed
+    row or as a quarantine row naming that table, or else exactly once in quarantine (it did
+    not decode, or no route took it). ``missing``: processed raw rows found nowhere;
+    ``repeated``: raw rows found twice for one table (or quarantined as unroutable and also
+    routed); ``unexpected``: derived rows that match no processed raw row (rows written from
+    elsewhere); ``out_of_step``: targets caught up to another raw snapshot than the rest (a
+    refresh was interrupted between commits; the next one repairs it).
     """
 
     source_snapshot_id: int | None
     raw_processed: int
-    parsed: int
+    routed: dict[str, int]
     quarantined: int
     missing: int = 0
+    repeated: int = 0
     unexpected: int = 0
+    out_of_step: list[str] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return self.raw_processed == self.parsed + self.quarantined and not (
-            self.missing or self.unexpected
-        )
+        return not (self.missing or self.repeated or self.unexpected or self.out_of_step)
 
 
-def reconcile_derived(raw: Table, parsed: Table, quarantine: Table) -> DerivedReconciliation:
-    """Cost: metadata only when the counts agree; otherwise one identity scan of each of
-    the three tables (raw as of the processed snapshot) to name the rows that differ."""
-    source = caught_up_snapshot_id(raw, parsed)
-    parsed_rows = table_stats(parsed).rows
-    quarantined_rows = table_stats(quarantine).rows
+def reconcile_derived(
+    raw: Table, declared: dict[str, Table], quarantine: Table, *, routes_everything: bool
+) -> DerivedReconciliation:
+    """Cost: metadata only for one table that takes every record and counts that agree;
+    otherwise one identity scan of raw (as of the processed snapshot) and of every target."""
+    targets = {**declared, QUARANTINE_TARGET: quarantine}
+    sources = {name: caught_up_snapshot_id(raw, table) for name, table in targets.items()}
+    source = sources[QUARANTINE_TARGET]
+    routed = {name: table_stats(table).rows for name, table in declared.items()}
+    quarantined = table_stats(quarantine).rows
+    behind = sorted(name for name, snapshot in sources.items() if snapshot != source)
+    if behind:
+        return DerivedReconciliation(source, 0, routed, quarantined, out_of_step=behind)
     if source is None:
-        return DerivedReconciliation(None, 0, parsed_rows, quarantined_rows)
+        return DerivedReconciliation(None, 0, routed, quarantined)
     raw_processed = rows_at(raw, source)
-    counts = DerivedReconciliation(source, raw_processed, parsed_rows, quarantined_rows)
-    if raw_processed == parsed_rows + quarantined_rows:
-        return counts
+    if routes_everything and raw_processed == sum(routed.values()) + quarantined:
+        return DerivedReconciliation(source, raw_processed, routed, quarantined)
 
     def identities(table: Table, snapshot_id: int | None = None) -> pa.RecordBatchReader:
         scan = table.scan(snapshot_id=snapshot_id, selected_fields=IDENTITY_COLUMNS)
@@ -216,17 +227,21 @@ def reconcile_derived(raw: Table, parsed: Table, quarantine: Table) -> DerivedRe
     keys = ", ".join(IDENTITY_COLUMNS)
     connection = _sql(
         raw_ids=identities(raw, source),
-        parsed_ids=identities(parsed),
-        quarantine_ids=identities(quarantine),
+        quarantine_ids=quarantine.scan(
+            selected_fields=(*IDENTITY_COLUMNS, TARGET_TABLE)
+        ).to_arrow_batch_reader(),
     )
-    connection.execute(f"CREATE TEMP TABLE r AS SELECT {keys} FROM raw_ids")
+    connection.execute(f"CREATE TEMP TABLE r AS SELECT DISTINCT {keys} FROM raw_ids")
     connection.execute(
-        f"CREATE TEMP TABLE d AS SELECT {keys} FROM parsed_ids "
-        f"UNION ALL SELECT {keys} FROM quarantine_ids"
+        f"CREATE TEMP TABLE d AS SELECT {keys}, coalesce({TARGET_TABLE}, '') AS target "
+        "FROM quarantine_ids"
     )
+    for name, table in declared.items():
+        connection.register("table_ids", identities(table))
+        connection.execute(f"INSERT INTO d SELECT {keys}, ? FROM table_ids", [name])
+        connection.unregister("table_ids")
 
-    def differing(left: str, right: str) -> tuple[int, list[str]]:
-        query = f"SELECT {keys} FROM {left} EXCEPT ALL SELECT {keys} FROM {right}"
+    def counted(query: str) -> tuple[int, list[str]]:
         (total,) = _one_row(connection, f"SELECT count(*) FROM ({query})")
         examples = connection.execute(
             f"SELECT shard_id, sequence_number, sub_sequence_number FROM ({query}) "
@@ -234,16 +249,22 @@ def reconcile_derived(raw: Table, parsed: Table, quarantine: Table) -> DerivedRe
         ).fetchall()
         return int(total), [f"{shard}/{seq}/{sub}" for shard, seq, sub in examples]
 
-    missing, missing_examples = differing("r", "d")
-    unexpected, unexpected_examples = differing("d", "r")
+    missing, missing_examples = counted(f"SELECT {keys} FROM r EXCEPT SELECT {keys} FROM d")
+    unexpected, unexpected_examples = counted(f"SELECT {keys} FROM d EXCEPT SELECT {keys} FROM r")
+    repeated, repeated_examples = counted(
+        f"SELECT {keys} FROM d GROUP BY {keys}, target HAVING count(*) > 1 "
+        f"UNION SELECT {keys} FROM d GROUP BY {keys} "
+        "HAVING count(*) > 1 AND bool_or(target = '')"
+    )
     return DerivedReconciliation(
         source_snapshot_id=source,
         raw_processed=raw_processed,
-        parsed=parsed_rows,
-        quarantined=quarantined_rows,
+        routed=routed,
+        quarantined=quarantined,
         missing=missing,
+        repeated=repeated,
         unexpected=unexpected,
-        examples=(missing_examples + unexpected_examples)[:EXAMPLES],
+        examples=(missing_examples + repeated_examples + unexpected_examples)[:EXAMPLES],
     )
 
 
@@ -328,16 +349,16 @@ class QuarantineRatio:
         return self.quarantined / self.raw_processed if self.raw_processed else 0.0
 
 
-def quarantine_ratio(raw: Table, parsed: Table, quarantine: Table) -> QuarantineRatio:
-    """Quarantined rows over the raw rows the derived tables have processed (metadata only)."""
-    source = caught_up_snapshot_id(raw, parsed)
+def quarantine_ratio(raw: Table, quarantine: Table) -> QuarantineRatio:
+    """Quarantined rows over the raw rows the quarantine has processed (metadata only)."""
+    source = caught_up_snapshot_id(raw, quarantine)
     processed = rows_at(raw, source) if source is not None else 0
     return QuarantineRatio(table_stats(quarantine).rows, processed)
 
 
 @dataclass(frozen=True)
 class SchemaComparison:
-    """The parsed table's columns against the ones the event schema declares.
+    """A declared table's columns against the ones its declaration gives it.
 
     ``missing``: declared, not in the table. ``mismatched``: {column: (table type, declared
     type)}. ``extra``: in the table, no longer declared (a field removed from the YAML;
@@ -359,10 +380,10 @@ def _column_types(schema: Schema) -> dict[str, str]:
     return {f.name: str(f.field_type) for f in schema.fields}
 
 
-def compare_parsed_schema(parsed: Table, settings: Settings) -> SchemaComparison:
-    """Metadata only: the table's current schema and the YAML schema file."""
-    declared = _column_types(parsed_table_schema(load_event_schema(settings.event_schema_path)))
-    actual = _column_types(parsed.schema())
+def compare_table_schema(table: Table, schema: EventSchema) -> SchemaComparison:
+    """Metadata only: the table's current schema and its declared event schema."""
+    declared = _column_types(parsed_table_schema(schema))
+    actual = _column_types(table.schema())
     return SchemaComparison(
         declared=declared,
         actual=actual,

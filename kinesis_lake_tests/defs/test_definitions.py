@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from kinesis_lake.config import ENV_VARIABLES, Settings, SettingsError
-from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.resources import (
     KinesisResource,
     PipelineSettingsResource,
@@ -37,7 +36,7 @@ CHECKS = {
     "raw_events:no_duplicate_records",
     "raw_events:matches_committed_positions",
     "raw_events:no_data_loss",
-    "events:reconciles_with_raw",
+    "events_quarantine:reconciles_with_raw",
     "events:schema_matches_declared",
     "events_quarantine:quarantine_ratio",
     "event_counts_per_minute:sums_match_events",
@@ -99,7 +98,7 @@ def test_assets_carry_pools_kinds_groups_and_automation():
         assert derived.group_name == "derived"
     blocking = {
         spec.key.to_user_string()
-        for check in all_checks
+        for check in defs.asset_checks or []
         for spec in check.check_specs
         if spec.blocking
     }

@@ -24,17 +24,17 @@ from pyiceberg.expressions import And, EqualTo
 
 from kinesis_lake.defs.assets import (
     EVENT_COUNTS_PER_MINUTE,
-    EVENTS,
     EVENTS_QUARANTINE,
     RAW_EVENTS,
     MaintenanceConfig,
-    derived_tables,
+    derived_tables_asset,
     kinesis_stream,
     maintenance_assets,
     raw_events,
 )
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
+from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
 from kinesis_lake_tests.defs.helpers import Lake, make_lake
@@ -45,7 +45,16 @@ MALFORMED_EVERY = 20
 MALFORMED = SENT // MALFORMED_EVERY
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-ALL_DEFS = [kinesis_stream, raw_events, derived_tables, *maintenance_assets, *all_checks]
+DECLARATION = load_declaration(REPO_ROOT / "schemas" / "events.yaml")
+EVENTS = dg.AssetKey("events")
+MAINTENANCE = maintenance_assets(DECLARATION)
+ALL_DEFS = [
+    kinesis_stream,
+    raw_events,
+    derived_tables_asset(DECLARATION, "kinesis_lake"),
+    *MAINTENANCE,
+    *all_checks(DECLARATION),
+]
 PIPELINE = dg.AssetSelection.assets(RAW_EVENTS, EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
 DERIVED = dg.AssetSelection.assets(EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
 EVERY_CHECK = {
@@ -54,7 +63,7 @@ EVERY_CHECK = {
     "raw_events:no_duplicate_records",
     "raw_events:matches_committed_positions",
     "raw_events:no_data_loss",
-    "events:reconciles_with_raw",
+    "events_quarantine:reconciles_with_raw",
     "events:schema_matches_declared",
     "events_quarantine:quarantine_ratio",
     "event_counts_per_minute:sums_match_events",
@@ -108,7 +117,7 @@ def restored(lake: Lake) -> Iterator[Catalog]:
     catalog = open_lake(lake.settings)
     names = [
         lake.settings.raw_table,
-        lake.settings.parsed_table,
+        lake.settings.table_identifier("events"),
         lake.settings.quarantine_table,
         lake.settings.aggregate_table,
     ]
@@ -198,9 +207,9 @@ def test_derived_tables_report_rows_and_sources(pipeline):
 
 def test_check_metadata_is_numeric(pipeline):
     found = evaluations(pipeline.first_run)
-    reconciliation = found["events:reconciles_with_raw"].metadata
+    reconciliation = found["events_quarantine:reconciles_with_raw"].metadata
     assert reconciliation["raw_processed"].value == SENT
-    assert reconciliation["parsed"].value == SENT - MALFORMED
+    assert reconciliation["routed/events"].value == SENT - MALFORMED
     assert reconciliation["quarantined"].value == MALFORMED
     assert found["raw_events:no_duplicate_records"].metadata["rows"].value == SENT
     assert found["events_quarantine:quarantine_ratio"].metadata["ratio"].value == pytest.approx(
@@ -235,21 +244,21 @@ def test_a_duplicated_raw_row_fails_the_blocking_check_and_holds_derived(pipelin
 def test_a_deleted_parsed_row_fails_reconciliation(pipeline):
     lake, instance = pipeline.lake, pipeline.instance
     with restored(lake) as catalog:
-        parsed = catalog.load_table(lake.settings.parsed_table)
+        parsed = catalog.load_table(lake.settings.table_identifier("events"))
         victim = parsed.scan(limit=1, selected_fields=("shard_id", "sequence_number")).to_arrow()
         shard, sequence = victim["shard_id"][0].as_py(), victim["sequence_number"][0].as_py()
         parsed.delete(And(EqualTo("shard_id", shard), EqualTo("sequence_number", sequence)))
 
-        found = run_checks(lake, instance, "events:reconciles_with_raw")[
-            "events:reconciles_with_raw"
+        found = run_checks(lake, instance, "events_quarantine:reconciles_with_raw")[
+            "events_quarantine:reconciles_with_raw"
         ]
 
         assert not found.passed
         assert found.metadata["missing"].value == 1
         assert found.metadata["unexpected"].value == 0
         assert f"{shard}/{sequence}" in found.description
-    assert run_checks(lake, instance, "events:reconciles_with_raw")[
-        "events:reconciles_with_raw"
+    assert run_checks(lake, instance, "events_quarantine:reconciles_with_raw")[
+        "events_quarantine:reconciles_with_raw"
     ].passed
 
 
@@ -435,14 +444,14 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     catalog = open_lake(lake.settings)
     tables = [
         lake.settings.raw_table,
-        lake.settings.parsed_table,
+        lake.settings.table_identifier("events"),
         lake.settings.quarantine_table,
         lake.settings.aggregate_table,
     ]
     rows_before = {t: table_stats(catalog.load_table(t)).rows for t in tables}
     raw_table = catalog.load_table(lake.settings.raw_table)
     consumer_snapshot = caught_up_snapshot_id(
-        raw_table, catalog.load_table(lake.settings.parsed_table)
+        raw_table, catalog.load_table(lake.settings.table_identifier("events"))
     )
     stray = Path(raw_table.location().removeprefix("file://")) / "data" / "stray-orphan.parquet"
     stray.write_bytes(b"left behind by a crashed task")
@@ -454,7 +463,7 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
         lake,
         instance,
         dg.AssetSelection.groups("maintenance"),
-        run_config=dg.RunConfig(ops={asset.op.name: aggressive for asset in maintenance_assets}),
+        run_config=dg.RunConfig(ops={asset.op.name: aggressive for asset in MAINTENANCE}),
     )
     assert result.success
 
@@ -489,7 +498,7 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     # what they processed through the commit watermark instead, and still reconcile.
     after_maintenance = run_checks(lake, instance, *sorted(EVERY_CHECK))
     assert [n for n, e in after_maintenance.items() if not e.passed] == []
-    reconciled = after_maintenance["events:reconciles_with_raw"].metadata
+    reconciled = after_maintenance["events_quarantine:reconciles_with_raw"].metadata
     assert reconciled["raw_processed"].value == rows_before[lake.settings.raw_table]
 
     # Refreshes stay incremental across compaction and expiry; every number reconciles.

@@ -8,11 +8,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kinesis_lake.events.schema import EventSchema, load_event_schema
+from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.schema import EventSchema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 ARRIVAL = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
 NOW = datetime(2024, 5, 2, tzinfo=UTC)
+
+
+def load_event_schema(path: Path) -> EventSchema:
+    """The schema of a one-table declaration file."""
+    (table,) = load_declaration(path).tables
+    return table.schema
 
 
 def demo_schema() -> EventSchema:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.events.schema import EventField, EventSchema, EventSchemaError, load_event_schema
+from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.schema import EventField, EventSchema, EventSchemaError
 from kinesis_lake_tests.events.raw import SCHEMAS, demo_schema, seed_schema
 
 ALLOWED = "string, long, int, double, float, boolean, timestamp, date, decimal(p,s)"
@@ -36,7 +37,7 @@ def test_demo_schema_loads() -> None:
 def test_seed_article_schema_loads() -> None:
     schema = seed_schema()
     assert schema == EventSchema(
-        "seed_article",
+        "events",  # a plain schema file declares the one table "events"
         (EventField("key1", "string"), EventField("key2", "string"), EventField("key3", "string")),
     )
     assert (schema.event_key, schema.event_time_field, schema.event_type_field) == (None,) * 3
@@ -182,13 +183,13 @@ INVALID = {
     "no fields": ("name: s\nfields: []\n", "fields: declare at least one field"),
     "document not a mapping": (
         "- name: s\n",
-        "schema must be a mapping with keys name, fields, event_key, event_time_field, "
-        "event_type_field, got list",
+        "the declaration must be a mapping: an event schema (name, fields) or a lake "
+        "(tables: [...]), got list",
     ),
     "empty document": (
         "",
-        "schema must be a mapping with keys name, fields, event_key, event_time_field, "
-        "event_type_field, got NoneType",
+        "the declaration must be a mapping: an event schema (name, fields) or a lake "
+        "(tables: [...]), got NoneType",
     ),
     "event_key undeclared": (
         f"name: s\nevent_key: uid\n{VALID_FIELDS}",
@@ -233,7 +234,7 @@ def test_validation_errors_name_file_field_and_allowed_values(
     path = tmp_path / "bad.yaml"
     path.write_text(document)
     with pytest.raises(EventSchemaError) as caught:
-        load_event_schema(path)
+        load_declaration(path)
     assert str(caught.value) == f"{path}: {message}"
 
 
@@ -242,7 +243,8 @@ def test_valid_roles_are_accepted(tmp_path: Path) -> None:
     path.write_text(
         f"name: s\nevent_key: id\nevent_time_field: at\nevent_type_field: kind\n{VALID_FIELDS}"
     )
-    schema = load_event_schema(str(path))
+    (table,) = load_declaration(str(path)).tables
+    schema = table.schema
     assert (schema.event_key, schema.event_time_field, schema.event_type_field) == (
         "id",
         "at",
@@ -259,15 +261,15 @@ def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("name: s\nfields: [\n")
     with pytest.raises(EventSchemaError, match=rf"^{re.escape(str(path))}: invalid YAML: "):
-        load_event_schema(path)
+        load_declaration(path)
 
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "absent.yaml"
     with pytest.raises(
-        EventSchemaError, match=rf"^{re.escape(str(path))}: cannot read schema file: "
+        EventSchemaError, match=rf"^{re.escape(str(path))}: cannot read the declaration: "
     ):
-        load_event_schema(path)
+        load_declaration(path)
 
 
 def test_code_built_schemas_are_validated_too() -> None:
@@ -279,4 +281,4 @@ def test_code_built_schemas_are_validated_too() -> None:
 
 @pytest.mark.parametrize("path", sorted(SCHEMAS.glob("*.yaml")), ids=lambda path: path.name)
 def test_every_shipped_schema_loads(path: Path) -> None:
-    assert load_event_schema(path).fields
+    assert load_declaration(path).tables

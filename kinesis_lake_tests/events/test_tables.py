@@ -17,7 +17,7 @@ from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DoubleType, LongType, StringType, TimestamptzType
 
 from kinesis_lake.events.parse import parse_events
-from kinesis_lake.events.schema import EventField, EventSchema, check_evolution, load_event_schema
+from kinesis_lake.events.schema import EventField, EventSchema, check_evolution
 from kinesis_lake.events.tables import (
     aggregate_arrow_schema,
     aggregate_partition_spec,
@@ -28,7 +28,7 @@ from kinesis_lake.events.tables import (
     quarantine_partition_spec,
     quarantine_table_schema,
 )
-from kinesis_lake_tests.events.raw import NOW, SCHEMAS, demo_schema, raw_table
+from kinesis_lake_tests.events.raw import NOW, SCHEMAS, demo_schema, load_event_schema, raw_table
 from kinesis_lake_tests.events.test_parse import ALL_TYPES, GOOD
 
 PIPELINE_COLUMNS = ["stream_name", "shard_id", "sequence_number", "sub_sequence_number"]

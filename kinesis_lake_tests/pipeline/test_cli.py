@@ -81,7 +81,7 @@ def test_ingest_and_maintain_report_progress_in_plain_lines_off_a_terminal(
     tables = [line.split(":")[0] for line in maintain.stdout.splitlines()]
     assert tables == [
         settings.raw_table,
-        settings.parsed_table,
+        settings.table_identifier("events"),
         settings.quarantine_table,
         settings.aggregate_table,
     ]

@@ -54,7 +54,7 @@ def data_file_paths(settings: Settings, table: str) -> list[str]:
 def all_tables(settings: Settings) -> list[str]:
     return [
         settings.raw_table,
-        settings.parsed_table,
+        settings.table_identifier("events"),
         settings.quarantine_table,
         settings.aggregate_table,
     ]

@@ -19,7 +19,7 @@ def test_derived_tables_account_for_every_raw_record(spark, kinesalite_endpoint,
 
     result = refresh_derived(spark, settings)
 
-    parsed = table_rows(settings, settings.parsed_table)
+    parsed = table_rows(settings, settings.table_identifier("events"))
     quarantined = table_rows(settings, settings.quarantine_table)
     assert len(quarantined) == 400 // MALFORMED_EVERY
     assert len(parsed) == 400 - 400 // MALFORMED_EVERY
@@ -27,7 +27,7 @@ def test_derived_tables_account_for_every_raw_record(spark, kinesalite_endpoint,
     assert all(row["payload"] for row in quarantined)
     assert {r["event_type"] for r in parsed} <= {"click", "view", "purchase", "signup"}
     assert all(isinstance(r["amount"], float) for r in parsed)
-    assert result.parsed.rows_written == len(parsed)
+    assert result.tables["events"].rows_written == len(parsed)
 
     counts = table_rows(settings, settings.aggregate_table)
     assert sum(r["event_count"] for r in counts) == len(parsed)
@@ -50,10 +50,10 @@ def test_refresh_reads_only_what_was_appended_since_the_last_one(
     second = refresh_derived(spark, settings)
     third = refresh_derived(spark, settings)
 
-    assert first.parsed.source_rows_read == 200
-    assert second.parsed.source_rows_read == 50, "only the new raw rows are read"
-    assert third.parsed.up_to_date and third.parsed.source_rows_read == 0
-    assert len(table_rows(settings, settings.parsed_table)) == 250
+    assert first.tables["events"].source_rows_read == 200
+    assert second.tables["events"].source_rows_read == 50, "only the new raw rows are read"
+    assert third.tables["events"].up_to_date and third.tables["events"].source_rows_read == 0
+    assert len(table_rows(settings, settings.table_identifier("events"))) == 250
     counts = table_rows(settings, settings.aggregate_table)
     assert sum(r["event_count"] for r in counts) == 250
 
@@ -71,7 +71,7 @@ def test_repeated_events_are_quarantined_as_duplicates_not_dropped(
 
     refresh_derived(spark, settings)
 
-    parsed = table_rows(settings, settings.parsed_table)
+    parsed = table_rows(settings, settings.table_identifier("events"))
     quarantined = table_rows(settings, settings.quarantine_table)
     assert len(parsed) == 150
     assert len({r["event_id"] for r in parsed}) == 150
@@ -102,7 +102,7 @@ def test_a_new_optional_field_in_the_schema_becomes_a_column(
     run_ingestion(spark, settings)
     refresh_derived(spark, settings)
 
-    parsed = table_rows(settings, settings.parsed_table)
+    parsed = table_rows(settings, settings.table_identifier("events"))
     assert len(parsed) == 50
     assert "campaign" in parsed[0]
     assert all(r["campaign"] is None for r in parsed)

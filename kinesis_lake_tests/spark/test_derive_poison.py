@@ -44,7 +44,7 @@ def assert_accounted(settings: Settings) -> tuple[list[dict], list[dict]]:
     """parsed + quarantined == raw, each raw record once, and the aggregate is a recount."""
     identity = ("shard_id", "sequence_number", "sub_sequence_number")
     raw = [tuple(r[c] for c in identity) for r in table_rows(settings, settings.raw_table)]
-    parsed = table_rows(settings, settings.parsed_table)
+    parsed = table_rows(settings, settings.table_identifier("events"))
     quarantined = table_rows(settings, settings.quarantine_table)
     derived = [tuple(r[c] for c in identity) for r in [*parsed, *quarantined]]
     assert Counter(derived) == Counter(raw), "every raw record parsed or quarantined once"
@@ -180,7 +180,9 @@ def test_a_crash_between_the_parsed_and_quarantine_commits_duplicates_nothing(
 
     assert crashed.returncode != 0
     assert f"injected: commit of {settings.quarantine_table} failed" in crashed.stderr
-    assert sorted(r["event_id"] for r in table_rows(settings, settings.parsed_table)) == [
+    assert sorted(
+        r["event_id"] for r in table_rows(settings, settings.table_identifier("events"))
+    ) == [
         "e1",
         "e2",
         "e3",

@@ -23,7 +23,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS, EVENTS_QUARANTINE, RAW_EVENTS
+from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE, RAW_EVENTS
 from kinesis_lake.defs.checks import (
     AGGREGATE_CHECK,
     DATA_LOSS_CHECK,
@@ -51,8 +51,8 @@ TABLES = {
         (DUPLICATES_CHECK, FRESHNESS_CHECK, STALL_CHECK, POSITIONS_CHECK, DATA_LOSS_CHECK),
         "max_millis_behind_latest",
     ),
-    EVENTS.to_user_string(): ((RECONCILIATION_CHECK, SCHEMA_CHECK), "rows_added"),
-    EVENTS_QUARANTINE.to_user_string(): ((QUARANTINE_CHECK,), "rows_added"),
+    "events": ((SCHEMA_CHECK,), "rows_added"),
+    EVENTS_QUARANTINE.to_user_string(): ((RECONCILIATION_CHECK, QUARANTINE_CHECK), "rows_added"),
     EVENT_COUNTS_PER_MINUTE.to_user_string(): ((AGGREGATE_CHECK,), "windows_recomputed"),
 }
 _LAUNCHED = re.compile(r"Launched run ([0-9a-f]{8})")

@@ -1,0 +1,333 @@
+"""The lake declaration: one YAML file naming every table the raw records are routed into.
+
+Two shapes are accepted, so today's schema files keep working unchanged:
+
+* an event schema (``name``, ``fields``, ``event_key``, ...): one table, ``events``, that takes
+  every record, as before;
+* a lake (``tables:`` list): each entry is an event schema plus ``name`` (the table),
+  ``route`` (which records it takes, see ``routes.py``), ``dedup`` (the field to deduplicate
+  on, today's ``event_key``) and ``partition`` (Iceberg transforms); ``aggregate`` names the
+  table whose events are counted per minute.
+
+Errors name the file and the line of the offending entry, because the file is edited by
+hand and ``dagster definitions validate`` shows them to whoever edited it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP
+from kinesis_lake.events.routes import Route
+from kinesis_lake.events.schema import EventSchema, EventSchemaError
+
+DEFAULT_TABLE = "events"
+"""The table a plain event schema declares (the name it has always had)."""
+
+RAW_TABLE = "raw_events"
+QUARANTINE_TABLE = "events_quarantine"
+AGGREGATE_TABLE = "event_counts_per_minute"
+FIXED_TABLES = (RAW_TABLE, QUARANTINE_TABLE, AGGREGATE_TABLE)
+"""The lake's own tables around the declared ones; no declared table may take their names."""
+
+TRANSFORMS = ("identity", "year", "month", "day", "hour", "truncate")
+_WIDTH_TRANSFORMS = ("truncate",)
+_TIME_TRANSFORMS = ("year", "month", "day", "hour")
+_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_LAKE_KEYS = ("tables", "aggregate")
+_TABLE_KEYS = (
+    "name",
+    "description",
+    "route",
+    "fields",
+    "dedup",
+    "event_time_field",
+    "event_type_field",
+    "partition",
+)
+_PARTITION_KEYS = ("field", "transform", "width")
+
+
+class DeclarationError(EventSchemaError):
+    """An invalid lake declaration; the message starts with ``file:line``."""
+
+
+@dataclass(frozen=True)
+class PartitionDeclaration:
+    """One partition field: a transform of a declared field or of ``event_timestamp``."""
+
+    field: str
+    transform: str
+    width: int | None = None
+
+    @property
+    def name(self) -> str:
+        suffix = f"_{self.width}" if self.width is not None else ""
+        if self.transform == "identity":
+            return self.field
+        return f"{self.field}_{self.transform}{suffix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "transform": self.transform, "width": self.width}
+
+
+DAILY = (PartitionDeclaration(EVENT_TIMESTAMP, "day"),)
+"""Days of event time: what the time queries, dedup and the aggregate filter on."""
+
+
+@dataclass(frozen=True)
+class TableDeclaration:
+    """One routed table: its events' schema, the records it takes and its layout."""
+
+    schema: EventSchema
+    route: Route = field(default_factory=Route)
+    partition: tuple[PartitionDeclaration, ...] = DAILY
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form, shipped to the executors that route and parse."""
+        return {
+            "schema": self.schema.to_dict(),
+            "route": self.route.to_dict(),
+            "partition": [p.to_dict() for p in self.partition],
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TableDeclaration:
+        return cls(
+            schema=EventSchema.from_dict(data["schema"]),
+            route=Route.from_dict(data["route"]),
+            partition=tuple(PartitionDeclaration(**p) for p in data["partition"]),
+            description=data["description"],
+        )
+
+
+@dataclass(frozen=True)
+class LakeDeclaration:
+    """Every routed table, in declared order, and the table the per-minute counts follow."""
+
+    tables: tuple[TableDeclaration, ...]
+    aggregate_source: str
+    path: Path | None = None
+
+    def table(self, name: str) -> TableDeclaration:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [table.name for table in self.tables]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tables": [table.to_dict() for table in self.tables],
+            "aggregate_source": self.aggregate_source,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LakeDeclaration:
+        return cls(
+            tables=tuple(TableDeclaration.from_dict(t) for t in data["tables"]),
+            aggregate_source=data["aggregate_source"],
+        )
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Safe YAML that notes the line each mapping starts on (by the mapping's ``id``, so the
+    documents stay plain dicts)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.lines: dict[int, int] = {}
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    loader.lines[id(mapping)] = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaration:
+    where = f"table {table!r}: partition"
+    if isinstance(raw, str):
+        raw = {"field": EVENT_TIMESTAMP, "transform": raw}
+    if not isinstance(raw, Mapping):
+        raise DeclarationError(
+            f"{where}: each entry is {{field, transform, width}} or a time transform name, "
+            f"got {raw!r}"
+        )
+    unknown = set(raw) - set(_PARTITION_KEYS)
+    if unknown:
+        raise DeclarationError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(_PARTITION_KEYS)}"
+        )
+    field, transform, width = raw.get("field"), raw.get("transform", "identity"), raw.get("width")
+    allowed_fields = fields | {EVENT_TIMESTAMP, ARRIVAL_TIMESTAMP}
+    if field not in allowed_fields:
+        raise DeclarationError(
+            f"{where}: field {field!r} is not a column of the table; use a declared field, "
+            f"{EVENT_TIMESTAMP} or {ARRIVAL_TIMESTAMP}"
+        )
+    if transform == "bucket":
+        raise DeclarationError(
+            f"{where} on {field!r}: bucket partitioning is not supported yet (the writer "
+            "derives each file's partition from column statistics, which a hash does not "
+            "preserve); use identity or truncate"
+        )
+    if transform not in TRANSFORMS:
+        raise DeclarationError(
+            f"{where} on {field!r}: unknown transform {transform!r}; use {', '.join(TRANSFORMS)}"
+        )
+    if transform in _WIDTH_TRANSFORMS:
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise DeclarationError(
+                f"{where} on {field!r}: {transform} needs width, a positive integer (got {width!r})"
+            )
+    elif width is not None:
+        raise DeclarationError(f"{where} on {field!r}: width applies to truncate only")
+    return PartitionDeclaration(field, transform, width)
+
+
+def _table(raw: object, index: int) -> TableDeclaration:
+    if not isinstance(raw, Mapping):
+        raise DeclarationError(f"tables[{index}] must be a mapping, got {type(raw).__name__}")
+    unknown = [key for key in raw if key not in _TABLE_KEYS]
+    if unknown:
+        raise DeclarationError(
+            f"tables[{index}]: unknown key {unknown[0]!r}; allowed keys: {', '.join(_TABLE_KEYS)}"
+        )
+    name = raw.get("name")
+    if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
+        raise DeclarationError(
+            f"tables[{index}]: name must be a lower-case table name (letters, digits, "
+            f"underscores), got {name!r}"
+        )
+    if name in FIXED_TABLES:
+        raise DeclarationError(
+            f"tables[{index}]: name {name!r} is the lake's own table; choose another name"
+        )
+    try:
+        schema = EventSchema.from_dict(
+            {
+                "name": name,
+                "fields": raw.get("fields"),
+                "event_key": raw.get("dedup"),
+                "event_time_field": raw.get("event_time_field"),
+                "event_type_field": raw.get("event_type_field"),
+            }
+        )
+    except EventSchemaError as exc:
+        # A table's key is spelled ``dedup`` here (``event_key`` in a plain schema file).
+        message = str(exc).replace("event_key", "dedup")
+        raise DeclarationError(f"table {name!r}: {message}") from None
+    fields = {field.name for field in schema.fields}
+    partition_list = raw.get("partition", [p.to_dict() for p in DAILY])
+    if not isinstance(partition_list, list):
+        raise DeclarationError(f"table {name!r}: partition must be a list")
+    partition = tuple(_partition(p, fields, name) for p in partition_list)
+    for spec in partition:
+        if spec.transform in _TIME_TRANSFORMS and spec.field in fields:
+            declared = schema.fields[[f.name for f in schema.fields].index(spec.field)]
+            if declared.type not in ("timestamp", "date"):
+                raise DeclarationError(
+                    f"table {name!r}: partition {spec.transform}({spec.field}) needs a "
+                    f"timestamp or date field, {spec.field} is {declared.type}"
+                )
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise DeclarationError(f"table {name!r}: description must be a string")
+    try:
+        route = Route.from_dict(raw.get("route"))
+    except EventSchemaError as exc:
+        raise DeclarationError(f"table {name!r}: {exc}") from None
+    return TableDeclaration(schema, route, partition, description.strip())
+
+
+def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) -> LakeDeclaration:
+    """Validate a parsed YAML document of either shape (see the module docstring); ``lines``
+    maps a mapping's ``id`` to its line in the file, for messages."""
+
+    def _line(mapping: object) -> int | None:
+        return (lines or {}).get(id(mapping))
+
+    if isinstance(data, Mapping) and "tables" not in data:
+        schema = EventSchema.from_dict(data)
+        renamed = EventSchema(
+            DEFAULT_TABLE,
+            schema.fields,
+            schema.event_key,
+            schema.event_time_field,
+            schema.event_type_field,
+        )
+        return LakeDeclaration((TableDeclaration(renamed),), DEFAULT_TABLE)
+    if not isinstance(data, Mapping):
+        raise DeclarationError(
+            "the declaration must be a mapping: an event schema (name, fields) or a lake "
+            f"(tables: [...]), got {type(data).__name__}"
+        )
+    unknown = [key for key in data if key not in _LAKE_KEYS]
+    if unknown:
+        raise DeclarationError(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(_LAKE_KEYS)}")
+    raw_tables = data["tables"]
+    if not isinstance(raw_tables, list) or not raw_tables:
+        raise DeclarationError("tables must be a non-empty list of table declarations")
+    tables = []
+    seen: set[str] = set()
+    for index, raw in enumerate(raw_tables):
+        try:
+            table = _table(raw, index)
+        except EventSchemaError as exc:
+            line = _line(raw)
+            raise DeclarationError(f"line {line}: {exc}" if line else str(exc)) from None
+        if table.name in seen:
+            raise DeclarationError(f"line {_line(raw)}: table {table.name!r} is declared twice")
+        seen.add(table.name)
+        tables.append(table)
+    aggregate = data.get("aggregate", {"table": tables[0].name})
+    source = aggregate.get("table") if isinstance(aggregate, Mapping) else None
+    if source not in seen:
+        raise DeclarationError(
+            f"line {_line(aggregate) or _line(data)}: aggregate: {{table: ...}} must name a "
+            f"declared table ({', '.join(sorted(seen))}), got {source!r}"
+        )
+    return LakeDeclaration(tuple(tables), source)
+
+
+def load_declaration(path: str | Path) -> LakeDeclaration:
+    """Load and validate a declaration file; every error starts with ``path`` (and a line)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeclarationError(f"{path}: cannot read the declaration: {exc}") from exc
+    loader = _LineLoader(text)
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise DeclarationError(f"{path}: invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    try:
+        declaration = declaration_from_dict(data, loader.lines)
+    except EventSchemaError as exc:
+        message = str(exc)
+        if message.startswith("line "):
+            raise DeclarationError(f"{path}:{message[5:]}") from None
+        raise DeclarationError(f"{path}: {message}") from None
+    return LakeDeclaration(declaration.tables, declaration.aggregate_source, path)
