@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -221,3 +224,79 @@ def _resolve(resource):
     """The resource as a run sees it: EnvVars replaced by their values."""
     with dg.build_resources({"r": resource}) as built:
         return built.r
+
+
+LAKE = """\
+tables:
+  - name: page_views
+    description: Pages people looked at.
+    route: {type: page_view}
+    fields:
+      - {name: id, type: string, required: true}
+      - {name: url, type: string}
+    dedup: id
+  - name: purchases
+    route: {type: {one_of: [purchase, refund]}}
+    fields:
+      - {name: amount, type: double}
+aggregate: {table: purchases}
+"""
+
+
+def test_each_declared_table_is_an_asset_with_its_schema_and_checks(monkeypatch, tmp_path):
+    path = tmp_path / "lake.yaml"
+    path.write_text(LAKE)
+    monkeypatch.setenv("KINESIS_LAKE_EVENT_SCHEMA", str(path))
+    monkeypatch.setenv("KINESIS_LAKE_NAMESPACE", "shop")
+
+    defs = _defs()
+
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert {"page_views", "purchases", "page_views_maintenance"} <= keys
+    assert "events" not in keys
+    views = graph.get(dg.AssetKey("page_views"))
+    assert views.owners == ["team:data-platform"] and views.kinds == {"spark", "iceberg"}
+    assert views.description.startswith("Pages people looked at. Declared in ")
+    assert "type {'equals': 'page_view'}" in views.description
+    assert views.metadata["dagster/table_name"] == "shop.page_views"
+    columns = [c.name for c in views.metadata["dagster/column_schema"].columns]
+    assert columns[4:8] == ["approximate_arrival_timestamp", "id", "url", "event_timestamp"]
+    assert graph.get(dg.AssetKey("event_counts_per_minute")).parent_keys == {
+        dg.AssetKey("purchases")
+    }
+    checks = {k.to_user_string() for k in graph.asset_check_keys}
+    assert {
+        "page_views:schema_matches_declared",
+        "purchases:schema_matches_declared",
+        "events_quarantine:reconciles_with_raw",
+        "event_counts_per_minute:sums_match_events",
+    } <= checks
+
+
+def test_a_declaration_error_stops_the_load_naming_file_and_line(tmp_path):
+    path = tmp_path / "lake.yaml"
+    path.write_text(LAKE.replace("route: {type: {one_of:", "route: {type: {any_of:"))
+    env = {**os.environ, "KINESIS_LAKE_EVENT_SCHEMA": str(path), "DAGSTER_HOME": str(tmp_path)}
+
+    validated = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "definitions",
+            "validate",
+            "-w",
+            "workspace.yaml",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert validated.returncode != 0
+    assert (
+        f"{path}:9: table 'purchases': route condition on 'type': unknown operator "
+        "'any_of'" in validated.stdout + validated.stderr
+    )

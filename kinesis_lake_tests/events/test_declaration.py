@@ -113,8 +113,10 @@ BROKEN = {
         "currency is string",
     ),
     "bucket": (
-        LAKE.replace("{field: currency, transform: identity}", "{field: currency, "
-                     "transform: bucket, width: 8}"),
+        LAKE.replace(
+            "{field: currency, transform: identity}",
+            "{field: currency, transform: bucket, width: 8}",
+        ),
         "  - name: purchases",
         "table 'purchases': partition on 'currency': bucket partitioning is not supported yet",
     ),

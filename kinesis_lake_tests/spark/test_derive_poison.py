@@ -139,11 +139,11 @@ _DERIVE = (
 )
 
 
-def derive_with_failing_quarantine_commit(settings: Settings) -> subprocess.CompletedProcess:
+def derive_with_a_failing_commit(settings: Settings, table: str) -> subprocess.CompletedProcess:
     """Refresh in a new process whose catalog (the same SQLite database) refuses the next
-    commit of the quarantine table, so the refresh dies right after the parsed commit."""
+    commit of ``table``, so the refresh dies right after the commits before it."""
     faults = settings.data_dir.parent / "catalog-faults.json"
-    arm(faults, RAISES_BEFORE, error="generic", table=settings.quarantine_table)
+    arm(faults, RAISES_BEFORE, error="generic", table=table)
     env = {
         **settings_env(settings),
         **catalog_environment(settings.data_dir, faults, settings.catalog_name),
@@ -176,7 +176,7 @@ def test_a_crash_between_the_parsed_and_quarantine_commits_duplicates_nothing(
     )
     run_ingestion(spark, settings)
 
-    crashed = derive_with_failing_quarantine_commit(settings)
+    crashed = derive_with_a_failing_commit(settings, settings.quarantine_table)
 
     assert crashed.returncode != 0
     assert f"injected: commit of {settings.quarantine_table} failed" in crashed.stderr
