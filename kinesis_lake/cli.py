@@ -238,6 +238,13 @@ def cmd_history(args: argparse.Namespace) -> None:
         print("  ".join(f"{row.get(c)!s:>20}" for c in columns))
 
 
+def cmd_check(args: argparse.Namespace) -> None:
+    from kinesis_lake.check_runner import check_command
+
+    junit = Path(args.junit_xml) if args.junit_xml else None
+    sys.exit(check_command(_settings(), args.select, junit, warnings_fail=args.warnings_fail))
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from kinesis_lake.demo import run_demo
 
@@ -312,6 +319,32 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="list a table's snapshots")
     history.add_argument("table")
     history.set_defaults(func=cmd_history)
+
+    check = commands.add_parser(
+        "check",
+        help="run the asset checks against the lake (for CI); exit 1 when one fails",
+        description=(
+            "Run the definitions' asset checks once against the configured lake, without "
+            "materializing anything. Prints one line per check; exits 1 when a check fails "
+            "with ERROR severity (or with WARN severity too, with --warnings-fail)."
+        ),
+    )
+    check.add_argument(
+        "--select",
+        nargs="+",
+        default=[],
+        metavar="ASSET|CHECK|ASSET:CHECK",
+        help="only these checks (default: all), e.g. raw_events events_quarantine:quarantine_ratio",
+    )
+    check.add_argument(
+        "--junit-xml", metavar="PATH", help="also write the outcomes as JUnit XML to PATH"
+    )
+    check.add_argument(
+        "--warnings-fail",
+        action="store_true",
+        help="a check failing with WARN severity fails the command too (default: it does not)",
+    )
+    check.set_defaults(func=cmd_check)
 
     demo = commands.add_parser("demo", help="the whole pipeline once, end to end")
     demo.add_argument("--events", type=int, default=2000)

@@ -27,7 +27,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kinesis_lake.spark",),
     ("kinesis_lake.pipeline",),
     ("kinesis_lake.defs", "kinesis_lake.definitions"),
-    ("kinesis_lake.cli", "kinesis_lake.console", "kinesis_lake.demo", "kinesis_lake.dev"),
+    (
+        "kinesis_lake.cli",
+        "kinesis_lake.console",
+        "kinesis_lake.demo",
+        "kinesis_lake.dev",
+        "kinesis_lake.check_runner",
+    ),
 )
 DAGSTER_ALLOWED = LAYERS[-2] + LAYERS[-1]
 
