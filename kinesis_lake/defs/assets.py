@@ -46,6 +46,7 @@ from kinesis_lake.events.tables import (
     parsed_table_schema,
     quarantine_table_schema,
 )
+from kinesis_lake.iceberg.tables import type_text
 from kinesis_lake.pipeline.lake import open_lake, table_stats
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, consumers, run_maintenance
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
@@ -94,7 +95,7 @@ def table_column_schema(schema: Schema) -> dg.TableSchema:
         columns=[
             dg.TableColumn(
                 name=f.name,
-                type=str(f.field_type),
+                type=type_text(f.field_type),
                 description=f.doc,
                 constraints=dg.TableColumnConstraints(nullable=not f.required),
             )

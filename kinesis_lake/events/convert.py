@@ -28,6 +28,7 @@ Accepted JSON values per type (anything else is a "wrong type" error):
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -425,10 +426,90 @@ _CONVERTERS: dict[str, Callable[[list[Any], EventField, RowErrors], pa.Array]] =
 }
 
 
+_OBJECT = frozenset({dict})
+_ARRAY = frozenset({list})
+
+
+def _labelled(field: EventField, label: str) -> EventField:
+    """``field`` under its dotted path, so messages and ``error_field`` say where in the
+    record it is (not validated again: a path has dots, a name may not)."""
+    labelled = copy.copy(field)
+    object.__setattr__(labelled, "name", label)
+    return labelled
+
+
+def _require(values: list[Any], objects: list[Any], field: EventField, errors: RowErrors) -> None:
+    """Report each row whose object (when there is one) lacks ``field`` or holds null."""
+    name = field.name.rpartition(".")[2]
+    for row, value in enumerate(values):
+        if value is None and objects[row] is not None:
+            state = "is null" if name in objects[row] else "is missing"
+            errors.add(row, f"required field {field.name!r} {state}", field.name)
+
+
+def _convert(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    if field.type == "struct":
+        return _structs(values, field, errors)
+    if field.type == "list":
+        return _lists(values, field, errors)
+    params = decimal_params(field.type)
+    if params:
+        return _decimals(values, field, errors, *params)
+    return _CONVERTERS[field.type](values, field, errors)
+
+
+def _structs(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    """Each declared child converted as a column of its own; undeclared keys are ignored."""
+    _screen(values, _OBJECT, field, errors)
+    children = []
+    for child in field.fields:
+        labelled = _labelled(child, f"{field.name}.{child.name}")
+        child_values = [None if value is None else value.get(child.name) for value in values]
+        if child.required:
+            _require(child_values, values, labelled, errors)
+        children.append(_convert(child_values, labelled, errors))
+    return pa.StructArray.from_arrays(
+        children,
+        fields=[child.arrow_field() for child in field.fields],
+        mask=pa.array([value is None for value in values], pa.bool_()),
+    )
+
+
+def _lists(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    """All items of all rows converted as one column; an item's error is its row's."""
+    _screen(values, _ARRAY, field, errors)
+    items = field.items
+    assert items is not None
+    flat: list[Any] = []
+    owners: list[int] = []
+    offsets = [0]
+    for row, value in enumerate(values):
+        if value is not None:
+            flat.extend(value)
+            owners.extend([row] * len(value))
+        offsets.append(len(flat))
+    labelled = _labelled(items, f"{field.name}[]")
+    item_errors = RowErrors(len(flat))
+    if items.required:
+        for index in [index for index, item in enumerate(flat) if item is None]:
+            item_errors.add(index, f"{labelled.name!r} holds a null item", labelled.name)
+    converted = _convert(flat, labelled, item_errors)
+    for index, message in enumerate(item_errors.messages):
+        if message is not None:
+            errors.add(owners[index], message, item_errors.fields[index])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        converted,
+        type=pa.list_(items.arrow_field()),
+        mask=pa.array([value is None for value in values], pa.bool_()),
+    )
+
+
 def convert_field(objects: list[dict[str, Any]], field: EventField, errors: RowErrors) -> pa.Array:
     """The typed column of ``field`` across ``objects``; failing rows are reported and null.
 
-    Keys match field names exactly (case-sensitive); keys not declared are ignored.
+    Keys match field names exactly (case-sensitive); keys not declared are ignored, also
+    inside nested objects.
     """
     name = field.name
     values = [obj.get(name) for obj in objects]
@@ -438,7 +519,4 @@ def convert_field(objects: list[dict[str, Any]], field: EventField, errors: RowE
                 errors.add(row, f"required field {name!r} is null", name)
             else:
                 errors.add(row, f"missing required field {name!r}", name)
-    params = decimal_params(field.type)
-    if params:
-        return _decimals(values, field, errors, *params)
-    return _CONVERTERS[field.type](values, field, errors)
+    return _convert(values, field, errors)

@@ -181,8 +181,9 @@ def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaratio
     allowed_fields = fields | {EVENT_TIMESTAMP, ARRIVAL_TIMESTAMP}
     if field not in allowed_fields:
         raise DeclarationError(
-            f"{where}: field {field!r} is not a column of the table; use a declared field, "
-            f"{EVENT_TIMESTAMP} or {ARRIVAL_TIMESTAMP}"
+            f"{where}: field {field!r} is not a top-level column of the table; use a "
+            f"declared field that is not a struct or list, {EVENT_TIMESTAMP} or "
+            f"{ARRIVAL_TIMESTAMP}"
         )
     if transform == "bucket":
         raise DeclarationError(
@@ -236,7 +237,7 @@ def _table(raw: object, index: int) -> TableDeclaration:
         # A table's key is spelled ``dedup`` here (``event_key`` in a plain schema file).
         message = str(exc).replace("event_key", "dedup")
         raise DeclarationError(f"table {name!r}: {message}") from None
-    fields = {field.name for field in schema.fields}
+    fields = {field.name for field in schema.fields if not field.is_nested}
     partition_list = raw.get("partition", [p.to_dict() for p in DAILY])
     if not isinstance(partition_list, list):
         raise DeclarationError(f"table {name!r}: partition must be a list")

@@ -37,8 +37,8 @@ _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 def normalize_type(spelling: str) -> str:
     """Return the canonical spelling of a declared type, or raise ``ValueError``.
 
-    Canonical spellings make ``fingerprint()`` and ``check_evolution`` insensitive to
-    cosmetic differences such as ``decimal(10, 2)`` versus ``decimal(10,2)``.
+    Canonical spellings make schema comparisons insensitive to cosmetic differences such as
+    ``decimal(10, 2)`` versus ``decimal(10,2)``.
     """
     if spelling in _SIMPLE_TYPES:
         return spelling

@@ -11,8 +11,6 @@ exactly like one loaded from a file; ``declaration.load_declaration`` only adds 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +26,11 @@ from kinesis_lake.events.field_types import arrow_type, normalize_type
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _SCHEMA_KEYS = ("name", "fields", "event_key", "event_time_field", "event_type_field")
-_FIELD_KEYS = ("name", "type", "required")
+_FIELD_KEYS = ("name", "type", "required", "fields", "items")
+_ITEM_KEYS = ("type", "required", "fields", "items")
+_LIST_SHORTHAND = re.compile(r"list<(.+)>")
+LIST_ELEMENT = "element"
+"""The name a list's items carry (Iceberg's and Parquet's)."""
 
 # Per role: the types it may have, and why the field must be required.
 _ROLES: dict[str, tuple[frozenset[str], str]] = {
@@ -36,9 +38,6 @@ _ROLES: dict[str, tuple[frozenset[str], str]] = {
     "event_time_field": (frozenset({"timestamp"}), "every event needs a time to be placed in"),
     "event_type_field": (frozenset({"string"}), "every event needs a type to be counted under"),
 }
-
-# The only type changes that old data can be read through (Iceberg's safe promotions).
-_PROMOTIONS = frozenset({("int", "long"), ("float", "double")})
 
 
 class EventSchemaError(ConfigurationError):
@@ -86,11 +85,18 @@ def _check_keys(
 @dataclass(frozen=True)
 class EventField:
     """One declared JSON field: its name (also the column name), type and whether it must be
-    present and non-null (rows without it are quarantined)."""
+    present and non-null (rows without it are quarantined).
+
+    ``type: struct`` declares a nested object with ``fields``; ``type: list`` an array whose
+    ``items`` are declared as a field of their own (named ``element``); ``list<T>`` is short
+    for a list of optional ``T``.
+    """
 
     name: str
     type: str
     required: bool = False
+    fields: tuple[EventField, ...] = ()
+    items: EventField | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name, "field name")
@@ -98,22 +104,88 @@ class EventField:
             raise EventSchemaError(
                 f"field {self.name!r}: type must be a string, got {type(self.type).__name__}"
             )
-        try:
-            canonical = normalize_type(self.type)
-        except ValueError as exc:
-            raise EventSchemaError(f"field {self.name!r}: {exc}") from None
+        shorthand = _LIST_SHORTHAND.fullmatch(self.type.strip())
+        if shorthand and self.items is None:
+            object.__setattr__(self, "items", EventField(LIST_ELEMENT, shorthand[1].strip()))
+            object.__setattr__(self, "type", "list")
+        if self.type == "struct":
+            object.__setattr__(self, "fields", tuple(self.fields))
+            if not self.fields:
+                raise EventSchemaError(f"field {self.name!r}: a struct declares its fields")
+            _check_unique(self.fields, f"struct {self.name!r}")
+        elif self.fields:
+            raise EventSchemaError(f"field {self.name!r}: only a struct has fields")
+        if self.type == "list":
+            if self.items is None:
+                raise EventSchemaError(
+                    f"field {self.name!r}: a list declares its items (items: {{type: ...}}) "
+                    "or is spelled list<type>"
+                )
+        elif self.items is not None:
+            raise EventSchemaError(f"field {self.name!r}: only a list has items")
+        if self.type not in ("struct", "list"):
+            try:
+                canonical = normalize_type(self.type)
+            except ValueError as exc:
+                raise EventSchemaError(f"field {self.name!r}: {exc}") from None
+            # Canonical spelling so equal schemas compare and evolve as equal.
+            object.__setattr__(self, "type", canonical)
         if not isinstance(self.required, bool):
             raise EventSchemaError(
                 f"field {self.name!r}: required must be true or false, got {self.required!r}"
             )
-        # Canonical spelling so equal schemas compare, fingerprint and evolve as equal.
-        object.__setattr__(self, "type", canonical)
+
+    @property
+    def is_nested(self) -> bool:
+        return self.type in ("struct", "list")
 
     def arrow_field(self) -> pa.Field:
-        return pa.field(self.name, arrow_type(self.type), nullable=not self.required)
+        return pa.field(self.name, self.arrow_type(), nullable=not self.required)
+
+    def arrow_type(self) -> pa.DataType:
+        if self.type == "struct":
+            return pa.struct([child.arrow_field() for child in self.fields])
+        if self.items is not None:
+            return pa.list_(self.items.arrow_field())
+        return arrow_type(self.type)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "required": self.required}
+        data: dict[str, Any] = {"name": self.name, "type": self.type, "required": self.required}
+        if self.fields:
+            data["fields"] = [child.to_dict() for child in self.fields]
+        if self.items is not None:
+            data["items"] = {k: v for k, v in self.items.to_dict().items() if k != "name"}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> EventField:
+        item = _check_keys(data, _FIELD_KEYS, ("name", "type"), where)
+        raw_fields = item.get("fields", [])
+        if not isinstance(raw_fields, list):
+            raise EventSchemaError(f"{where}: fields must be a list of field mappings")
+        raw_items = item.get("items")
+        items = None
+        if raw_items is not None:
+            element = _check_keys(raw_items, _ITEM_KEYS, ("type",), f"{where}.items")
+            items = cls.from_dict({"name": LIST_ELEMENT, **element}, f"{where}.items")
+        return cls(
+            item["name"],
+            item["type"],
+            item.get("required", False),
+            tuple(cls.from_dict(f, f"{where}.fields[{i}]") for i, f in enumerate(raw_fields)),
+            items,
+        )
+
+
+def _check_unique(fields: tuple[EventField, ...], where: str) -> None:
+    seen: dict[str, str] = {}
+    for field in fields:
+        if field.name.lower() in seen:
+            raise EventSchemaError(
+                f"{where}: field {field.name!r} duplicates field {seen[field.name.lower()]!r} "
+                "(column names are case-insensitive in Spark)"
+            )
+        seen[field.name.lower()] = field.name
 
 
 @dataclass(frozen=True)
@@ -199,10 +271,9 @@ class EventSchema:
                 "fields must be a list of {name, type, required} mappings, "
                 f"got {type(raw_fields).__name__}"
             )
-        fields = []
-        for index, raw in enumerate(raw_fields):
-            item = _check_keys(raw, _FIELD_KEYS, ("name", "type"), f"fields[{index}]")
-            fields.append(EventField(item["name"], item["type"], item.get("required", False)))
+        fields = [
+            EventField.from_dict(raw, f"fields[{index}]") for index, raw in enumerate(raw_fields)
+        ]
         return cls(
             name=data["name"],
             fields=tuple(fields),
@@ -210,52 +281,3 @@ class EventSchema:
             event_time_field=data.get("event_time_field"),
             event_type_field=data.get("event_type_field"),
         )
-
-    def fingerprint(self) -> str:
-        """SHA-256 of the canonical JSON form: equal schemas, however spelled, share it, so it
-        can be stored alongside tables to detect that the configuration changed."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def check_evolution(old: EventSchema, new: EventSchema) -> list[str]:
-    """List why data written with ``old`` is incompatible with ``new``; empty means compatible.
-
-    Compatible means the derived tables can evolve in place (Iceberg ``union_by_name``) and
-    every existing row stays valid: new optional fields, ``int -> long`` and
-    ``float -> double``. Field order is irrelevant because columns are matched by name.
-    """
-    problems = []
-    if old.name != new.name:
-        problems.append(f"schema name changed from {old.name!r} to {new.name!r}")
-    new_fields = {field.name: field for field in new.fields}
-    for before in old.fields:
-        after = new_fields.get(before.name)
-        if after is None:
-            problems.append(f"field {before.name!r} was removed")
-            continue
-        if before.type != after.type and (before.type, after.type) not in _PROMOTIONS:
-            problems.append(
-                f"field {before.name!r} changed type from {before.type} to {after.type}; "
-                "only int -> long and float -> double are compatible"
-            )
-        if before.required != after.required:
-            change = "optional to required" if after.required else "required to optional"
-            problems.append(
-                f"field {before.name!r} changed from {change}; existing rows and readers "
-                "rely on the old nullability"
-            )
-    old_names = {field.name for field in old.fields}
-    for added in new.fields:
-        if added.name not in old_names and added.required:
-            problems.append(
-                f"new field {added.name!r} is required; existing rows have no value for it, "
-                "declare it optional"
-            )
-    for role in _ROLES:
-        if getattr(old, role) != getattr(new, role):
-            problems.append(
-                f"{role} changed from {getattr(old, role)!r} to {getattr(new, role)!r}; "
-                "it would change the meaning of existing rows"
-            )
-    return problems

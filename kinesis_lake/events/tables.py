@@ -12,7 +12,8 @@ Each Arrow schema is the exact shape ``parse.py`` produces and mirrors its Icebe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -36,9 +37,11 @@ from pyiceberg.types import (
     FloatType,
     IcebergType,
     IntegerType,
+    ListType,
     LongType,
     NestedField,
     StringType,
+    StructType,
     TimestamptzType,
 )
 
@@ -62,7 +65,7 @@ from kinesis_lake.events.columns import (
 )
 from kinesis_lake.events.declaration import DAILY, PartitionDeclaration
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
-from kinesis_lake.events.schema import EventSchema
+from kinesis_lake.events.schema import EventField, EventSchema
 
 _ICEBERG_TYPES: dict[str, IcebergType] = {
     "string": StringType(),
@@ -84,9 +87,25 @@ _PARSED_AT_ID = 7
 _FIRST_EVENT_FIELD_ID = 8
 
 
-def _iceberg_type(type_name: str) -> IcebergType:
-    params = decimal_params(type_name)
-    return DecimalType(*params) if params else _ICEBERG_TYPES[type_name]
+# Ids of fields inside structs and lists: far above the top-level ones, in declared order.
+_FIRST_NESTED_FIELD_ID = 10_000
+
+
+def _iceberg_type(field: EventField, nested_ids: Iterator[int]) -> IcebergType:
+    if field.type == "struct":
+        return StructType(
+            *(
+                NestedField(
+                    next(nested_ids), child.name, _iceberg_type(child, nested_ids), child.required
+                )
+                for child in field.fields
+            )
+        )
+    if field.items is not None:
+        element_id = next(nested_ids)
+        return ListType(element_id, _iceberg_type(field.items, nested_ids), field.items.required)
+    params = decimal_params(field.type)
+    return DecimalType(*params) if params else _ICEBERG_TYPES[field.type]
 
 
 def _identity_fields() -> list[NestedField]:
@@ -127,11 +146,12 @@ def _day_spec(schema: Schema, column: str) -> PartitionSpec:
 
 def parsed_table_schema(event_schema: EventSchema) -> Schema:
     """Identity, arrival time, the declared fields in order, event time and parse time."""
+    nested_ids = itertools.count(_FIRST_NESTED_FIELD_ID)
     event_fields = [
         NestedField(
             _FIRST_EVENT_FIELD_ID + position,
             field.name,
-            _iceberg_type(field.type),
+            _iceberg_type(field, nested_ids),
             required=field.required,
         )
         for position, field in enumerate(event_schema.fields)

@@ -183,7 +183,7 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         ValueError: a column is not in the table, a required column is missing or has
             nulls, or a value does not fit the column type without loss.
     """
-    if batch.schema.equals(schema):
+    if batch.schema.equals(schema) and not any(_has_required_children(f.type) for f in schema):
         return batch
     extra = set(batch.schema.names) - set(schema.names)
     if extra:
@@ -204,10 +204,64 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             raise ValueError(
                 f"Required column {target_field.name!r} has {column.null_count} null values."
             )
-        columns.append(
-            column if column.type == target_field.type else column.cast(target_field.type)
-        )
+        if column.type != target_field.type or _has_required_children(target_field.type):
+            column = _conformed(column, target_field.type)
+        columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _zero(arrow: pa.DataType) -> pa.Scalar:
+    if pa.types.is_struct(arrow):
+        return pa.scalar({f.name: _zero(f.type).as_py() for f in arrow}, arrow)
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return pa.scalar([], arrow)
+    if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
+        return pa.scalar("", arrow)
+    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
+        return pa.scalar(b"", arrow)
+    if pa.types.is_boolean(arrow):
+        return pa.scalar(False, arrow)
+    return pa.scalar(0, pa.int64()).cast(arrow)  # numbers, decimals, dates, timestamps
+
+
+def _has_required_children(arrow: pa.DataType) -> bool:
+    if pa.types.is_struct(arrow):
+        return any(not f.nullable or _has_required_children(f.type) for f in arrow)
+    if pa.types.is_list(arrow):
+        return not arrow.value_field.nullable or _has_required_children(arrow.value_type)
+    return False
+
+
+def _conformed(column: pa.Array, target: pa.DataType) -> pa.Array:
+    """``column`` as ``target``, nested levels rebuilt child by child (matched by name).
+
+    A row without a struct or list has nothing in that parent's required children, which
+    Iceberg reads as absent (the parent is null); but Arrow refuses to cast nulls into, or
+    write them to Parquet in, a non-nullable column at any depth. Any value will do there,
+    so the type's zero goes in.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_struct(target) and pa.types.is_struct(column.type):
+        children = []
+        for field in target:
+            index = column.type.get_field_index(field.name)
+            child = (
+                _conformed(column.field(index), field.type)
+                if index >= 0
+                else pa.nulls(len(column), field.type)
+            )
+            if not field.nullable and child.null_count:
+                child = pc.fill_null(child, _zero(field.type))
+            children.append(child)
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=column.is_null())
+    if pa.types.is_list(target) and pa.types.is_list(column.type):
+        values = _conformed(column.values, target.value_type)
+        if not target.value_field.nullable and values.null_count:
+            values = pc.fill_null(values, _zero(target.value_type))
+        offsets = column.offsets
+        return pa.ListArray.from_arrays(offsets, values, type=target, mask=column.is_null())
+    return column if column.type == target else column.cast(target)
 
 
 class _Partitioner:

@@ -18,7 +18,7 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema, index_by_name, promote
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.types import IcebergType
+from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
 from kinesis_lake.errors import TableError
 
@@ -150,3 +150,20 @@ def _promotes(narrow: IcebergType, wide: IcebergType) -> bool:
     except ResolveError:
         return False
     return True
+
+
+def type_text(field_type: IcebergType) -> str:
+    """A type as people read it, nested ones included, without field ids (which a catalog
+    assigns afresh, so they differ between equal declarations)."""
+    if isinstance(field_type, StructType):
+        fields = ", ".join(
+            f"{f.name}: {'required ' if f.required else ''}{type_text(f.field_type)}"
+            for f in field_type.fields
+        )
+        return f"struct<{fields}>"
+    if isinstance(field_type, ListType):
+        required = "required " if field_type.element_required else ""
+        return f"list<{required}{type_text(field_type.element_type)}>"
+    if isinstance(field_type, MapType):
+        return f"map<{type_text(field_type.key_type)}, {type_text(field_type.value_type)}>"
+    return str(field_type)

@@ -265,7 +265,14 @@ def _struct(position: int) -> str:
 
 
 def _nullable(field: pa.Field) -> pa.Field:
-    return field.with_nullable(True)
+    """``field`` with every level nullable: a row of one target leaves the others' columns
+    null, and Spark's Arrow hand-over checks no nullability anyway (the sink restores it)."""
+    arrow = field.type
+    if pa.types.is_struct(arrow):
+        arrow = pa.struct([_nullable(child) for child in arrow])
+    elif pa.types.is_list(arrow):
+        arrow = pa.list_(_nullable(arrow.value_field))
+    return field.with_type(arrow).with_nullable(True)
 
 
 def _union_schema(declaration: LakeDeclaration) -> pa.Schema:

@@ -32,6 +32,7 @@ from kinesis_lake.events.columns import (
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_table_schema
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
+from kinesis_lake.iceberg.tables import type_text
 from kinesis_lake.pipeline.lake import committed_positions, table_stats
 
 EXAMPLES = 5
@@ -377,7 +378,7 @@ class SchemaComparison:
 
 
 def _column_types(schema: Schema) -> dict[str, str]:
-    return {f.name: str(f.field_type) for f in schema.fields}
+    return {f.name: type_text(f.field_type) for f in schema.fields}
 
 
 def compare_table_schema(table: Table, schema: EventSchema) -> SchemaComparison:

@@ -26,6 +26,12 @@ tables:
       - {name: id, type: string, required: true}
       - {name: url, type: string}
       - {name: at, type: timestamp, required: true}
+      - name: context
+        type: struct
+        fields:
+          - {name: os, type: string, required: true}
+          - {name: screen, type: struct, fields: [{name: w, type: int}, {name: h, type: int}]}
+      - {name: tags, type: list<string>}
     dedup: id
     event_time_field: at
   - name: purchases
@@ -52,7 +58,14 @@ aggregate: {table: all_events}
 
 AT = "2024-05-01T10:00:00Z"
 FIRST = [
-    {"id": "v1", "type": "page_view", "url": "/a", "at": AT},
+    {
+        "id": "v1",
+        "type": "page_view",
+        "url": "/a",
+        "at": AT,
+        "context": {"os": "ios", "screen": {"w": 390, "h": 844}},
+        "tags": ["new", "promo"],
+    },
     {"id": "v1", "type": "page_view", "url": "/a", "at": AT},  # a producer's retry
     {
         "id": "p1",
@@ -113,7 +126,9 @@ def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(
 
     result = refresh_derived(spark, settings)
 
-    assert _ids(settings, "page_views") == ["v1"]
+    (view,) = table_rows(settings, settings.table_identifier("page_views"))
+    assert view["context"] == {"os": "ios", "screen": {"w": 390, "h": 844}}
+    assert view["tags"] == ["new", "promo"]
     assert _ids(settings, "purchases") == ["p1"]
     assert _ids(settings, "all_events") == ["p1", "p2", "p3", "v1", "v1"]
     quarantined = Counter(
@@ -158,6 +173,7 @@ def test_a_refresh_that_died_between_two_tables_commits_is_finished_exactly_once
     crashed = derive_with_a_failing_commit(settings, settings.table_identifier("purchases"))
 
     assert crashed.returncode != 0
+    assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
     assert _ids(settings, "page_views") == ["v1", "v2"], "committed before the crash"
     assert _ids(settings, "purchases") == ["p1"], "the crash point"
     refresh_derived(spark, settings)
