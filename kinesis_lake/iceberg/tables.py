@@ -18,7 +18,7 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema, index_by_name, promote
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.types import IcebergType, ListType, MapType, StructType
+from pyiceberg.types import DecimalType, IcebergType, ListType, MapType, StructType
 
 from kinesis_lake.errors import TableError
 
@@ -145,6 +145,10 @@ def _types_compatible(have: IcebergType, want: IcebergType) -> bool:
 
 
 def _promotes(narrow: IcebergType, wide: IcebergType) -> bool:
+    if isinstance(narrow, DecimalType) and isinstance(wide, DecimalType):
+        # The Iceberg spec widens precision only, at the same scale; pyiceberg 0.12's
+        # promote() also accepts a new scale, which would misread every stored value.
+        return narrow.scale == wide.scale and narrow.precision <= wide.precision
     try:
         promote(narrow, wide)
     except ResolveError:
