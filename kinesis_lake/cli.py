@@ -238,6 +238,27 @@ def cmd_history(args: argparse.Namespace) -> None:
         print("  ".join(f"{row.get(c)!s:>20}" for c in columns))
 
 
+def cmd_replay(args: argparse.Namespace) -> None:
+    """Move the quarantined records the declaration now takes into their tables."""
+    from kinesis_lake.pipeline.preflight import check_directories, check_event_schema
+    from kinesis_lake.pipeline.replay import replay_quarantine
+    from kinesis_lake.spark.session import build_spark_session
+
+    settings = _settings()
+    check_directories(settings)  # no stream needed: the payloads are in quarantine
+    check_event_schema(settings)
+    spark = build_spark_session(settings.spark_master, log_dir=settings.log_dir)
+    try:
+        result = replay_quarantine(spark, settings)
+    finally:
+        spark.stop()
+    moved = ", ".join(f"{rows} to {name}" for name, rows in result.written.items() if rows)
+    print(
+        f"replayed {result.candidates} quarantined records: {result.resolved} resolved"
+        f"{f' ({moved})' if moved else ''}, {result.still_quarantined} still quarantined"
+    )
+
+
 def cmd_check(args: argparse.Namespace) -> None:
     from kinesis_lake.check_runner import check_command
 
@@ -319,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="list a table's snapshots")
     history.add_argument("table")
     history.set_defaults(func=cmd_history)
+
+    replay = commands.add_parser(
+        "replay",
+        help="move quarantined records the fixed declaration now takes into their tables",
+    )
+    replay.set_defaults(func=cmd_replay)
 
     check = commands.add_parser(
         "check",

@@ -260,11 +260,17 @@ def _reconciliation_description(report: DerivedReconciliation) -> str:
             f"All {report.raw_processed} raw rows accounted for: {routed} routed rows + "
             f"{report.quarantined} quarantined."
         )
+    hint = (
+        " A table declared since takes records quarantined before it existed: run "
+        "kinesis-lake replay (or the replay_quarantine job) to resolve them."
+        if report.repeated
+        else ""
+    )
     return (
         f"Of {report.raw_processed} raw rows processed, {report.missing} are in no table "
         f"and not quarantined, {report.repeated} are written twice for one table, and "
         f"{report.unexpected} derived rows match no raw row (e.g. "
-        f"{', '.join(report.examples) or 'n/a'})."
+        f"{', '.join(report.examples) or 'n/a'}).{hint}"
     )
 
 

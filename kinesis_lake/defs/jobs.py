@@ -3,19 +3,30 @@
 * ``ingest_raw_events``: raw_events and its checks; what the backlog sensor launches.
 * ``kinesis_lake_full``: every asset (ingest, derive, maintenance) and every check, in
   dependency order; for a manual "bring everything up to date" run.
-* ``iceberg_maintenance``: the four maintenance assets, on an hourly schedule: a
-  streaming writer's snapshot history must be expired routinely, or commits slow down.
+* ``iceberg_maintenance``: the maintenance assets, on an hourly schedule: a streaming
+  writer's snapshot history must be expired routinely, or commits slow down.
+* ``replay_quarantine``: after a fix of the declaration, move the quarantined records it
+  now takes into their tables (``kinesis_lake.pipeline.replay``); launched by hand.
 """
 
-from __future__ import annotations
+from typing import Any
 
 import dagster as dg
 
-from kinesis_lake.defs.assets import KINESIS_STREAM, MAINTENANCE_GROUP, RAW_EVENTS
+from kinesis_lake.defs.assets import (
+    DERIVE_POOL,
+    EVENT_COUNTS_PER_MINUTE,
+    EVENTS_QUARANTINE,
+    KINESIS_STREAM,
+    MAINTENANCE_GROUP,
+    RAW_EVENTS,
+)
+from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
 
 INGEST_JOB_NAME = "ingest_raw_events"
 FULL_JOB_NAME = "kinesis_lake_full"
 MAINTENANCE_JOB_NAME = "iceberg_maintenance"
+REPLAY_JOB_NAME = "replay_quarantine"
 
 ingest_job = dg.define_asset_job(
     INGEST_JOB_NAME,
@@ -46,5 +57,65 @@ maintenance_schedule = dg.ScheduleDefinition(
     ),
 )
 
-jobs = [ingest_job, full_job, maintenance_job]
+
+@dg.op(
+    pool=DERIVE_POOL,  # it writes the derived tables: never beside a refresh
+    description=(
+        "Route and parse every unresolved quarantined record again with the declaration as "
+        "it is now; append the ones it takes to their tables and mark them resolved."
+    ),
+)
+def replay_quarantined_records(
+    context: dg.OpExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
+):
+    from kinesis_lake.pipeline.preflight import check_event_schema
+    from kinesis_lake.pipeline.replay import replay_quarantine  # PySpark: only when it runs
+
+    lake = settings.settings()
+    check_event_schema(lake)
+    result = replay_quarantine(spark.session, lake)
+    context.log.info(
+        f"Replayed {result.candidates} quarantined records: {result.resolved} resolved, "
+        f"{result.still_quarantined} still quarantined; written {result.written}"
+    )
+    for name, rows in result.written.items():
+        if rows:
+            yield dg.AssetMaterialization(
+                asset_key=name,
+                description=f"Quarantine replay added {rows} rows.",
+                metadata={"rows_added": rows, "replayed_rows": rows},
+            )
+    yield dg.AssetMaterialization(
+        asset_key=EVENTS_QUARANTINE,
+        description=f"Quarantine replay resolved {result.resolved} records.",
+        metadata={
+            "replay_candidates": result.candidates,
+            "replay_resolved": result.resolved,
+            "still_quarantined": result.still_quarantined,
+        },
+    )
+    if result.windows_recomputed:
+        yield dg.AssetMaterialization(
+            asset_key=EVENT_COUNTS_PER_MINUTE,
+            metadata={"windows_recomputed": result.windows_recomputed},
+        )
+
+
+@dg.job(
+    name=REPLAY_JOB_NAME,
+    description=(
+        "After fixing the declaration file: move the quarantined records it now takes into "
+        "their tables, exactly once (kinesis-lake replay does the same)."
+    ),
+)
+def replay_job() -> None:
+    replay_quarantined_records()
+
+
+jobs: list[Any] = [  # asset jobs are unresolved until Definitions resolve them
+    ingest_job,
+    full_job,
+    maintenance_job,
+    replay_job,
+]
 schedules = [maintenance_schedule]

@@ -28,6 +28,8 @@ ERROR = "error"
 ERROR_FIELD = "error_field"
 QUARANTINED_AT = "quarantined_at"
 TARGET_TABLE = "target_table"  # the declared table that rejected it; null: none could take it
+RESOLVED_AT = "resolved_at"  # when a replay moved it into its tables; null: still quarantined
+RESOLVED_INTO = "resolved_into"  # the tables that replay wrote it to, comma-separated
 
 # Aggregate table.
 WINDOW_START = "window_start"

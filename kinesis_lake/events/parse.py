@@ -344,6 +344,8 @@ def _quarantine_rows(
             pa.array([errors.fields[row] for row in rows], pa.string()),
             _constant(stamp, len(rows)),
             pa.array([target] * len(rows), pa.string()),
+            pa.nulls(len(rows), TIMESTAMP_ARROW_TYPE),
+            pa.nulls(len(rows), pa.string()),
         ],
         schema=quarantine_arrow_schema(),
     )

@@ -55,6 +55,8 @@ from kinesis_lake.events.columns import (
     PARSED_AT,
     PAYLOAD,
     QUARANTINED_AT,
+    RESOLVED_AT,
+    RESOLVED_INTO,
     SEQUENCE_NUMBER,
     SHARD_ID,
     STREAM_NAME,
@@ -212,6 +214,8 @@ def quarantine_table_schema() -> Schema:
         NestedField(8, ERROR_FIELD, StringType(), required=False),
         NestedField(9, QUARANTINED_AT, TimestamptzType(), required=False),
         NestedField(10, TARGET_TABLE, StringType(), required=False),
+        NestedField(11, RESOLVED_AT, TimestamptzType(), required=False),
+        NestedField(12, RESOLVED_INTO, StringType(), required=False),
     )
 
 
@@ -229,6 +233,8 @@ def quarantine_arrow_schema() -> pa.Schema:
             pa.field(ERROR_FIELD, pa.string(), nullable=True),
             pa.field(QUARANTINED_AT, TIMESTAMP_ARROW_TYPE, nullable=True),
             pa.field(TARGET_TABLE, pa.string(), nullable=True),
+            pa.field(RESOLVED_AT, TIMESTAMP_ARROW_TYPE, nullable=True),
+            pa.field(RESOLVED_INTO, pa.string(), nullable=True),
         ]
     )
 

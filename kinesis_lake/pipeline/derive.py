@@ -47,7 +47,6 @@ from kinesis_lake.events.tables import (
     quarantine_table_schema,
 )
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_arrow
-from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.incremental import (
     SOURCE_SNAPSHOT_PROPERTY,
     IncrementalSlice,
@@ -57,11 +56,11 @@ from kinesis_lake.iceberg.incremental import (
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.spark.iceberg_files_reader import read_data_files
+from kinesis_lake.spark.iceberg_files_reader import read_table_files
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
 _TARGET = "__target"
-_QUARANTINE = "__quarantine"  # the quarantine's name as a target; no declared table has it
+QUARANTINE = "__quarantine"  # the quarantine's name as a target; no declared table has it
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_EVENT_TYPE = "unknown"
 
@@ -173,7 +172,7 @@ def refresh_routed(
     crash between two targets' commits is repaired by the next refresh writing only the ones
     behind. Targets that lag by the same slice, the usual case, share one routing pass.
     """
-    targets: dict[str, Table] = {**tables.declared, _QUARANTINE: tables.quarantine}
+    targets: dict[str, Table] = {**tables.declared, QUARANTINE: tables.quarantine}
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, piece in slices.items():
@@ -186,17 +185,10 @@ def refresh_routed(
                 identifier = ".".join(targets[name].name())
                 results[name] = TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
             continue
-        target = TableWriteTarget.from_table(raw)
-        raw_rows = read_data_files(
-            spark,
-            piece.files,
-            arrow_schema=target.arrow_schema(),
-            location=target.location,
-            io_properties=target.io_properties,
-        )
+        raw_rows = read_table_files(spark, raw, piece.files)
         routed = route_on_executors(raw_rows, declaration).persist()
         try:
-            outputs = _target_rows(spark, routed, raw_rows, declaration, tables, names)
+            outputs = target_rows(spark, routed, raw_rows, declaration, tables, names)
             for name in names:
                 identifier = ".".join(targets[name].name())
                 count = _append(outputs[name], settings, identifier, raw, piece)
@@ -205,11 +197,11 @@ def refresh_routed(
                 )
         finally:
             routed.unpersist()
-    quarantine = results.pop(_QUARANTINE)
+    quarantine = results.pop(QUARANTINE)
     return {name: results[name] for name in declaration.names}, quarantine
 
 
-def _target_rows(
+def target_rows(
     spark: SparkSession,
     routed: DataFrame,
     raw_rows: DataFrame,
@@ -224,10 +216,10 @@ def _target_rows(
     """
     quarantine_columns = quarantine_arrow_schema().names
     outputs: dict[str, DataFrame] = {}
-    quarantined = [routed.filter(F.col(_TARGET) == _QUARANTINE).select(*quarantine_columns)]
+    quarantined = [routed.filter(F.col(_TARGET) == QUARANTINE).select(*quarantine_columns)]
     for position, table in enumerate(declaration.tables):
         wanted = table.name in names
-        if not wanted and not (_QUARANTINE in names and table.schema.event_key):
+        if not wanted and not (QUARANTINE in names and table.schema.event_key):
             continue
         rows = routed.filter(F.col(_TARGET) == table.name).select(f"{_struct(position)}.*")
         if table.schema.event_key:
@@ -237,8 +229,8 @@ def _target_rows(
             quarantined.append(repeats.select(*quarantine_columns))
         if wanted:
             outputs[table.name] = rows
-    if _QUARANTINE in names:
-        outputs[_QUARANTINE] = reduce(DataFrame.unionByName, quarantined)
+    if QUARANTINE in names:
+        outputs[QUARANTINE] = reduce(DataFrame.unionByName, quarantined)
     return outputs
 
 
@@ -255,7 +247,7 @@ def route_on_executors(raw_rows: DataFrame, declaration: LakeDeclaration) -> Dat
             for position, table in enumerate(lake.tables):
                 rows = routed.tables[table.name]
                 yield from _to_union(rows, union, table.name, _struct(position)).to_batches()
-            yield from _to_union(routed.quarantine, union, _QUARANTINE, None).to_batches()
+            yield from _to_union(routed.quarantine, union, QUARANTINE, None).to_batches()
 
     return raw_rows.mapInArrow(route_partition, from_arrow_schema(union))
 
@@ -373,6 +365,8 @@ def deduplicate(
         .withColumn(C.ERROR_FIELD, F.lit(key))
         .withColumn(C.QUARANTINED_AT, F.current_timestamp())
         .withColumn(C.TARGET_TABLE, F.lit(table_name))
+        .withColumn(C.RESOLVED_AT, F.lit(None).cast("timestamp"))
+        .withColumn(C.RESOLVED_INTO, F.lit(None).cast("string"))
     )
     firsts = ranked.filter(~duplicate).select(*rows.columns)
     return firsts, repeats
@@ -404,33 +398,48 @@ def _written_in_days(
     files = [task.file.file_path for task in parsed.scan(row_filter=row_filter).plan_files()]
     if not files:
         return None
-    target = TableWriteTarget.from_table(parsed)
-    earlier = read_data_files(
-        spark,
-        files,
-        arrow_schema=target.arrow_schema(),
-        location=target.location,
-        io_properties=target.io_properties,
-    )
+    earlier = read_table_files(spark, parsed, files)
     return earlier.select(key, *C.IDENTITY_COLUMNS, _day(C.EVENT_TIMESTAMP).alias("__day"))
 
 
 def _append(
     rows: DataFrame, settings: Settings, identifier: str, source: Table, piece: IncrementalSlice
 ) -> int:
-    count = rows.count()
     assert piece.to_snapshot_id is not None
-    (
+    return append_rows(
+        rows,
+        settings,
+        identifier,
+        writer_id=derived_writer_id(source.name()[-1]),
+        batch_id=_sequence_number(source, piece.to_snapshot_id),
+        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+    )
+
+
+def append_rows(
+    rows: DataFrame,
+    settings: Settings,
+    identifier: str,
+    *,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str],
+) -> int:
+    """Append ``rows`` through the Iceberg sink as ``writer_id``'s batch ``batch_id`` (a
+    batch it already committed is skipped); the number of rows."""
+    count = rows.count()
+    writer = (
         rows.write.format(SINK_NAME)
         .mode("append")
         .option("table", identifier)
         .option("catalog", settings.catalog_name)
         .option("dataDir", str(settings.data_dir))
-        .option("writerId", derived_writer_id(source.name()[-1]))
-        .option("batchId", str(_sequence_number(source, piece.to_snapshot_id)))
-        .option(f"summary.{SOURCE_SNAPSHOT_PROPERTY}", str(piece.to_snapshot_id))
-        .save()
+        .option("writerId", writer_id)
+        .option("batchId", str(batch_id))
     )
+    for key, value in summary.items():
+        writer = writer.option(f"summary.{key}", value)
+    writer.save()
     return count
 
 
@@ -442,15 +451,7 @@ def refresh_aggregate(
     name = ".".join(aggregate.name())
     if not piece.files:
         return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False), 0
-    target = TableWriteTarget.from_table(parsed)
-    arrow_schema = target.arrow_schema()
-    new_rows = read_data_files(
-        spark,
-        piece.files,
-        arrow_schema=arrow_schema,
-        location=target.location,
-        io_properties=target.io_properties,
-    )
+    new_rows = read_table_files(spark, parsed, piece.files)
     # Windows travel as epoch microseconds: collecting Spark timestamps would convert
     # them to the Python process's local time zone.
     window_micros = sorted(
@@ -460,7 +461,7 @@ def refresh_aggregate(
         .collect()
     )
     windows = [_from_micros(m) for m in window_micros]
-    counts = _window_counts(spark, schema, parsed, window_micros, arrow_schema, target)
+    counts = _window_counts(spark, schema, parsed, window_micros)
     outcome: CommitOutcome = commit_arrow(
         aggregate,
         counts,
@@ -480,8 +481,6 @@ def _window_counts(
     schema: EventSchema,
     parsed: Table,
     window_micros: list[int],
-    arrow_schema: pa.Schema,
-    target: TableWriteTarget,
 ) -> pa.Table:
     """Count parsed rows per (window, event type) over the files that can hold them."""
     if not window_micros:
@@ -497,13 +496,7 @@ def _window_counts(
             )
         ).plan_files()
     ]
-    rows = read_data_files(
-        spark,
-        files,
-        arrow_schema=arrow_schema,
-        location=target.location,
-        io_properties=target.io_properties,
-    )
+    rows = read_table_files(spark, parsed, files)
     event_type = (
         F.coalesce(F.col(schema.event_type_field).cast("string"), F.lit(UNKNOWN_EVENT_TYPE))
         if schema.event_type_field

@@ -16,6 +16,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from pyiceberg.expressions import AlwaysTrue, IsNull, NotNull
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -24,6 +25,7 @@ from kinesis_lake.events.columns import (
     EVENT_COUNT,
     EVENT_TIMESTAMP,
     IDENTITY_COLUMNS,
+    RESOLVED_AT,
     SEQUENCE_NUMBER,
     SHARD_ID,
     TARGET_TABLE,
@@ -174,6 +176,24 @@ def rows_at(table: Table, snapshot_id: int) -> int:
     return int(summary.get("total-records", 0)) if summary is not None else 0
 
 
+_UNRESOLVED = IsNull(RESOLVED_AT)
+
+
+def _has_resolutions(quarantine: Table) -> bool:
+    """Whether the quarantine has the replay's columns yet (the next refresh adds them)."""
+    return RESOLVED_AT in quarantine.schema().column_names
+
+
+def unresolved_rows(quarantine: Table) -> int:
+    """Quarantined rows a replay has not moved into their tables (it keeps the moved ones,
+    marked resolved). Cost: a scan of ``resolved_at`` when any row is resolved."""
+    total = table_stats(quarantine).rows
+    if not total or not _has_resolutions(quarantine):
+        return total
+    resolved = quarantine.scan(row_filter=NotNull(RESOLVED_AT), selected_fields=(RESOLVED_AT,))
+    return total - resolved.to_arrow().num_rows
+
+
 @dataclass(frozen=True)
 class DerivedReconciliation:
     """Raw rows the derived tables have processed against the declared tables and quarantine.
@@ -211,7 +231,7 @@ def reconcile_derived(
     sources = {name: caught_up_snapshot_id(raw, table) for name, table in targets.items()}
     source = sources[QUARANTINE_TARGET]
     routed = {name: table_stats(table).rows for name, table in declared.items()}
-    quarantined = table_stats(quarantine).rows
+    quarantined = unresolved_rows(quarantine)
     behind = sorted(name for name, snapshot in sources.items() if snapshot != source)
     if behind:
         return DerivedReconciliation(source, 0, routed, quarantined, out_of_step=behind)
@@ -229,7 +249,8 @@ def reconcile_derived(
     connection = _sql(
         raw_ids=identities(raw, source),
         quarantine_ids=quarantine.scan(
-            selected_fields=(*IDENTITY_COLUMNS, TARGET_TABLE)
+            row_filter=_UNRESOLVED if _has_resolutions(quarantine) else AlwaysTrue(),
+            selected_fields=(*IDENTITY_COLUMNS, TARGET_TABLE),
         ).to_arrow_batch_reader(),
     )
     connection.execute(f"CREATE TEMP TABLE r AS SELECT DISTINCT {keys} FROM raw_ids")
@@ -351,10 +372,10 @@ class QuarantineRatio:
 
 
 def quarantine_ratio(raw: Table, quarantine: Table) -> QuarantineRatio:
-    """Quarantined rows over the raw rows the quarantine has processed (metadata only)."""
+    """Unresolved quarantined rows over the raw rows the quarantine has processed."""
     source = caught_up_snapshot_id(raw, quarantine)
     processed = rows_at(raw, source) if source is not None else 0
-    return QuarantineRatio(table_stats(quarantine).rows, processed)
+    return QuarantineRatio(unresolved_rows(quarantine), processed)
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
+from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 
@@ -99,3 +101,15 @@ def read_data_files(
 
     spark.dataSource.register(_DataFilesSource)
     return spark.read.format(source_name).load()
+
+
+def read_table_files(spark: SparkSession, table: Table, paths: list[str]) -> DataFrame:
+    """``read_data_files`` of ``table``'s files, in the table's current schema."""
+    target = TableWriteTarget.from_table(table)
+    return read_data_files(
+        spark,
+        paths,
+        arrow_schema=target.arrow_schema(),
+        location=target.location,
+        io_properties=target.io_properties,
+    )

@@ -131,17 +131,21 @@ def test_a_long_duplicate_key_is_shown_capped(spark, kinesalite_endpoint, settin
     )
 
 
-_DERIVE = (
+_JOB = (
     "from kinesis_lake.config import Settings\n"
-    "from kinesis_lake.pipeline.derive import refresh_derived\n"
+    "from kinesis_lake.pipeline.{module} import {function}\n"
     "from kinesis_lake.spark.session import build_spark_session\n"
-    "refresh_derived(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
+    "{function}(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
 )
 
 
-def derive_with_a_failing_commit(settings: Settings, table: str) -> subprocess.CompletedProcess:
-    """Refresh in a new process whose catalog (the same SQLite database) refuses the next
-    commit of ``table``, so the refresh dies right after the commits before it."""
+def derive_with_a_failing_commit(
+    settings: Settings, table: str, job: str = "derive.refresh_derived"
+) -> subprocess.CompletedProcess:
+    """Run ``job`` (a pipeline function of Spark and settings; the refresh by default) in a
+    new process whose catalog (the same SQLite database) refuses the next commit of
+    ``table``, so the job dies right after the commits before it."""
+    module, function = job.split(".")
     faults = settings.data_dir.parent / "catalog-faults.json"
     arm(faults, RAISES_BEFORE, error="generic", table=table)
     env = {
@@ -150,7 +154,7 @@ def derive_with_a_failing_commit(settings: Settings, table: str) -> subprocess.C
         "PYTHONPATH": str(REPO),
     }
     return subprocess.run(
-        [sys.executable, "-c", _DERIVE],
+        [sys.executable, "-c", _JOB.format(module=module, function=function)],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -1,0 +1,158 @@
+"""Quarantine replay through real Spark: after the declaration is fixed, the records it now
+takes move into their tables exactly once (also after a crash in the middle), are marked
+resolved, and every raw row is still accounted for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kinesis_lake.config import Settings
+from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake.pipeline.reconcile import quarantine_ratio, reconcile_derived
+from kinesis_lake.pipeline.replay import replay_quarantine
+from kinesis_lake_tests.pipeline_helpers import run_cli, table_rows
+from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
+
+BEFORE = """\
+tables:
+  - name: page_views
+    route: {type: page_view}
+    fields:
+      - {name: id, type: string, required: true}
+      - {name: at, type: timestamp, required: true}
+    event_time_field: at
+    dedup: id
+  - name: purchases
+    route: {type: purchase}
+    fields:
+      - {name: id, type: string, required: true}
+      - {name: amount, type: int}
+      - {name: at, type: timestamp, required: true}
+    event_time_field: at
+aggregate: {table: purchases}
+"""
+# The fix: amounts outgrow int (widened to long), and sign-ups get a table of their own.
+AFTER = BEFORE.replace("{name: amount, type: int}", "{name: amount, type: long}").replace(
+    "aggregate:",
+    """  - name: signups
+    route: {type: signup}
+    fields:
+      - {name: id, type: string, required: true}
+aggregate:""",
+)
+
+AT = "2024-05-01T10:00:00Z"
+RECORDS = [
+    {"id": "v1", "type": "page_view", "at": AT},
+    {"id": "v2", "type": "page_view"},  # no time: still wrong after the fix
+    {"id": "p1", "type": "purchase", "amount": 3, "at": AT},
+    {"id": "p2", "type": "purchase", "amount": 2**40, "at": AT},  # too big: fixed by AFTER
+    {"id": "s1", "type": "signup"},  # no route: fixed by AFTER
+    b"{broken",  # never fixed
+]
+
+
+@pytest.fixture
+def settings(kinesalite_endpoint, settings_factory, tmp_path: Path) -> Settings:
+    path = tmp_path / "lake.yaml"
+    path.write_text(BEFORE)
+    settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
+    return settings
+
+
+def _quarantine(settings: Settings) -> dict[tuple[str | None, bool], int]:
+    counts: dict[tuple[str | None, bool], int] = {}
+    for row in table_rows(settings, settings.quarantine_table):
+        key = (row["target_table"], row["resolved_at"] is not None)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _ids(settings: Settings, table: str) -> list[str]:
+    return sorted(r["id"] for r in table_rows(settings, settings.table_identifier(table)))
+
+
+def _assert_accounted(settings: Settings) -> None:
+    catalog = open_lake(settings)
+    declared = {
+        name: catalog.load_table(settings.table_identifier(name))
+        for name in ("page_views", "purchases", "signups")
+    }
+    raw = catalog.load_table(settings.raw_table)
+    quarantine = catalog.load_table(settings.quarantine_table)
+    report = reconcile_derived(raw, declared, quarantine, routes_everything=False)
+    assert report.passed, report
+    assert quarantine_ratio(raw, quarantine).quarantined == 2
+
+
+def _fix(settings: Settings) -> None:
+    settings.event_schema_path.write_text(AFTER)
+
+
+def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, settings):
+    put(settings, *RECORDS)
+    run_ingestion(spark, settings)
+    refresh_derived(spark, settings)
+    assert _quarantine(settings) == {
+        ("page_views", False): 1,
+        ("purchases", False): 1,
+        (None, False): 2,
+    }
+
+    _fix(settings)
+    refresh_derived(spark, settings)  # creates signups and backfills it from raw
+    result = replay_quarantine(spark, settings)
+
+    assert (result.candidates, result.resolved, result.still_quarantined) == (4, 2, 2)
+    # A new table's first refresh reads raw from the start: s1 reached signups that way,
+    # so the replay only marks its no-route row resolved, writing nothing twice.
+    assert result.written == {"page_views": 0, "purchases": 1, "signups": 0}
+    assert _ids(settings, "purchases") == ["p1", "p2"]
+    assert _ids(settings, "signups") == ["s1"]
+    assert _quarantine(settings) == {
+        ("page_views", False): 1,
+        ("purchases", True): 1,
+        (None, True): 1,
+        (None, False): 1,
+    }
+    resolved = {r["resolved_into"] for r in table_rows(settings, settings.quarantine_table)}
+    assert resolved == {None, "purchases", "signups"}
+    counts = table_rows(settings, settings.aggregate_table)
+    assert sum(r["event_count"] for r in counts) == 2, "the replayed purchase is counted"
+    _assert_accounted(settings)
+
+    again = replay_quarantine(spark, settings)
+    assert (again.candidates, again.resolved) == (2, 0)
+    assert _ids(settings, "purchases") == ["p1", "p2"]
+
+
+def test_a_replay_killed_before_marking_moves_nothing_twice(spark, settings):
+    put(settings, *RECORDS)
+    run_ingestion(spark, settings)
+    refresh_derived(spark, settings)
+    _fix(settings)
+    refresh_derived(spark, settings)
+
+    crashed = derive_with_a_failing_commit(
+        settings, settings.quarantine_table, job="replay.replay_quarantine"
+    )
+
+    assert crashed.returncode != 0
+    assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
+    assert _ids(settings, "purchases") == ["p1", "p2"], "appended before the crash"
+    assert (None, True) not in _quarantine(settings), "the marking commit did not land"
+
+    replayed = run_cli(settings, "replay")
+
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert replayed.stdout.strip().splitlines()[-1] == (
+        "replayed 4 quarantined records: 2 resolved, 2 still quarantined"
+    )
+    assert _ids(settings, "purchases") == ["p1", "p2"]
+    assert _ids(settings, "signups") == ["s1"]
+    _assert_accounted(settings)
