@@ -10,7 +10,7 @@ machine load hits both. All events fall on one UTC day, the normal case for a bu
 stream (the day partition is what the duplicate check and window counts look into).
 
 Evidence of where the time goes is collected in the Spark child: the files and rows each
-step reads (a wrapper around ``read_data_files``) and the time of each step.
+step reads (a wrapper around ``read_table_files``) and the time of each step.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "pyiceberg Transaction.table_metadata (deepcopy)": ("Transaction.table_metadata (",),
     "commit_files": ("commit_files (",),
     "expire_snapshots": ("expire_snapshots (kinesis_lake",),
-    "derive: parse_on_executors": ("parse_on_executors.",),
+    "derive: route_on_executors": ("route_on_executors.",),
 }
 
 

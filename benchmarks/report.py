@@ -380,7 +380,7 @@ def _derive_section(result: dict[str, Any]) -> list[str]:
         "",
         "Rows read per refresh by step (median), the evidence of what grows with the table:",
         "",
-        "| step (caller of read_data_files) | small table | large table |",
+        "| step (caller of read_table_files) | small table | large table |",
         "|---|---|---|",
     ]
     reads = result["rows_read_by_step"]

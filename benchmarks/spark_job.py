@@ -284,7 +284,7 @@ def _raw_rows(count: int, *, first_sequence: int, start_ms: int, seed: int):
 
 
 class _ReadLog:
-    """Counts the data files and rows each derive step reads (wraps ``read_data_files``).
+    """Counts the data files and rows each derive step reads (wraps ``read_table_files``).
 
     This is the evidence for where refresh time goes: whether a step reads only the new
     rows or rows proportional to the table.
@@ -299,14 +299,14 @@ class _ReadLog:
         import pyarrow.parquet as pq
 
         @functools.wraps(original)
-        def wrapper(spark, paths, **kwargs):
+        def wrapper(spark, table, paths, **kwargs):
             caller = inspect.stack()[1].function
             rows = 0
             for path in paths:
                 local = path.removeprefix("file://")
                 rows += pq.read_metadata(local).num_rows
             self.calls.append({"step": caller, "files": len(paths), "rows": rows})
-            return original(spark, paths, **kwargs)
+            return original(spark, table, paths, **kwargs)
 
         return wrapper
 
@@ -336,17 +336,17 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     originals = {
         name: getattr(derive, name)
         for name in (
-            "read_data_files",
-            "refresh_parsed_and_quarantine",
+            "read_table_files",
+            "refresh_routed",
             "refresh_aggregate",
-            "quarantine_duplicates",
+            "deduplicate",
         )
         if hasattr(derive, name)
     }
     for name, original in originals.items():
         wrapped = (
             read_log.wrap(original)
-            if name == "read_data_files"
+            if name == "read_table_files"
             else _timed(step_seconds, name, original)
         )
         setattr(derive, name, wrapped)
@@ -410,9 +410,9 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
                         "raw_rows_before": size + round_index * args.new_rows,
                         "round": round_index,
                         "seconds": round(seconds, 3),
-                        "parsed_rows_written": result.parsed.rows_written,
+                        "parsed_rows_written": result.tables["events"].rows_written,
                         "quarantined_rows_written": result.quarantine.rows_written,
-                        "raw_rows_read": result.parsed.source_rows_read,
+                        "raw_rows_read": result.tables["events"].source_rows_read,
                         "windows_recomputed": result.windows_recomputed,
                         "reads": list(read_log.calls),
                         "step_seconds": {k: round(v, 3) for k, v in step_seconds.items()},

@@ -134,8 +134,9 @@ class Settings:
     )
     event_schema_path: Path = setting(
         "KINESIS_LAKE_EVENT_SCHEMA",
-        "YAML file declaring the event fields parsed from the JSON payloads; default "
-        "<repo>/schemas/events.yaml.",
+        "The declaration file: the tables raw records are routed to and their fields "
+        "(README: the declaration file); a relative path is tried in the working directory, "
+        "then the repository. Default <repo>/schemas/events.yaml.",
         factory=lambda: _repo_root() / "schemas" / "events.yaml",
     )
     spark_master: str = setting(
@@ -187,10 +188,14 @@ class Settings:
                 f"KINESIS_LAKE_ENDPOINT_KIND={self.endpoint_kind!r} is not allowed: "
                 f"use one of {', '.join(ENDPOINT_KINDS)}."
             )
+        in_repository = _repo_root() / self.event_schema_path
+        if not self.event_schema_path.is_absolute() and not self.event_schema_path.exists():
+            # Profiles name it relative to the repository, wherever the command runs.
+            object.__setattr__(self, "event_schema_path", in_repository)
         if not self.event_schema_path.is_file():
             raise SettingsError(
                 f"KINESIS_LAKE_EVENT_SCHEMA={self.event_schema_path} does not exist: point it "
-                "at a YAML event schema such as schemas/events.yaml."
+                "at a declaration such as schemas/clickstream.yaml or schemas/events.yaml."
             )
         if not 0 <= self.quarantine_warn_ratio <= 1:
             raise SettingsError(

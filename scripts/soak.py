@@ -86,7 +86,9 @@ AMBIGUOUS_ERRORS = ("unknown", "conflict", "generic")
 
 def arm_ambiguous_commit(settings: Settings, rng: random.Random) -> None:
     """Make the next commit of one of the lake's tables land, then report failure."""
-    table = rng.choice([settings.raw_table, settings.parsed_table, settings.quarantine_table, None])
+    table = rng.choice(
+        [settings.raw_table, settings.table_identifier("events"), settings.quarantine_table, None]
+    )
     arm(fault_file(settings), LANDS_THEN_RAISES, error=rng.choice(AMBIGUOUS_ERRORS), table=table)
 
 
@@ -252,16 +254,16 @@ class MaintenanceRacer:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
-            for attribute in ("raw_table", "parsed_table"):
+            for table in ("raw_events", "events"):
                 try:
-                    run_maintenance(self.settings, attribute, self.POLICY)
+                    run_maintenance(self.settings, table, self.POLICY)
                     self.report.maintenance_passes += 1
                 except NoSuchTableError:
                     continue
                 except (CommitFailedException, CommitStateUnknownException, ConnectionError):
                     self.report.maintenance_conflicts += 1
                 except Exception as error:
-                    self.errors.append(f"maintenance of {attribute}: {error!r}")
+                    self.errors.append(f"maintenance of {table}: {error!r}")
 
 
 @dataclass
@@ -470,15 +472,15 @@ def verify(
         load_table(catalog, name)
         for name in (
             settings.raw_table,
-            settings.parsed_table,
+            settings.table_identifier("events"),
             settings.quarantine_table,
             settings.aggregate_table,
         )
     )
-    derived = reconcile_derived(raw, parsed, quarantine)
+    derived = reconcile_derived(raw, {"events": parsed}, quarantine, routes_everything=True)
     report.reconciliation = (
-        f"{derived.raw_processed} raw = {derived.parsed} parsed + {derived.quarantined} "
-        f"quarantined ({'ok' if derived.passed else 'MISMATCH'})"
+        f"{derived.raw_processed} raw = {derived.routed['events']} parsed + "
+        f"{derived.quarantined} quarantined ({'ok' if derived.passed else 'MISMATCH'})"
     )
     if not derived.passed or derived.raw_processed != report.raw_rows:
         report.failures.append(f"derived tables do not reconcile: {report.reconciliation}")

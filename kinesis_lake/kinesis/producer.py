@@ -199,24 +199,36 @@ def _send_batch(
 
 # ----------------------------------------------------------------- sample events
 
-_EVENT_TYPES = ("click", "view", "purchase", "signup")
+_EVENT_TYPES = ("click", "page_view", "purchase", "signup")
 _USERS = 1000
 _EVENT_SPACING_MS = 10
 _WORDS = ("alpha", "bravo", "delta", "echo", "kilo", "lima", "oscar", "tango", "zulu")
+_PAGES = ("/", "/search", "/product/42", "/cart", "/checkout")
+_DEVICES = (("ios", "safari"), ("android", "chrome"), ("macos", "firefox"), ("windows", "edge"))
+_SKUS = ("sku-001", "sku-002", "sku-003", "sku-004")
 
 
 def sample_events(
-    count: int, *, malformed_every: int = 0, seed: int = 0, start_ms: int | None = None
+    count: int,
+    *,
+    malformed_every: int = 0,
+    unrouted_every: int = 0,
+    seed: int = 0,
+    start_ms: int | None = None,
 ) -> list[Entry]:
-    """Deterministic JSON events as ``(partition_key, data)`` entries (key = user_id).
+    """Deterministic clickstream events as ``(partition_key, data)`` entries (key = user_id).
 
-    Same ``seed`` and ``start_ms`` give byte-identical output (``start_ms=None`` means
-    now, so demos look live). Events are 10 ms apart. Every ``malformed_every``-th event
-    (1-based, 0 = never) is broken, cycling through the three kinds a pipeline must
-    survive: invalid JSON, a wrong type (``"amount": "lots"``), a missing ``event_id``.
+    Each event has the flat fields of ``schemas/events.yaml`` and the nested ones of
+    ``schemas/clickstream.yaml`` (the page and device it happened on; a purchase's items),
+    so either declaration can be demonstrated with it. Same ``seed`` and ``start_ms`` give
+    byte-identical output (``start_ms=None`` means now, so demos look live). Events are
+    10 ms apart. Every ``malformed_every``-th event (1-based, 0 = never) is broken, cycling
+    through the three kinds a pipeline must survive: invalid JSON, a wrong type
+    (``"amount": "lots"``), a missing ``event_id``. Every ``unrouted_every``-th one is a
+    heartbeat without ``event_type``, which no route of the clickstream takes.
     """
-    if count < 0 or malformed_every < 0:
-        raise ValueError("count and malformed_every must not be negative")
+    if count < 0 or malformed_every < 0 or unrouted_every < 0:
+        raise ValueError("count, malformed_every and unrouted_every must not be negative")
     rng = random.Random(seed)
     base_ms = int(time.time() * 1000) if start_ms is None else start_ms
     entries: list[Entry] = []
@@ -239,13 +251,39 @@ def sample_events(
             "key2": word2,
             "key3": f"{word3}-{rng.randrange(100)}",
         }
-        if malformed_every and (index + 1) % malformed_every == 0:
+        event.update(_clickstream_fields(rng, str(event["event_type"])))
+        if unrouted_every and (index + 1) % unrouted_every == 0:
+            data = _encode({"kind": "heartbeat", "sent_at": event["event_time"]})
+        elif malformed_every and (index + 1) % malformed_every == 0:
             data = _malformed(event, malformed_so_far % 3)
             malformed_so_far += 1
         else:
             data = _encode(event)
         entries.append((user_id, data))
     return entries
+
+
+def _clickstream_fields(rng: random.Random, event_type: str) -> dict[str, object]:
+    os_name, browser = _DEVICES[rng.randrange(len(_DEVICES))]
+    fields: dict[str, object] = {
+        "page": {"url": _PAGES[rng.randrange(len(_PAGES))], "referrer": None},
+        "context": {"device": {"os": os_name, "browser": browser}, "locale": "en-GB"},
+    }
+    if event_type == "click":
+        fields["element"] = f"button-{rng.randrange(5)}"
+    if event_type == "purchase":
+        fields["order"] = {
+            "currency": ("EUR", "USD")[rng.randrange(2)],
+            "items": [
+                {
+                    "sku": _SKUS[rng.randrange(len(_SKUS))],
+                    "quantity": 1 + rng.randrange(3),
+                    "price": f"{rng.randrange(100, 10000) / 100:.2f}",
+                }
+                for _ in range(1 + rng.randrange(3))
+            ],
+        }
+    return fields
 
 
 def _encode(event: dict[str, object]) -> bytes:

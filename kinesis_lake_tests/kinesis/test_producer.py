@@ -116,7 +116,7 @@ def test_sample_events_are_deterministic_and_well_formed() -> None:
     for key, data in first:
         event = json.loads(data)
         assert key == event["user_id"] and key.startswith("user-")
-        assert event["event_type"] in {"click", "view", "purchase", "signup"}
+        assert event["event_type"] in {"click", "page_view", "purchase", "signup"}
         assert isinstance(event["amount"], float)
         assert event["event_time"].startswith("2023-11-14T22:") and event["event_time"].endswith(
             "Z"
