@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import dagster as dg
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MALFORMED_EVERY = 25
-UNROUTED_EVERY = 40
+MALFORMED_EVERY = 50
+UNROUTED_EVERY = 100
 
 
 def run_demo(events: int = 2000) -> int:
@@ -110,14 +110,16 @@ def _report(settings, sent: int, run_ok: bool, evaluations) -> int:
 
     def show(sql: str) -> None:
         print(f"\n{sql}")
-        print(format_table(run_sql(catalog, settings.namespace, sql)))
+        print(format_table(run_sql(catalog, settings.namespace, sql), max_width=60))
 
     def scalar(sql: str) -> int:
         return int(run_sql(catalog, settings.namespace, sql)[0][0].as_py() or 0)
 
     declaration = load_declaration(settings.event_schema_path)
     for table in declaration.tables:
-        columns = ", ".join(f.name for f in table.schema.fields[:4])
+        # The key, then nested fields first: they are what a declaration adds to JSON.
+        fields = sorted(table.schema.fields[1:], key=lambda f: not f.is_nested)
+        columns = ", ".join(f'"{f.name}"' for f in [table.schema.fields[0], *fields][:4])
         show(f"SELECT {columns} FROM {table.name} ORDER BY event_timestamp LIMIT 3")
     show(
         "SELECT coalesce(target_table, '-') AS target_table, split_part(error, ':', 1) AS "

@@ -23,7 +23,8 @@ from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 
 # Spark's show() layout, which people know: cells cut at 20 characters, columns at
 # least 3 wide.
-_CELL_WIDTH = 20
+CELL_WIDTH = 20
+"""Spark's ``show()`` truncates cells to 20 characters; so do we unless told otherwise."""
 _MIN_COLUMN_WIDTH = 3
 
 
@@ -84,10 +85,10 @@ def table_history(table: Table) -> list[dict[str, Any]]:
     ]
 
 
-def format_table(t: pa.Table, max_rows: int = 20) -> str:
-    """``t`` as text laid out like Spark's ``DataFrame.show()``."""
+def format_table(t: pa.Table, max_rows: int = 20, max_width: int = CELL_WIDTH) -> str:
+    """``t`` as text laid out like Spark's ``DataFrame.show()``, cells cut at ``max_width``."""
     header = t.column_names
-    rows = [[_cell(v) for v in row.values()] for row in t.slice(0, max_rows).to_pylist()]
+    rows = [[_cell(v, max_width) for v in row.values()] for row in t.slice(0, max_rows).to_pylist()]
     widths = [
         max([_MIN_COLUMN_WIDTH, len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)
     ]
@@ -163,14 +164,14 @@ def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
     }
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, width: int) -> str:
     if value is None:
         text = "NULL"
     elif isinstance(value, bool):
         text = str(value).lower()
     elif isinstance(value, bytes):
         # Only the bytes that can show: payloads may be megabytes.
-        text = "[" + " ".join(f"{b:02X}" for b in value[:_CELL_WIDTH]) + "]"
+        text = "[" + " ".join(f"{b:02X}" for b in value[:width]) + "]"
     else:
         text = str(value)
-    return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
