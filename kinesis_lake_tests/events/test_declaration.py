@@ -269,3 +269,21 @@ def test_every_raw_row_lands_where_its_routes_say_or_once_in_quarantine(tmp_path
             assert errors[row] == NO_ROUTE
         else:
             assert sorted(outcomes[row]) == sorted(expected), payload
+
+
+def test_the_readmes_full_example_is_a_valid_declaration(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("A full example, every key used once:\n\n```yaml\n", 1)[1]
+    lake = load_declaration(_write(tmp_path, example.split("```", 1)[0]))
+    (purchases,) = lake.tables
+    assert len(purchases.route.conditions) == 5
+    assert [p.transform for p in purchases.partition] == ["day", "identity", "truncate"]
+    assert purchases.route.takes(
+        {
+            "event_type": "refund",
+            "order": {"items": []},
+            "source": "app",
+            "page": {"url": "https://x"},
+            "campaign": "spring-24",
+        }
+    )
