@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -260,20 +261,29 @@ _DERIVED_COMMON: dict[str, Any] = {
 
 
 def _declared_table_description(table: TableDeclaration, path: str) -> str:
-    conditions = table.route.to_dict()
+    conditions = table.route.conditions
     takes = (
         "every raw record"
         if not conditions
-        else "raw records where " + ", ".join(f"{k} {v}" for k, v in conditions.items())
+        else "raw records where " + " and ".join(c.describe() for c in conditions)
     )
     dedup = f", deduplicated on {table.schema.event_key} per day" if table.schema.event_key else ""
     lead = f"{table.description} " if table.description else ""
     return f"{lead}Declared in {path}: {takes}, parsed against its fields{dedup}."
 
 
+def _shown_path(path: Path | None) -> str:
+    """The declaration file as the repository names it, when it is inside it."""
+    if path is None:
+        return "the declaration"
+    root = Path(__file__).resolve().parents[2]
+    resolved = path.resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+
+
 def derived_specs(declaration: LakeDeclaration, namespace: str) -> list[dg.AssetSpec]:
     """One asset per declared table, then the quarantine and the aggregate."""
-    path = str(declaration.path or "the declaration")
+    path = _shown_path(declaration.path)
     specs = [
         dg.AssetSpec(
             dg.AssetKey(table.name),

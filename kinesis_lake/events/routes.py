@@ -12,6 +12,7 @@ inside the parser, so routes travel as plain dicts (``to_dict`` / ``from_dict``)
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,6 +89,18 @@ class Condition:
                 re.compile(self.value)
             except re.error as exc:
                 raise RouteError(f"{where}: invalid regular expression: {exc}") from None
+
+    def describe(self) -> str:
+        """The condition in words, for asset descriptions."""
+        path = ".".join(self.path)
+        shown = json.dumps(self.value)
+        return {
+            "equals": f"{path} = {shown}",
+            "one_of": f"{path} in {shown}",
+            "exists": f"{path} {'exists' if self.value else 'is absent'}",
+            "prefix": f"{path} starts with {shown}",
+            "matches": f"{path} matches /{self.value}/",
+        }[self.operator]
 
     def holds(self, record: Mapping[str, Any]) -> bool:
         value = _lookup(record, self.path)

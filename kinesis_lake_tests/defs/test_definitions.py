@@ -258,7 +258,7 @@ def test_each_declared_table_is_an_asset_with_its_schema_and_checks(monkeypatch,
     views = graph.get(dg.AssetKey("page_views"))
     assert views.owners == ["team:data-platform"] and views.kinds == {"spark", "iceberg"}
     assert views.description.startswith("Pages people looked at. Declared in ")
-    assert "type {'equals': 'page_view'}" in views.description
+    assert 'raw records where type = "page_view", parsed' in views.description
     assert views.metadata["dagster/table_name"] == "shop.page_views"
     columns = [c.name for c in views.metadata["dagster/column_schema"].columns]
     assert columns[4:8] == ["approximate_arrival_timestamp", "id", "url", "event_timestamp"]
