@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,9 @@ class TableWriteTarget:
         return pa.ipc.read_schema(pa.py_buffer(self.arrow_schema_ipc))
 
 
+_UNSAFE_FILE_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]")
+
+
 def table_arrow_schema(schema: Schema) -> pa.Schema:
     """The Arrow form of an Iceberg schema that writers and readers of our files share.
 
@@ -136,6 +140,9 @@ def write_data_files(
     Returns the full paths of the files written; none for empty input. On failure every
     file this call created is deleted before the error propagates.
     """
+    # Writer ids such as "derive:raw_events" name files; Hadoop's paths (Iceberg Java,
+    # Spark, Athena) cannot hold a colon in a file name, and S3 tools dislike the rest.
+    safe_prefix = _UNSAFE_FILE_CHARACTERS.sub("-", file_prefix)
     schema = target.arrow_schema()
     io = load_file_io(target.io_properties, target.location)
     partitioner = _Partitioner(schema, target.partition_fields)
@@ -144,7 +151,7 @@ def write_data_files(
 
     def path_maker(partition_path: str) -> Callable[[], str]:
         directory = f"{target.location}/data/{partition_path}".rstrip("/")
-        return lambda: f"{directory}/{file_prefix}-{next(sequence):05d}.parquet"
+        return lambda: f"{directory}/{safe_prefix}-{next(sequence):05d}.parquet"
 
     try:
         for batch in batches:

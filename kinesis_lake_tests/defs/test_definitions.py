@@ -52,6 +52,15 @@ def _defs() -> dg.Definitions:
     return importlib.reload(kinesis_lake.definitions).defs
 
 
+@pytest.fixture
+def reloaded_afterwards(monkeypatch):
+    """Load ``kinesis_lake.definitions`` again after the test, with the environment
+    restored: later tests import its ``defs`` and must not see this test's lake."""
+    yield
+    monkeypatch.undo()
+    _defs()
+
+
 def test_definitions_are_loadable_without_deprecation_warnings():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -243,7 +252,9 @@ aggregate: {table: purchases}
 """
 
 
-def test_each_declared_table_is_an_asset_with_its_schema_and_checks(monkeypatch, tmp_path):
+def test_each_declared_table_is_an_asset_with_its_schema_and_checks(
+    monkeypatch, tmp_path, reloaded_afterwards
+):
     path = tmp_path / "lake.yaml"
     path.write_text(LAKE)
     monkeypatch.setenv("KINESIS_LAKE_EVENT_SCHEMA", str(path))

@@ -143,3 +143,10 @@ def test_delete_files_is_idempotent(raw: Table) -> None:
     delete_files(target.io_properties, target.location, paths)
 
     assert _data_files_on_disk(raw) == []
+
+
+def test_file_names_hold_no_character_hadoop_paths_refuse(raw: Table) -> None:
+    """Iceberg Java failed on ``derive:r-1-...parquet`` ("Relative path in absolute URI")."""
+    target = TableWriteTarget.from_table(raw)
+    (path,) = write_data_files(target, [raw_batch([1])], file_prefix="derive:raw events/1")
+    assert path.rsplit("/", 1)[1] == "derive-raw-events-1-00000.parquet"
