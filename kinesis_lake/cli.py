@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -74,7 +75,12 @@ def cmd_produce(args: argparse.Namespace) -> None:
     settings = _settings()
     client = kinesis_client(settings.endpoint_url, settings.region)
     ensure_stream(client, settings.stream_name, settings.shard_count)
-    events = sample_events(args.count, malformed_every=args.malformed_every, seed=args.seed)
+    events = sample_events(
+        args.count,
+        malformed_every=args.malformed_every,
+        unrouted_every=args.unrouted_every,
+        seed=int(time.time()) if args.seed is None else args.seed,
+    )
     summary = put_records(client, settings.stream_name, events, rate_per_s=args.rate)
     print(
         f"sent {summary.sent} records to {settings.stream_name} in {summary.calls} PutRecords "
@@ -208,7 +214,13 @@ def _stream_reporter(
 
 
 def cmd_query(args: argparse.Namespace) -> None:
-    from kinesis_lake.iceberg.query import format_table, run_sql
+    from kinesis_lake.iceberg.query import (
+        CELL_WIDTH,
+        format_csv,
+        format_json_lines,
+        format_table,
+        run_sql,
+    )
     from kinesis_lake.pipeline.lake import open_lake
     from kinesis_lake.spark.kinesis_source_options import parse_timestamp_ms
 
@@ -221,7 +233,18 @@ def cmd_query(args: argparse.Namespace) -> None:
         snapshot_id=args.snapshot,
         as_of_ms=parse_timestamp_ms(args.as_of) if args.as_of else None,
     )
-    print(format_table(result, max_rows=args.max_rows))
+    if args.format == "csv":
+        sys.stdout.write(format_csv(result))
+    elif args.format == "json":
+        sys.stdout.write(format_json_lines(result))
+    else:
+        width = args.max_width
+        if width is None:
+            # Spark's 20 characters off a terminal; in one, its width shared by the columns.
+            columns = max(1, result.num_columns)
+            terminal = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+            width = max(CELL_WIDTH, terminal // columns - 1)
+        print(format_table(result, max_rows=args.max_rows, max_width=width))
 
 
 def cmd_history(args: argparse.Namespace) -> None:
@@ -278,8 +301,56 @@ def cmd_dev(args: argparse.Namespace) -> None:
     run_dev(port=args.port)
 
 
+_DESCRIPTION = (
+    "The command line over the same code the Dagster assets run. Every command reads its "
+    "settings from the environment (kinesis-lake settings lists them); --profile FILE "
+    "loads a profile such as profiles/local.env first, without overriding variables that "
+    "are already set."
+)
+
+
+class _FORMATTER(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown, except where there is none to show or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action) or text
+
+
+def _command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    summary: str,
+    func: Callable[[argparse.Namespace], None],
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    command = commands.add_parser(
+        name, help=summary, description=description or summary, formatter_class=_FORMATTER
+    )
+    command.set_defaults(func=func)
+    return command
+
+
+def _profile_path(name: str) -> Path:
+    """``name`` in the working directory, else in the repository (profiles/local.env from
+    anywhere); a missing file fails naming both places."""
+    given = Path(name)
+    in_repository = Path(__file__).resolve().parent.parent / given
+    for candidate in (given, in_repository):
+        if candidate.is_file():
+            return candidate
+    raise ConfigurationError(
+        f"--profile {name}: no such file here or in the repository ({in_repository}); "
+        "pass the path of an env file such as profiles/local.env"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kinesis-lake", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="kinesis-lake", description=_DESCRIPTION, formatter_class=_FORMATTER
+    )
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -288,35 +359,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         default=os.environ.get("KINESIS_LAKE_PROFILE"),
-        help="env file to load first, e.g. profiles/local.env",
+        help="env file to load first, e.g. profiles/local.env (relative to the working "
+        "directory, else the repository); default: $KINESIS_LAKE_PROFILE",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    settings = commands.add_parser("settings", help="print every setting and its value")
+    settings = _command(commands, "settings", "print every setting and its value", cmd_settings)
     settings.add_argument(
         "--markdown", action="store_true", help="print the README's table of settings instead"
     )
-    settings.set_defaults(func=cmd_settings)
 
-    endpoint = commands.add_parser("endpoint", help="run the local Kinesis endpoint")
-    endpoint.add_argument("--port", type=int, default=LOCAL_ENDPOINT_PORT)
-    endpoint.add_argument("--kind", choices=["auto", "kinesalite", "moto"])
+    endpoint = _command(commands, "endpoint", "run the local Kinesis endpoint", cmd_endpoint)
+    endpoint.add_argument("--port", type=int, default=LOCAL_ENDPOINT_PORT, help="port on 127.0.0.1")
+    endpoint.add_argument(
+        "--kind",
+        choices=["auto", "kinesalite", "moto"],
+        default=None,
+        help="which endpoint; default: KINESIS_LAKE_ENDPOINT_KIND",
+    )
     endpoint.add_argument("--in-memory", action="store_true", help="keep nothing on disk")
-    endpoint.set_defaults(func=cmd_endpoint)
 
-    produce = commands.add_parser("produce", help="send generated JSON events")
-    produce.add_argument("--count", type=int, required=True)
-    produce.add_argument("--rate", type=float, default=None, help="records per second")
-    produce.add_argument("--malformed-every", type=int, default=0)
-    produce.add_argument("--seed", type=int, default=int(time.time()))
-    produce.set_defaults(func=cmd_produce)
+    produce = _command(commands, "produce", "send generated JSON events", cmd_produce)
+    produce.add_argument("--count", type=int, required=True, help="how many records to send")
+    produce.add_argument(
+        "--rate", type=float, default=None, help="records per second; default: as fast as it can"
+    )
+    produce.add_argument(
+        "--malformed-every",
+        type=int,
+        default=0,
+        help="make every Nth record malformed (0: none), to see quarantine at work",
+    )
+    produce.add_argument(
+        "--unrouted-every",
+        type=int,
+        default=0,
+        help="make every Nth record a heartbeat no route takes (0: none)",
+    )
+    produce.add_argument(
+        "--seed", type=int, default=None, help="same seed, same records; default: the time"
+    )
 
-    ingest = commands.add_parser("ingest", help="one bounded ingestion run (availableNow)")
+    ingest = _command(commands, "ingest", "one bounded ingestion run (availableNow)", cmd_ingest)
     ingest.add_argument("--derive", action="store_true", help="refresh derived tables too")
-    ingest.set_defaults(func=cmd_ingest)
 
-    maintain = commands.add_parser(
-        "maintain", help="compact, expire snapshots and remove orphans on every table"
+    maintain = _command(
+        commands,
+        "maintain",
+        "compact, expire snapshots and remove orphans on every table",
+        cmd_maintain,
     )
     maintain.add_argument(
         "--snapshot-max-age-hours",
@@ -324,62 +415,80 @@ def build_parser() -> argparse.ArgumentParser:
         default=24.0,
         help="expire snapshots older than this (never one a derived table still needs)",
     )
-    maintain.set_defaults(func=cmd_maintain)
 
-    stream = commands.add_parser("stream", help="continuous ingestion until SIGTERM/SIGINT")
-    stream.add_argument("--trigger", default="5 seconds", help="processing-time trigger")
-    stream.set_defaults(func=cmd_stream)
-
-    query = commands.add_parser("query", help="run SQL over the Iceberg tables (DuckDB)")
-    query.add_argument("sql")
-    query.add_argument("--snapshot", type=int, default=None, help="read as of snapshot id")
-    query.add_argument("--as-of", default=None, help="read as of a time (ISO-8601 or ms)")
-    query.add_argument("--max-rows", type=int, default=20)
-    query.set_defaults(func=cmd_query)
-
-    history = commands.add_parser("history", help="list a table's snapshots")
-    history.add_argument("table")
-    history.set_defaults(func=cmd_history)
-
-    replay = commands.add_parser(
-        "replay",
-        help="move quarantined records the fixed declaration now takes into their tables",
+    stream = _command(commands, "stream", "continuous ingestion until SIGTERM/SIGINT", cmd_stream)
+    stream.add_argument(
+        "--trigger", default="5 seconds", help="processing-time trigger between micro-batches"
     )
-    replay.set_defaults(func=cmd_replay)
 
-    check = commands.add_parser(
+    query = _command(
+        commands,
+        "query",
+        "run SQL over the Iceberg tables (DuckDB)",
+        cmd_query,
+        "Run DuckDB SQL over the lake's tables, named by their short names (events, "
+        "raw_events, ...), now or as of a snapshot or a time.",
+    )
+    query.add_argument("sql", help='the query, e.g. "SELECT count(*) FROM events"')
+    query.add_argument("--snapshot", type=int, default=None, help="read as of snapshot id")
+    query.add_argument(
+        "--as-of", default=None, help="read as of a time: ISO-8601 (2026-11-24T10:00:00Z) or ms"
+    )
+    query.add_argument("--max-rows", type=int, default=20, help="rows shown in table format")
+    query.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="table for people; csv, or json (one object per line), for scripts",
+    )
+    query.add_argument(
+        "--max-width",
+        type=int,
+        default=None,
+        help="cut table cells at this many characters; default: the terminal's width shared "
+        "by the columns (20, Spark's, off a terminal)",
+    )
+
+    history = _command(commands, "history", "list a table's snapshots", cmd_history)
+    history.add_argument("table", help="the table, e.g. raw_events")
+
+    _command(
+        commands,
+        "replay",
+        "move quarantined records the fixed declaration now takes into their tables",
+        cmd_replay,
+    )
+
+    check = _command(
+        commands,
         "check",
-        help="run the asset checks against the lake (for CI); exit 1 when one fails",
-        description=(
-            "Run the definitions' asset checks once against the configured lake, without "
-            "materializing anything. Prints one line per check; exits 1 when a check fails "
-            "with ERROR severity (or with WARN severity too, with --warnings-fail)."
-        ),
+        "run the asset checks against the lake (for CI); exit 1 when one fails",
+        cmd_check,
+        "Run the definitions' asset checks once against the configured lake, without "
+        "materializing anything. Prints one line per check; exits 1 when a check fails "
+        "with ERROR severity (or with WARN severity too, with --warnings-fail).",
     )
     check.add_argument(
         "--select",
         nargs="+",
         default=[],
         metavar="ASSET|CHECK|ASSET:CHECK",
-        help="only these checks (default: all), e.g. raw_events events_quarantine:quarantine_ratio",
+        help="only these checks, e.g. raw_events events_quarantine:quarantine_ratio; default: all",
     )
     check.add_argument(
-        "--junit-xml", metavar="PATH", help="also write the outcomes as JUnit XML to PATH"
+        "--junit-xml", metavar="PATH", default=None, help="also write the outcomes as JUnit XML"
     )
     check.add_argument(
         "--warnings-fail",
         action="store_true",
-        help="a check failing with WARN severity fails the command too (default: it does not)",
+        help="a check failing with WARN severity fails the command too",
     )
-    check.set_defaults(func=cmd_check)
 
-    demo = commands.add_parser("demo", help="the whole pipeline once, end to end")
-    demo.add_argument("--events", type=int, default=2000)
-    demo.set_defaults(func=cmd_demo)
+    demo = _command(commands, "demo", "the whole pipeline once, end to end", cmd_demo)
+    demo.add_argument("--events", type=int, default=2000, help="records to send, in two waves")
 
-    dev = commands.add_parser("dev", help="local endpoint + dagster dev")
-    dev.add_argument("--port", type=int, default=3000)
-    dev.set_defaults(func=cmd_dev)
+    dev = _command(commands, "dev", "local endpoint + dagster dev", cmd_dev)
+    dev.add_argument("--port", type=int, default=3000, help="the Dagster UI's port")
     return parser
 
 
@@ -387,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if args.profile:
-            load_profile(args.profile)
+            load_profile(_profile_path(args.profile))
         args.func(args)
     except Exception as error:
         if args.debug or (message := error_line(error)) is None:

@@ -16,6 +16,23 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def session_commands(endpoint_url: str, data_dir: Path) -> str:
+    """The commands that reach this session's stream and lake from another shell: the
+    CLI's own default data directory is another lake."""
+    lake = f"KINESIS_ENDPOINT_URL={endpoint_url} KINESIS_LAKE_DATA_DIR={data_dir}"
+    cli = ".venv/bin/kinesis-lake --profile profiles/local.env"
+    return "\n".join(
+        [
+            "From another shell, on this session's stream and lake:",
+            f"  export {lake}",
+            f"  {cli} produce --count 1000 --malformed-every 50 --unrouted-every 100",
+            f'  {cli} query "SELECT event_type, count(*) FROM events GROUP BY 1"',
+            f"  {cli} history raw_events",
+            f"  {cli} check",
+        ]
+    )
+
+
 def run_dev(port: int = 3000) -> None:
     from kinesis_lake.config import load_profile
     from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
@@ -49,11 +66,8 @@ def run_dev(port: int = 3000) -> None:
         print(
             f"{endpoint.kind} Kinesis endpoint on {endpoint.url}, stream '{settings.stream_name}'"
         )
-        print(
-            f"Send events:  KINESIS_ENDPOINT_URL={endpoint.url} .venv/bin/kinesis-lake "
-            "--profile profiles/local.env produce --count 1000"
-        )
         print(f"Dagster UI:   http://127.0.0.1:{port}")
+        print(session_commands(endpoint.url, data_dir))
         env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
         with contextlib.suppress(KeyboardInterrupt):
             subprocess.run(dagster_dev_command(port), env=env, cwd=REPO_ROOT, check=False)

@@ -7,6 +7,8 @@ DuckDB run the SQL over it. Big queries belong in Spark.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -170,8 +172,54 @@ def _cell(value: Any, width: int) -> str:
     elif isinstance(value, bool):
         text = str(value).lower()
     elif isinstance(value, bytes):
-        # Only the bytes that can show: payloads may be megabytes.
-        text = "[" + " ".join(f"{b:02X}" for b in value[:width]) + "]"
+        text = _bytes_text(value[: width * 4])  # payloads may be megabytes: what can show
     else:
         text = str(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _bytes_text(value: bytes) -> str:
+    """Payloads are mostly JSON: show UTF-8 as text, anything else as hex bytes."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "[" + " ".join(f"{b:02X}" for b in value) + "]"
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able form of a result value (bytes as text when UTF-8, else hex)."""
+    if isinstance(value, bytes):
+        return _bytes_text(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)  # Decimal, date, time: their exact text
+
+
+def format_json_lines(t: pa.Table) -> str:
+    """One JSON object per row (JSON Lines): what scripts and ``jq`` read."""
+    return "".join(json.dumps(_plain(row)) + "\n" for row in t.to_pylist())
+
+
+def format_csv(t: pa.Table) -> str:
+    """RFC 4180 CSV with a header; nested values as JSON text."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(t.column_names)
+    for row in t.to_pylist():
+        writer.writerow(
+            [
+                ""
+                if value is None
+                else json.dumps(_plain(value))
+                if isinstance(value, dict | list)
+                else _plain(value)
+                for value in row.values()
+            ]
+        )
+    return out.getvalue()
