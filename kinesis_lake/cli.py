@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kinesis_lake.config import Settings, load_profile, settings_markdown
-from kinesis_lake.errors import ConfigurationError, KinesisLakeError
+from kinesis_lake.errors import ConfigurationError, KinesisLakeError, TableError
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 
 if TYPE_CHECKING:
@@ -221,17 +221,13 @@ def cmd_query(args: argparse.Namespace) -> None:
         format_table,
         run_sql,
     )
-    from kinesis_lake.pipeline.lake import open_lake
-    from kinesis_lake.spark.kinesis_source_options import parse_timestamp_ms
+    from kinesis_lake.pipeline.lake import open_existing_lake
 
     settings = _settings()
-    catalog = open_lake(settings)
+    as_of_ms = _as_of_ms(args.as_of) if args.as_of else None
+    catalog = open_existing_lake(settings)
     result = run_sql(
-        catalog,
-        settings.namespace,
-        args.sql,
-        snapshot_id=args.snapshot,
-        as_of_ms=parse_timestamp_ms(args.as_of) if args.as_of else None,
+        catalog, settings.namespace, args.sql, snapshot_id=args.snapshot, as_of_ms=as_of_ms
     )
     if args.format == "csv":
         sys.stdout.write(format_csv(result))
@@ -247,14 +243,29 @@ def cmd_query(args: argparse.Namespace) -> None:
         print(format_table(result, max_rows=args.max_rows, max_width=width))
 
 
+def _as_of_ms(text: str) -> int:
+    from kinesis_lake.spark.kinesis_source_options import KinesisOptionError, parse_timestamp_ms
+
+    try:
+        return parse_timestamp_ms(text)
+    except KinesisOptionError:
+        raise ConfigurationError(
+            f"--as-of {text!r} is neither ISO-8601 (2026-11-24T10:00:00Z) nor epoch milliseconds"
+        ) from None
+
+
 def cmd_history(args: argparse.Namespace) -> None:
     from kinesis_lake.iceberg.query import table_history
-    from kinesis_lake.pipeline.lake import open_lake
+    from kinesis_lake.pipeline.lake import load_table, open_existing_lake, table_names
 
     settings = _settings()
-    catalog = open_lake(settings)
+    catalog = open_existing_lake(settings)
     name = args.table if "." in args.table else f"{settings.namespace}.{args.table}"
-    rows = table_history(catalog.load_table(name))
+    table = load_table(catalog, name)
+    if table is None:
+        tables = ", ".join(table_names(catalog, settings.namespace)) or "none yet"
+        raise TableError(f"No table {name}; the tables in {settings.namespace} are: {tables}")
+    rows = table_history(table)
     columns = ["snapshot_id", "timestamp", "operation", "added_records", "writer_id", "batch_id"]
     print("  ".join(f"{c:>20}" for c in columns))
     for row in rows:

@@ -19,6 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from kinesis_lake.errors import TableError
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
@@ -49,21 +50,38 @@ def run_sql(
       are unique per table, never shared); the other tables read their current state.
 
     Raises:
-        ValueError: both time-travel arguments given, or no named table has ``snapshot_id``.
+        QueryError: the SQL does not parse or bind (an unknown table or column: the message
+            lists the namespace's tables), both time-travel arguments are given, no named
+            table has ``snapshot_id``, or ``as_of_ms`` is before any named table had data.
     """
     if snapshot_id is not None and as_of_ms is not None:
-        raise ValueError("Pass snapshot_id or as_of_ms, not both.")
+        raise QueryError("Pass --snapshot or --as-of, not both.")
     named = _named_tables(sql)
+    existing = sorted(identifier[-1] for identifier in catalog.list_tables(namespace))
     tables = {
-        identifier[-1]: catalog.load_table(identifier)
-        for identifier in catalog.list_tables(namespace)
-        if identifier[-1] in named or f"{namespace}.{identifier[-1]}" in named
+        name: catalog.load_table((namespace, name))
+        for name in existing
+        if name in named or f"{namespace}.{name}" in named
     }
     if snapshot_id is not None and not any(t.snapshot_by_id(snapshot_id) for t in tables.values()):
-        raise ValueError(
+        raise QueryError(
             f"None of the tables the query names ({', '.join(sorted(tables)) or 'none'}) "
-            f"has snapshot {snapshot_id}."
+            f"has snapshot {snapshot_id}: kinesis-lake history TABLE lists a table's snapshots."
         )
+    if as_of_ms is not None and tables:
+        firsts = {
+            name: min(s.timestamp_ms for s in t.snapshots())
+            for name, t in tables.items()
+            if t.snapshots()
+        }
+        if all(first > as_of_ms for first in firsts.values()):
+            earliest = min(firsts, key=lambda n: firsts[n]) if firsts else None
+            since = (
+                f"; the earliest data is {earliest}'s, from {_iso(firsts[earliest])}"
+                if earliest
+                else ""
+            )
+            raise QueryError(f"No table the query names had data at {_iso(as_of_ms)}{since}.")
     connection = duckdb.connect()
     try:
         # Otherwise DuckDB resolves an unknown table name to any Python variable of that
@@ -73,9 +91,29 @@ def run_sql(
         for name, table in tables.items():
             connection.register(name, _read(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms))
             connection.execute(f'CREATE VIEW "{namespace}"."{name}" AS SELECT * FROM main."{name}"')
-        return connection.sql(sql).to_arrow_table()
+        try:
+            return connection.sql(sql).to_arrow_table()
+        except duckdb.CatalogException as error:
+            raise QueryError(
+                f"{_first_line(error)}; the tables in {namespace} are: "
+                f"{', '.join(existing) or 'none yet'}"
+            ) from None
+        except (duckdb.ParserException, duckdb.BinderException) as error:
+            raise QueryError(f"{_first_line(error)}") from None
     finally:
         connection.close()
+
+
+class QueryError(TableError):
+    """A query that cannot run as written; the message says why and what exists."""
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def table_history(table: Table) -> list[dict[str, Any]]:
@@ -115,7 +153,7 @@ def _named_tables(sql: str) -> set[str]:
         row = connection.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     tree = json.loads(row[0]) if row else {}
     if tree.get("error"):
-        raise ValueError(f"Cannot parse the query: {tree.get('error_message', tree)}")
+        raise QueryError(f"Cannot parse the query: {tree.get('error_message', tree)}")
     names: set[str] = set()
     pending: list[Any] = [tree]
     while pending:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
-from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake.errors import TableError
+from kinesis_lake.iceberg.catalog import configured_catalog_properties, open_catalog
 from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
 from kinesis_lake.iceberg.summary import committed_positions as table_positions
 
@@ -22,6 +23,26 @@ from kinesis_lake.iceberg.summary import committed_positions as table_positions
 def open_lake(settings: Settings) -> Catalog:
     """The catalog every table of this deployment lives in."""
     return open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+
+
+def open_existing_lake(settings: Settings) -> Catalog:
+    """The catalog, for commands that only read: a local lake that does not exist yet is an
+    error (opening it would create an empty one, and the reader would see nothing)."""
+    local = configured_catalog_properties(settings.catalog_name) is None
+    if local and not (settings.data_dir.expanduser().resolve() / "catalog.db").exists():
+        raise TableError(
+            f"No lake at KINESIS_LAKE_DATA_DIR={settings.data_dir} yet. make dev keeps its "
+            "lake in .data/dev and make demo in .data/demo (set KINESIS_LAKE_DATA_DIR to "
+            "read them); kinesis-lake ingest creates one here."
+        )
+    return open_lake(settings)
+
+
+def table_names(catalog: Catalog, namespace: str) -> list[str]:
+    try:
+        return sorted(identifier[-1] for identifier in catalog.list_tables(namespace))
+    except NoSuchNamespaceError:
+        return []
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table | None:

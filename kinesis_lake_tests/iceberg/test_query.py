@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-import duckdb
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
@@ -16,7 +15,7 @@ from pyiceberg.types import NestedField, StringType
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.maintenance import compact
-from kinesis_lake.iceberg.query import format_table, run_sql, table_history
+from kinesis_lake.iceberg.query import QueryError, format_table, run_sql, table_history
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake_tests.iceberg.helpers import ingest
 
@@ -55,7 +54,9 @@ def test_sql_joins_two_tables_by_short_and_qualified_names(raw: Table, catalog: 
     )
 
     assert result.to_pylist() == [{"owner": "team-a", "n": 10}]
-    with pytest.raises(duckdb.CatalogException, match="raw_typo"):
+    with pytest.raises(
+        QueryError, match="raw_typo does not exist!; the tables in lake are: raw, shards"
+    ):
         run_sql(catalog, "lake", "select * from raw_typo")
 
 
@@ -79,9 +80,9 @@ def test_time_travel_to_a_snapshot_pins_the_table_that_owns_it(
     sql = "select (select count(*) from raw) as r, (select count(*) from shards) as s"
 
     assert run_sql(catalog, "lake", sql, snapshot_id=first).to_pylist() == [{"r": 10, "s": 1}]
-    with pytest.raises(ValueError, match="has snapshot 42"):
+    with pytest.raises(QueryError, match="has snapshot 42"):
         run_sql(catalog, "lake", sql, snapshot_id=42)
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(QueryError, match="not both"):
         run_sql(catalog, "lake", sql, snapshot_id=first, as_of_ms=1)
 
 
@@ -123,7 +124,7 @@ def test_format_table_looks_like_spark_show() -> None:
             "| id|  ok|                data|                text|",
             "+---+----+--------------------+--------------------+",
             "|  1|true|             [F3 89]|               short|",
-            "| 22|NULL|[78 78 78 78 78 7...|a string longer t...|",
+            "| 22|NULL|xxxxxxxxxxxxxxxxx...|a string longer t...|",
             "+---+----+--------------------+--------------------+",
         ]
     )

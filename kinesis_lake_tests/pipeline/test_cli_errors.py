@@ -10,6 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from kinesis_lake.iceberg.raw_table import ensure_raw_table
+from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake_tests.iceberg.helpers import ingest
 from kinesis_lake_tests.pipeline_helpers import produce, settings_env
 
 
@@ -59,3 +62,53 @@ def test_an_error_raised_inside_spark_is_one_line_naming_the_spark_log(
     assert lines[0].startswith("kinesis-lake: ") and "yesterday" in lines[0]
     assert "Traceback" not in failed.stderr and "py4j" not in failed.stderr.lower()
     assert lines[1] == f"(Spark's log: {settings.log_dir / 'spark.log'})"
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0, done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    return line
+
+
+def test_reading_commands_fail_in_one_line_that_says_what_exists(
+    kinesalite_endpoint, settings_factory
+):
+    """A typo in a table name, bad SQL, a bad --as-of, a time before any data, a lake that
+    is not there: each was a traceback (26 to 101 lines)."""
+    settings = settings_factory(kinesalite_endpoint)
+    env = settings_env(settings)
+
+    nowhere = _cli(env, "query", "SELECT 1 FROM raw_events")
+    assert _one_line(nowhere).startswith(
+        f"kinesis-lake: No lake at KINESIS_LAKE_DATA_DIR={settings.data_dir} yet."
+    )
+    assert not (settings.data_dir / "catalog.db").exists(), "reading created an empty catalog"
+
+    catalog = open_lake(settings)
+    catalog.create_namespace_if_not_exists(settings.namespace)
+    raw = ensure_raw_table(catalog, settings.raw_table)
+    ingest(raw, "writer", 0, [1, 2])
+    first = raw.current_snapshot()
+    assert first is not None
+
+    assert _one_line(_cli(env, "query", "SELECT count(*) FROM raw_event")) == (
+        "kinesis-lake: Catalog Error: Table with name raw_event does not exist!; the tables in "
+        f"{settings.namespace} are: raw_events"
+    )
+    assert _one_line(_cli(env, "query", "SELEC 1")).startswith(
+        "kinesis-lake: Cannot parse the query: syntax error"
+    )
+    assert _one_line(_cli(env, "query", "SELECT nope FROM raw_events")).startswith(
+        'kinesis-lake: Binder Error: Referenced column "nope" not found'
+    )
+    assert _one_line(_cli(env, "query", "SELECT 1 FROM raw_events", "--as-of", "yesterday")) == (
+        "kinesis-lake: configuration error: --as-of 'yesterday' is neither ISO-8601 "
+        "(2026-11-24T10:00:00Z) nor epoch milliseconds"
+    )
+    before = _cli(env, "query", "SELECT 1 FROM raw_events", "--as-of", str(first.timestamp_ms - 1))
+    assert _one_line(before).startswith("kinesis-lake: No table the query names had data at ")
+    assert "the earliest data is raw_events's" in _one_line(before)
+    assert _one_line(_cli(env, "history", "raw_event")) == (
+        f"kinesis-lake: No table {settings.namespace}.raw_event; the tables in "
+        f"{settings.namespace} are: raw_events"
+    )
