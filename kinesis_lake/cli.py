@@ -255,7 +255,9 @@ def _as_of_ms(text: str) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> None:
-    from kinesis_lake.iceberg.query import table_history
+    import pyarrow as pa
+
+    from kinesis_lake.iceberg.query import format_table, table_history
     from kinesis_lake.pipeline.lake import load_table, open_existing_lake, table_names
 
     settings = _settings()
@@ -266,10 +268,17 @@ def cmd_history(args: argparse.Namespace) -> None:
         tables = ", ".join(table_names(catalog, settings.namespace)) or "none yet"
         raise TableError(f"No table {name}; the tables in {settings.namespace} are: {tables}")
     rows = table_history(table)
-    columns = ["snapshot_id", "timestamp", "operation", "added_records", "writer_id", "batch_id"]
-    print("  ".join(f"{c:>20}" for c in columns))
-    for row in rows:
-        print("  ".join(f"{row.get(c)!s:>20}" for c in columns))
+    columns = [
+        "snapshot_id",
+        "timestamp",
+        "operation",
+        "added_records",
+        "rewritten_records",
+        "writer_id",
+        "batch_id",
+    ]
+    shown = pa.Table.from_pylist([{c: row[c] for c in columns} for row in rows])
+    print(format_table(shown.select(columns), max_rows=max(1, len(rows)), max_width=40))
 
 
 def cmd_replay(args: argparse.Namespace) -> None:

@@ -187,17 +187,23 @@ def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
         value = summary.get(key) if summary else None
         return int(value) if value is not None else None
 
+    # Upkeep rewrites rows it does not add: an "overwrite" of N rows by no writer read
+    # like a duplicate load.
+    upkeep = summary is not None and summary.get(keys.OPERATION) == keys.COMPACTION
+    added = number("added-records")
+
     return {
         "snapshot_id": snapshot.snapshot_id,
         "parent_id": snapshot.parent_snapshot_id,
         "timestamp": datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=UTC).isoformat(
             timespec="milliseconds"
         ),
-        "operation": operation,
-        "added_records": number("added-records"),
+        "operation": keys.COMPACTION if upkeep else operation,
+        "added_records": None if upkeep else added,
+        "rewritten_records": added if upkeep else None,
         "added_data_files": number("added-data-files"),
         "total_records": number("total-records"),
-        "writer_id": summary.get(keys.WRITER_ID) if summary else None,
+        "writer_id": "maintenance" if upkeep else summary.get(keys.WRITER_ID) if summary else None,
         "batch_id": number(keys.BATCH_ID),
         "source_snapshot_id": number(SOURCE_SNAPSHOT_PROPERTY),
         "is_current": is_current,

@@ -93,15 +93,21 @@ def test_history_lists_every_snapshot_with_what_we_recorded(raw: Table) -> None:
 
     history = table_history(raw)
 
-    assert [h["operation"] for h in history] == ["append", "append", "overwrite"]
+    # A compaction is upkeep, not a load: said so, and its rows count as rewritten.
+    assert [h["operation"] for h in history] == ["append", "append", "compaction"]
     assert [h["snapshot_id"] for h in history[:2]] == [first.snapshot_id, second.snapshot_id]
     assert [h["parent_id"] for h in history] == [
         None,
         first.snapshot_id,
         second.snapshot_id,
     ]
-    assert [(h["writer_id"], h["batch_id"]) for h in history] == [("w", 0), ("w", 1), (None, None)]
-    assert [h["added_records"] for h in history] == [10, 4, 14]
+    assert [(h["writer_id"], h["batch_id"]) for h in history] == [
+        ("w", 0),
+        ("w", 1),
+        ("maintenance", None),
+    ]
+    assert [h["added_records"] for h in history] == [10, 4, None]
+    assert [h["rewritten_records"] for h in history] == [None, None, 14]
     assert [h["added_data_files"] for h in history] == [1, 1, 1]
     assert [h["total_records"] for h in history] == [10, 14, 14]
     assert [h["is_current"] for h in history] == [False, False, True]
