@@ -31,6 +31,28 @@ def _settings() -> Settings:
     return Settings.from_env()
 
 
+def _streams(settings: Settings, chosen: str | None, *, one: bool = False) -> list[Settings]:
+    """The settings of the streams a command works on: ``--stream``, else every stream the
+    declaration names (exactly one, for commands that run one query)."""
+    from kinesis_lake.events.declaration import load_declaration
+    from kinesis_lake.pipeline.lake import lake_streams
+
+    streams = lake_streams(settings, load_declaration(settings.event_schema_path))
+    names = [stream.stream_name for stream in streams]
+    if chosen is not None:
+        streams = [stream for stream in streams if stream.stream_name == chosen]
+        if not streams:
+            raise ConfigurationError(
+                f"--stream {chosen}: not a stream of this lake; its streams: {', '.join(names)}"
+            )
+    if one and len(streams) > 1:
+        raise ConfigurationError(
+            f"the declaration names {len(streams)} streams: choose one with --stream "
+            f"({', '.join(names)})"
+        )
+    return streams
+
+
 def _preflight(settings: Settings, *, event_schema: bool) -> None:
     """Fail before Spark starts, in one line naming the setting (see pipeline/preflight.py)."""
     from kinesis_lake.pipeline.preflight import preflight
@@ -72,7 +94,7 @@ def cmd_produce(args: argparse.Namespace) -> None:
     from kinesis_lake.kinesis.producer import put_records, sample_events
     from kinesis_lake.kinesis.streams import ensure_stream
 
-    settings = _settings()
+    (settings,) = _streams(_settings(), args.stream, one=True)
     client = kinesis_client(settings.endpoint_url, settings.region)
     ensure_stream(client, settings.stream_name, settings.shard_count)
     events = sample_events(
@@ -95,15 +117,19 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     from kinesis_lake.spark.session import build_spark_session
 
     settings = _settings()
-    _preflight(settings, event_schema=args.derive)
+    streams = _streams(settings, args.stream)
+    for stream in streams:
+        _preflight(stream, event_schema=args.derive)
     spark = build_spark_session(settings.spark_master, log_dir=settings.log_dir)
     try:
-        with IngestProgress() as progress:
-            result = run_ingestion(spark, settings, on_batch=progress.batch)
-        print(
-            f"ingested {result.rows} rows in {result.batches} micro-batches "
-            f"({result.rows_per_second:,.0f} rows/s); raw table holds {result.raw_rows_total}"
-        )
+        for stream in streams:
+            with IngestProgress() as progress:
+                result = run_ingestion(spark, stream, on_batch=progress.batch)
+            print(
+                f"ingested {result.rows} rows from {stream.stream_name} in {result.batches} "
+                f"micro-batches ({result.rows_per_second:,.0f} rows/s); "
+                f"{stream.raw_table_name} holds {result.raw_rows_total}"
+            )
         if args.derive:
             derived = refresh_derived(spark, settings)
             written = ", ".join(
@@ -126,7 +152,7 @@ def cmd_maintain(args: argparse.Namespace) -> None:
 
     settings = _settings()
     catalog = open_lake(settings)
-    lake = consumers(load_declaration(settings.event_schema_path))
+    lake = consumers(load_declaration(settings.event_schema_path), settings.raw_table_name)
     tables = [t for t in lake if load_table(catalog, settings.table_identifier(t)) is not None]
     if not tables:
         print("no tables yet: nothing to maintain")
@@ -152,7 +178,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
     from kinesis_lake.pipeline.ingest import run_continuous
     from kinesis_lake.spark.session import build_spark_session
 
-    settings = _settings()
+    (settings,) = _streams(_settings(), args.stream, one=True)
     _preflight(settings, event_schema=False)
     stop = threading.Event()
 
@@ -402,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce = _command(commands, "produce", "send generated JSON events", cmd_produce)
     produce.add_argument("--count", type=int, required=True, help="how many records to send")
     produce.add_argument(
+        "--stream", default=None, help="the declared stream to send to (when there are several)"
+    )
+    produce.add_argument(
         "--rate", type=float, default=None, help="records per second; default: as fast as it can"
     )
     produce.add_argument(
@@ -422,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = _command(commands, "ingest", "one bounded ingestion run (availableNow)", cmd_ingest)
     ingest.add_argument("--derive", action="store_true", help="refresh derived tables too")
+    ingest.add_argument(
+        "--stream", default=None, help="only this declared stream; default: every stream"
+    )
 
     maintain = _command(
         commands,
@@ -439,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     stream = _command(commands, "stream", "continuous ingestion until SIGTERM/SIGINT", cmd_stream)
     stream.add_argument(
         "--trigger", default="5 seconds", help="processing-time trigger between micro-batches"
+    )
+    stream.add_argument(
+        "--stream", default=None, help="the declared stream to follow (when there are several)"
     )
 
     query = _command(

@@ -14,8 +14,9 @@ through this object, its logs, or Dagster metadata.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
@@ -70,7 +71,14 @@ class Settings:
     """
 
     stream_name: str = setting(
-        "KINESIS_STREAM_NAME", "Kinesis stream to ingest.", default="kinesis-lake-events"
+        "KINESIS_STREAM_NAME",
+        "Kinesis stream to ingest, unless the declaration file names its streams.",
+        default="kinesis-lake-events",
+    )
+    raw_table_name: str = setting(
+        "KINESIS_LAKE_RAW_TABLE",
+        "Table the stream is ingested into, unless the declaration file names its streams.",
+        default=RAW_TABLE,
     )
     endpoint_url: str | None = setting(
         "KINESIS_ENDPOINT_URL",
@@ -164,6 +172,11 @@ class Settings:
         """Fail fast, naming the environment variable and the values it accepts."""
         if not self.stream_name:
             raise SettingsError("KINESIS_STREAM_NAME is empty: set it to the stream's name.")
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.raw_table_name):
+            raise SettingsError(
+                f"KINESIS_LAKE_RAW_TABLE={self.raw_table_name!r}: use lower-case letters, digits "
+                "and underscores, not starting with a digit."
+            )
         if self.shard_count < 1:
             raise SettingsError(
                 f"KINESIS_SHARD_COUNT={self.shard_count}: it must be a whole number >= 1."
@@ -210,7 +223,12 @@ class Settings:
 
     @property
     def raw_table(self) -> str:
-        return f"{self.namespace}.{RAW_TABLE}"
+        return f"{self.namespace}.{self.raw_table_name}"
+
+    def for_stream(self, stream_name: str, raw_table_name: str) -> Settings:
+        """These settings for one of the declaration's streams (its own raw table, and so
+        its own checkpoint and progress records)."""
+        return replace(self, stream_name=stream_name, raw_table_name=raw_table_name)
 
     def table_identifier(self, name: str) -> str:
         """A declared table's identifier in this deployment's namespace."""

@@ -35,6 +35,7 @@ from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
+from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
     QUARANTINE_TABLE,
@@ -65,8 +66,8 @@ INGESTION_POOL = "kinesis_lake_ingestion"
 DERIVE_POOL = "kinesis_lake_derive"
 MAINTENANCE_POOL = "kinesis_lake_maintenance"
 
-KINESIS_STREAM = dg.AssetKey("kinesis_stream")
-RAW_EVENTS = dg.AssetKey(RAW_TABLE)
+KINESIS_STREAM = DEFAULT_STREAM.stream_asset
+RAW_EVENTS = DEFAULT_STREAM.raw_asset
 EVENTS_QUARANTINE = dg.AssetKey(QUARANTINE_TABLE)
 EVENT_COUNTS_PER_MINUTE = dg.AssetKey(AGGREGATE_TABLE)
 
@@ -74,20 +75,25 @@ STREAM_OBSERVATION_INTERVAL = timedelta(minutes=5)
 """The backlog sensor records the stream's state at least this often (more often when it
 changes); the stream's freshness policy fails when those records stop."""
 
-kinesis_stream = dg.AssetSpec(
-    KINESIS_STREAM,
-    description=(
-        "The Kinesis data stream the lake ingests. External: Dagster does not write it; the "
-        "backlog sensor records its shards, retention and oldest unconsumed record as "
-        "materializations, so a stopped sensor shows up as a stale stream."
-    ),
-    group_name=INGESTION_GROUP,
-    kinds={"kinesis"},
-    owners=OWNERS,
-    freshness_policy=dg.FreshnessPolicy.time_window(
-        fail_window=STREAM_OBSERVATION_INTERVAL * 3, warn_window=STREAM_OBSERVATION_INTERVAL * 2
-    ),
-)
+
+def stream_spec(keys: StreamKeys) -> dg.AssetSpec:
+    """A Kinesis stream of the lake, as an external asset the backlog sensor observes."""
+    return dg.AssetSpec(
+        keys.stream_asset,
+        description=(
+            f"The Kinesis data stream {keys.stream or '(KINESIS_STREAM_NAME)'} ingested into "
+            f"{keys.raw_table}. External: Dagster does not write it; the backlog sensor "
+            "records its shards, retention and oldest unconsumed record as materializations, "
+            "so a stopped sensor shows up as a stale stream."
+        ),
+        group_name=INGESTION_GROUP,
+        kinds={"kinesis"},
+        owners=OWNERS,
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=STREAM_OBSERVATION_INTERVAL * 3,
+            warn_window=STREAM_OBSERVATION_INTERVAL * 2,
+        ),
+    )
 
 
 def table_column_schema(schema: Schema) -> dg.TableSchema:
@@ -118,51 +124,61 @@ def _table_metadata(identifier: str, table: Table) -> dict[str, Any]:
     return metadata
 
 
-@dg.asset(
-    key=RAW_EVENTS,
-    deps=[kinesis_stream],
-    group_name=INGESTION_GROUP,
-    kinds={"spark", "iceberg"},
-    owners=OWNERS,
-    pool=INGESTION_POOL,
-    description=(
-        "Every Kinesis user record exactly once, payload bytes untouched. A run drains what "
-        "the stream holds when it starts (Spark availableNow) and commits each micro-batch "
-        "with its shard positions; replays are skipped by batch id."
-    ),
-)
-def raw_events(
-    context: dg.AssetExecutionContext,
-    settings: PipelineSettingsResource,
-    kinesis: KinesisResource,
-    spark: SparkResource,
-) -> dg.MaterializeResult:
-    lake = settings.settings()
-    kinesis.require_same_stream(lake)
-    from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
+def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
+    """The raw table one stream is ingested into."""
 
-    preflight(lake, event_schema=False)  # before the JVM starts, in one line
-    result = run_ingestion(spark.session, lake)
-    context.log.info(
-        f"Ingested {result.rows} rows in {result.batches} micro-batches from "
-        f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "
-        f"skipped ranges: {result.skipped_ranges}"
+    @dg.asset(
+        key=keys.raw_asset,
+        deps=[keys.stream_asset],
+        group_name=INGESTION_GROUP,
+        kinds={"spark", "iceberg"},
+        owners=OWNERS,
+        pool=INGESTION_POOL,
+        description=(
+            "Every Kinesis user record exactly once, payload bytes untouched. A run drains "
+            "what the stream holds when it starts (Spark availableNow) and commits each "
+            "micro-batch with its shard positions; replays are skipped by batch id."
+        ),
     )
-    raw = open_lake(lake).load_table(lake.raw_table)
-    metadata = {
-        **_table_metadata(lake.raw_table, raw),
-        "dagster/row_count": result.raw_rows_total,
-        "rows_added": result.rows,
-        "batches": result.batches,
-        "seconds": round(result.seconds, 3),
-        "rows_per_second": round(result.rows_per_second, 1),
-        "shards_read": result.shards_read,
-        "skipped_ranges": result.skipped_ranges,
-        **_lag_metadata(result.max_millis_behind_latest, result.millis_behind_latest),
-    }
-    if result.snapshot_id is not None:
-        metadata["snapshot_id"] = int(result.snapshot_id)
-    return dg.MaterializeResult(metadata=metadata)
+    def raw(
+        context: dg.AssetExecutionContext,
+        settings: PipelineSettingsResource,
+        kinesis: KinesisResource,
+        spark: SparkResource,
+    ) -> dg.MaterializeResult:
+        lake = keys.settings(settings.settings())
+        if not keys.declared:
+            kinesis.require_same_stream(lake)
+        from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
+
+        preflight(lake, event_schema=False)  # before the JVM starts, in one line
+        result = run_ingestion(spark.session, lake)
+        context.log.info(
+            f"Ingested {result.rows} rows in {result.batches} micro-batches from "
+            f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "
+            f"skipped ranges: {result.skipped_ranges}"
+        )
+        table = open_lake(lake).load_table(lake.raw_table)
+        metadata = {
+            **_table_metadata(lake.raw_table, table),
+            "dagster/row_count": result.raw_rows_total,
+            "rows_added": result.rows,
+            "batches": result.batches,
+            "seconds": round(result.seconds, 3),
+            "rows_per_second": round(result.rows_per_second, 1),
+            "shards_read": result.shards_read,
+            "skipped_ranges": result.skipped_ranges,
+            **_lag_metadata(result.max_millis_behind_latest, result.millis_behind_latest),
+        }
+        if result.snapshot_id is not None:
+            metadata["snapshot_id"] = int(result.snapshot_id)
+        return dg.MaterializeResult(metadata=metadata)
+
+    return raw
+
+
+kinesis_stream = stream_spec(DEFAULT_STREAM)
+raw_events = raw_asset(DEFAULT_STREAM)
 
 
 def _lag_metadata(max_lag: int, by_shard: dict[str, int]) -> dict[str, int]:
@@ -191,7 +207,7 @@ def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.As
     if batch.snapshot_id is not None:
         metadata["snapshot_id"] = int(batch.snapshot_id)
     return dg.AssetMaterialization(
-        asset_key=RAW_EVENTS,
+        asset_key=dg.AssetKey(settings.raw_table_name),
         description=f"Continuous ingestion: micro-batch {batch.batch_id} added {batch.rows} rows.",
         metadata=metadata,
     )
@@ -281,13 +297,16 @@ def _shown_path(path: Path | None) -> str:
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
 
 
-def derived_specs(declaration: LakeDeclaration, namespace: str) -> list[dg.AssetSpec]:
+def derived_specs(
+    declaration: LakeDeclaration, namespace: str, streams: list[StreamKeys]
+) -> list[dg.AssetSpec]:
     """One asset per declared table, then the quarantine and the aggregate."""
+    raw_of = {keys.stream: keys.raw_asset for keys in streams}
     path = _shown_path(declaration.path)
     specs = [
         dg.AssetSpec(
             dg.AssetKey(table.name),
-            deps=[RAW_EVENTS],
+            deps=[raw_of[table.stream]],
             description=_declared_table_description(table, path),
             metadata={
                 "dagster/table_name": f"{namespace}.{table.name}",
@@ -301,7 +320,7 @@ def derived_specs(declaration: LakeDeclaration, namespace: str) -> list[dg.Asset
         *specs,
         dg.AssetSpec(
             EVENTS_QUARANTINE,
-            deps=[RAW_EVENTS],
+            deps=[keys.raw_asset for keys in streams],
             description=(
                 "Raw records no declared table could take, with payload bytes and the reason: "
                 "undecodable, no route, rejected by a table's schema (target_table names it), "
@@ -330,13 +349,15 @@ def derived_specs(declaration: LakeDeclaration, namespace: str) -> list[dg.Asset
     ]
 
 
-def derived_tables_asset(declaration: LakeDeclaration, namespace: str) -> dg.AssetsDefinition:
+def derived_tables_asset(
+    declaration: LakeDeclaration, namespace: str, streams: list[StreamKeys]
+) -> dg.AssetsDefinition:
     """The declared tables, quarantine and aggregate, refreshed together: one routing pass
     over the raw files appended since the last refresh feeds them all."""
 
     @dg.multi_asset(
         name="derived_tables",
-        specs=derived_specs(declaration, namespace),
+        specs=derived_specs(declaration, namespace, streams),
         pool=DERIVE_POOL,
         description=(
             "One incremental refresh of the derived tables: the raw files appended since the "
@@ -457,6 +478,8 @@ def _maintenance_asset(table: str) -> dg.AssetsDefinition:
     return _maintain
 
 
-def maintenance_assets(declaration: LakeDeclaration) -> list[dg.AssetsDefinition]:
+def maintenance_assets(
+    declaration: LakeDeclaration, raw_table: str = RAW_TABLE
+) -> list[dg.AssetsDefinition]:
     """One upkeep asset per table of the lake, raw, declared and fixed alike."""
-    return [_maintenance_asset(table) for table in consumers(declaration)]
+    return [_maintenance_asset(table) for table in consumers(declaration, raw_table)]

@@ -105,10 +105,12 @@ class BacklogHistory:
         )
 
 
-def backlog_history(instance: dg.DagsterInstance, base: str) -> BacklogHistory:
+def backlog_history(
+    instance: dg.DagsterInstance, base: str, sensor_name: str = BACKLOG_SENSOR_NAME
+) -> BacklogHistory:
     """The backlog sensor's finished runs whose key names ``base`` (one query)."""
     records = instance.get_run_records(
-        dg.RunsFilter(tags={_SENSOR_NAME_TAG: BACKLOG_SENSOR_NAME}, statuses=list(_FINISHED)),
+        dg.RunsFilter(tags={_SENSOR_NAME_TAG: sensor_name}, statuses=list(_FINISHED)),
         limit=_RUNS_LOOKED_AT,
     )
     ours = [

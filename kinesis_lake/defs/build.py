@@ -7,14 +7,15 @@ import dagster as dg
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import (
     derived_tables_asset,
-    kinesis_stream,
     maintenance_assets,
-    raw_events,
+    raw_asset,
+    stream_spec,
 )
 from kinesis_lake.defs.checks import all_checks
-from kinesis_lake.defs.jobs import jobs, schedules
+from kinesis_lake.defs.jobs import lake_jobs, schedules
 from kinesis_lake.defs.resources import lake_resources
-from kinesis_lake.defs.sensors import sensors
+from kinesis_lake.defs.sensors import lake_sensors
+from kinesis_lake.defs.streams import stream_keys
 from kinesis_lake.events.declaration import load_declaration
 
 
@@ -26,16 +27,18 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     load (and ``dagster definitions validate``) with its file and line.
     """
     declaration = load_declaration(settings.event_schema_path)
+    streams = stream_keys(settings, declaration)
+    jobs = lake_jobs(streams)
     return dg.Definitions(
         assets=[
-            kinesis_stream,
-            raw_events,
-            derived_tables_asset(declaration, settings.namespace),
-            *maintenance_assets(declaration),
+            *(stream_spec(keys) for keys in streams),
+            *(raw_asset(keys) for keys in streams),
+            derived_tables_asset(declaration, settings.namespace, streams),
+            *maintenance_assets(declaration, settings.raw_table_name),
         ],
-        asset_checks=all_checks(declaration),
-        jobs=jobs,
+        asset_checks=all_checks(declaration, streams),
+        jobs=list(jobs.values()),
         schedules=schedules,
-        sensors=sensors,
+        sensors=lake_sensors(streams, jobs),
         resources=lake_resources(),
     )

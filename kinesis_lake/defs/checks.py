@@ -15,17 +15,13 @@ from typing import Any
 import dagster as dg
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import (
-    EVENT_COUNTS_PER_MINUTE,
-    EVENTS_QUARANTINE,
-    RAW_EVENTS,
-)
+from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+from kinesis_lake.defs.streams import StreamKeys
 from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.events.declaration import (
     QUARANTINE_TABLE,
-    RAW_TABLE,
     LakeDeclaration,
     TableDeclaration,
     load_declaration,
@@ -99,147 +95,156 @@ def freshness_outcome(fresh: StreamFreshness) -> tuple[bool, dict, str]:
 
 
 def measure_freshness(settings: Settings, kinesis: KinesisResource) -> StreamFreshness:
-    kinesis.require_same_stream(settings)
+    """Freshness of ``settings``' stream (the resource provides the client, not the name:
+    a lake of several streams measures each with one client)."""
     return stream_freshness(
         kinesis.get_client(),
-        kinesis.stream_name,
+        settings.stream_name,
         raw_positions(settings).positions,
         max_lag_minutes=settings.freshness_minutes,
     )
 
 
-@dg.asset_check(
-    asset=RAW_EVENTS,
-    name=FRESHNESS_CHECK,
-    description=(
-        "Stale only when the stream holds unconsumed records older than "
-        "KINESIS_LAKE_FRESHNESS_MINUTES: a quiet stream never makes the table stale. Also "
-        "evaluated by the backlog sensor each time it records the stream's state."
-    ),
-)
-def raw_events_fresh(
-    settings: PipelineSettingsResource, kinesis: KinesisResource
-) -> dg.AssetCheckResult:
-    passed, metadata, description = freshness_outcome(
-        measure_freshness(settings.settings(), kinesis)
-    )
-    return dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
+def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
+    """The checks of one stream's raw table."""
+    raw_asset = keys.raw_asset
+    table = keys.raw_table
 
+    def lake_of(settings: PipelineSettingsResource, kinesis: KinesisResource | None = None):
+        lake = keys.settings(settings.settings())
+        if kinesis is not None and not keys.declared:
+            kinesis.require_same_stream(lake)
+        return lake
 
-@dg.asset_check(
-    asset=RAW_EVENTS,
-    name=STALL_CHECK,
-    description=(
-        "Fails when a run the backlog sensor launched finished (failed, or succeeded "
-        "without committing) while the stream still holds records past the committed "
-        "positions: ingestion is stuck and says why. Also evaluated by the backlog sensor "
-        "whenever the verdict changes; the sensor keeps retrying with back-off."
-    ),
-)
-def raw_events_ingestion_advances(
-    context: dg.AssetCheckExecutionContext,
-    settings: PipelineSettingsResource,
-    kinesis: KinesisResource,
-) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    fresh = measure_freshness(lake, kinesis)
-    base = backlog_run_key(kinesis.stream_name, fresh.positions)
-    stall = backlog_history(context.instance, base).stall(fresh.probe.shards_with_backlog)
-    return dg.AssetCheckResult(
-        passed=stall is None,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"shards_with_backlog": len(fresh.probe.shards_with_backlog)},
-        description=stall or "No run launched for the current backlog has finished without it.",
-    )
-
-
-@dg.asset_check(
-    asset=RAW_EVENTS,
-    name=DUPLICATES_CHECK,
-    blocking=True,
-    description=(
-        "Each (stream_name, shard_id, sequence_number, sub_sequence_number) at most once: "
-        "the exactly-once guarantee itself. Blocking: derived tables wait for a fix."
-    ),
-)
-def raw_events_no_duplicates(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    (raw,) = _tables(lake, "raw_table")
-    if raw is None:
-        return _missing_table(RAW_EVENTS, DUPLICATES_CHECK, lake.raw_table)
-    report = raw_duplicates(raw)
-    return dg.AssetCheckResult(
-        passed=report.passed,
-        metadata={
-            "rows": report.rows,
-            "duplicate_keys": report.duplicate_keys,
-            "extra_rows": report.extra_rows,
-        },
+    @dg.asset_check(
+        asset=raw_asset,
+        name=FRESHNESS_CHECK,
         description=(
-            "No Kinesis record is stored twice."
-            if report.passed
-            else f"{report.duplicate_keys} records stored more than once ({report.extra_rows} "
-            f"extra rows), e.g. {', '.join(report.examples)}."
+            "Stale only when the stream holds unconsumed records older than "
+            "KINESIS_LAKE_FRESHNESS_MINUTES: a quiet stream never makes the table stale. Also "
+            "evaluated by the backlog sensor each time it records the stream's state."
         ),
     )
-
-
-@dg.asset_check(
-    asset=RAW_EVENTS,
-    name=POSITIONS_CHECK,
-    description=(
-        "Per shard, the highest sequence number in the table equals the position the sink "
-        "committed with it (snapshot summary kinesis-lake.positions): no rows beyond what "
-        "was committed, no committed records missing."
-    ),
-)
-def raw_events_match_positions(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    (raw,) = _tables(lake, "raw_table")
-    if raw is None:
-        return _missing_table(RAW_EVENTS, POSITIONS_CHECK, lake.raw_table)
-    report = raw_position_reconciliation(raw)
-    metadata: dict[str, Any] = {
-        "rows": report.rows,
-        "shards_in_table": len(report.table_max),
-        "shards_committed": len(report.committed),
-        "mismatched_shards": len(report.mismatched),
-        "committed_positions": dg.MetadataValue.json(report.committed),
-    }
-    if report.passed:
-        description = f"{len(report.committed)} shards: table and committed positions agree."
-    else:
-        details = "; ".join(
-            f"{shard}: table max {in_table or 'none'}, committed {position or 'none'}"
-            for shard, (in_table, position) in list(report.mismatched.items())[:5]
+    def fresh(settings: PipelineSettingsResource, kinesis: KinesisResource) -> dg.AssetCheckResult:
+        passed, metadata, description = freshness_outcome(
+            measure_freshness(lake_of(settings, kinesis), kinesis)
         )
-        description = f"Table rows and committed positions disagree: {details}."
-    return dg.AssetCheckResult(passed=report.passed, metadata=metadata, description=description)
+        return dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
 
-
-@dg.asset_check(
-    asset=RAW_EVENTS,
-    name=DATA_LOSS_CHECK,
-    description=(
-        "The Kinesis source reported no skipped ranges (records that expired from the stream "
-        "before they were read) in the latest raw_events materialization."
-    ),
-)
-def raw_events_no_data_loss(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    records = context.instance.fetch_materializations(RAW_EVENTS, limit=1).records
-    materialization = records[0].asset_materialization if records else None
-    entry = materialization.metadata.get("skipped_ranges") if materialization else None
-    skipped = int(entry.value) if entry is not None else 0
-    return dg.AssetCheckResult(
-        passed=skipped == 0,
-        metadata={"skipped_ranges": skipped},
+    @dg.asset_check(
+        asset=raw_asset,
+        name=STALL_CHECK,
         description=(
-            "No data loss reported by the source."
-            if skipped == 0
-            else f"The source skipped {skipped} expired ranges: those records are lost. Ingest "
-            "more often than the stream's retention, or raise the retention."
+            "Fails when a run the backlog sensor launched finished (failed, or succeeded "
+            "without committing) while the stream still holds records past the committed "
+            "positions: ingestion is stuck and says why. Also evaluated by the backlog sensor "
+            "whenever the verdict changes; the sensor keeps retrying with back-off."
         ),
     )
+    def ingestion_advances(
+        context: dg.AssetCheckExecutionContext,
+        settings: PipelineSettingsResource,
+        kinesis: KinesisResource,
+    ) -> dg.AssetCheckResult:
+        lake = lake_of(settings, kinesis)
+        fresh = measure_freshness(lake, kinesis)
+        base = backlog_run_key(lake.stream_name, fresh.positions)
+        history = backlog_history(context.instance, base, keys.sensor_name)
+        stall = history.stall(fresh.probe.shards_with_backlog)
+        return dg.AssetCheckResult(
+            passed=stall is None,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"shards_with_backlog": len(fresh.probe.shards_with_backlog)},
+            description=stall or "No run launched for the current backlog has finished without it.",
+        )
+
+    @dg.asset_check(
+        asset=raw_asset,
+        name=DUPLICATES_CHECK,
+        blocking=True,
+        description=(
+            "Each (stream_name, shard_id, sequence_number, sub_sequence_number) at most once: "
+            "the exactly-once guarantee itself. Blocking: derived tables wait for a fix."
+        ),
+    )
+    def no_duplicates(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = lake_of(settings)
+        (raw,) = _tables(lake, "raw_table")
+        if raw is None:
+            return _missing_table(raw_asset, DUPLICATES_CHECK, lake.raw_table)
+        report = raw_duplicates(raw)
+        return dg.AssetCheckResult(
+            passed=report.passed,
+            metadata={
+                "rows": report.rows,
+                "duplicate_keys": report.duplicate_keys,
+                "extra_rows": report.extra_rows,
+            },
+            description=(
+                "No Kinesis record is stored twice."
+                if report.passed
+                else f"{report.duplicate_keys} records stored more than once "
+                f"({report.extra_rows} extra rows), e.g. {', '.join(report.examples)}."
+            ),
+        )
+
+    @dg.asset_check(
+        asset=raw_asset,
+        name=POSITIONS_CHECK,
+        description=(
+            "Per shard, the highest sequence number in the table equals the position the sink "
+            "committed with it (snapshot summary kinesis-lake.positions): no rows beyond what "
+            "was committed, no committed records missing."
+        ),
+    )
+    def match_positions(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = lake_of(settings)
+        (raw,) = _tables(lake, "raw_table")
+        if raw is None:
+            return _missing_table(raw_asset, POSITIONS_CHECK, lake.raw_table)
+        report = raw_position_reconciliation(raw)
+        metadata: dict[str, Any] = {
+            "rows": report.rows,
+            "shards_in_table": len(report.table_max),
+            "shards_committed": len(report.committed),
+            "mismatched_shards": len(report.mismatched),
+            "committed_positions": dg.MetadataValue.json(report.committed),
+        }
+        if report.passed:
+            description = f"{len(report.committed)} shards: table and committed positions agree."
+        else:
+            details = "; ".join(
+                f"{shard}: table max {in_table or 'none'}, committed {position or 'none'}"
+                for shard, (in_table, position) in list(report.mismatched.items())[:5]
+            )
+            description = f"Table rows and committed positions disagree: {details}."
+        return dg.AssetCheckResult(passed=report.passed, metadata=metadata, description=description)
+
+    @dg.asset_check(
+        asset=raw_asset,
+        name=DATA_LOSS_CHECK,
+        description=(
+            "The Kinesis source reported no skipped ranges (records that expired from the "
+            f"stream before they were read) in the latest {table} materialization."
+        ),
+    )
+    def no_data_loss(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        records = context.instance.fetch_materializations(raw_asset, limit=1).records
+        materialization = records[0].asset_materialization if records else None
+        entry = materialization.metadata.get("skipped_ranges") if materialization else None
+        skipped = int(entry.value) if entry is not None else 0
+        return dg.AssetCheckResult(
+            passed=skipped == 0,
+            metadata={"skipped_ranges": skipped},
+            description=(
+                "No data loss reported by the source."
+                if skipped == 0
+                else f"The source skipped {skipped} expired ranges: those records are lost. "
+                "Ingest more often than the stream's retention, or raise the retention."
+            ),
+        )
+
+    return [ingestion_advances, fresh, no_duplicates, match_positions, no_data_loss]
 
 
 # ---- derived tables -----------------------------------------------------------------------
@@ -274,36 +279,44 @@ def _reconciliation_description(report: DerivedReconciliation) -> str:
     )
 
 
-def _reconciliation_check(declaration: LakeDeclaration) -> dg.AssetChecksDefinition:
-    only = declaration.tables[0] if len(declaration.tables) == 1 else None
+def _reconciliation_check(
+    declaration: LakeDeclaration, keys: StreamKeys
+) -> dg.AssetChecksDefinition:
+    part = declaration.for_stream(keys.stream)
+    only = part.tables[0] if len(part.tables) == 1 and not declaration.streams else None
     routes_everything = only is not None and not only.route.conditions
+    name = RECONCILIATION_CHECK if not keys.declared else f"reconciles_with_{keys.raw_table}"
 
     @dg.asset_check(
         asset=EVENTS_QUARANTINE,
-        name=RECONCILIATION_CHECK,
+        name=name,
         description=(
-            "Every raw row the derived tables processed is accounted for exactly once: in "
-            "each declared table whose route takes it (or quarantined for that table), or "
-            "else once in quarantine. Nothing dropped, nothing doubled."
+            f"Every {keys.raw_table} row the derived tables processed is accounted for exactly "
+            "once: in each declared table whose route takes it (or quarantined for that "
+            "table), or else once in quarantine. Nothing dropped, nothing doubled."
         ),
     )
     def quarantine_reconciles_with_raw(
         settings: PipelineSettingsResource,
     ) -> dg.AssetCheckResult:
-        lake = settings.settings()
+        lake = keys.settings(settings.settings())
         catalog = open_lake(lake)
-        names = [RAW_TABLE, QUARANTINE_TABLE, *declaration.names]
+        names = [lake.raw_table_name, QUARANTINE_TABLE, *part.names]
         tables = {}
-        for name in names:
-            table = load_table(catalog, lake.table_identifier(name))
+        for table_name in names:
+            table = load_table(catalog, lake.table_identifier(table_name))
             if table is None:
-                return _missing_table(
-                    EVENTS_QUARANTINE, RECONCILIATION_CHECK, lake.table_identifier(name)
-                )
-            tables[name] = table
-        raw, quarantine = tables.pop(RAW_TABLE), tables.pop(QUARANTINE_TABLE)
+                return _missing_table(EVENTS_QUARANTINE, name, lake.table_identifier(table_name))
+            tables[table_name] = table
+        raw, quarantine = tables.pop(lake.raw_table_name), tables.pop(QUARANTINE_TABLE)
         try:
-            report = reconcile_derived(raw, tables, quarantine, routes_everything=routes_everything)
+            report = reconcile_derived(
+                raw,
+                tables,
+                quarantine,
+                routes_everything=routes_everything,
+                stream_name=lake.stream_name if keys.declared else None,
+            )
         except SnapshotExpiredError as error:
             return dg.AssetCheckResult(passed=False, description=str(error))
         metadata: dict[str, Any] = {
@@ -381,38 +394,44 @@ def _schema_check(table: TableDeclaration) -> dg.AssetChecksDefinition:
     return schema_matches
 
 
-@dg.asset_check(
-    asset=EVENTS_QUARANTINE,
-    name=QUARANTINE_CHECK,
-    description=(
-        "Quarantined rows over raw rows processed; warns above "
-        "KINESIS_LAKE_QUARANTINE_WARN_RATIO (a producer or declaration change gone wrong)."
-    ),
-)
-def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-    lake = settings.settings()
-    raw, quarantine = _tables(lake, "raw_table", "quarantine_table")
-    if raw is None or quarantine is None:
-        return _missing_table(EVENTS_QUARANTINE, QUARANTINE_CHECK, lake.quarantine_table)
-    try:
-        report = quarantine_ratio(raw, quarantine)
-    except SnapshotExpiredError as error:
-        return dg.AssetCheckResult(passed=False, description=str(error))
-    passed = report.ratio <= lake.quarantine_warn_ratio
-    return dg.AssetCheckResult(
-        passed=passed,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={
-            "quarantined": report.quarantined,
-            "raw_processed": report.raw_processed,
-            "ratio": round(report.ratio, 6),
-            "warn_ratio": lake.quarantine_warn_ratio,
-        },
+def _quarantine_ratio_check(streams: list[StreamKeys]) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=EVENTS_QUARANTINE,
+        name=QUARANTINE_CHECK,
         description=(
-            f"{report.quarantined} of {report.raw_processed} records quarantined "
-            f"({report.ratio:.2%}; warns above {lake.quarantine_warn_ratio:.2%})."
+            "Quarantined rows over raw rows processed; warns above "
+            "KINESIS_LAKE_QUARANTINE_WARN_RATIO (a producer or declaration change gone wrong)."
         ),
     )
+    def events_quarantine_ratio(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        catalog = open_lake(lake)
+        quarantine = load_table(catalog, lake.quarantine_table)
+        raws = [load_table(catalog, keys.settings(lake).raw_table) for keys in streams]
+        present = [raw for raw in raws if raw is not None]
+        if quarantine is None or not present:
+            return _missing_table(EVENTS_QUARANTINE, QUARANTINE_CHECK, lake.quarantine_table)
+        try:
+            report = quarantine_ratio(present, quarantine)
+        except SnapshotExpiredError as error:
+            return dg.AssetCheckResult(passed=False, description=str(error))
+        passed = report.ratio <= lake.quarantine_warn_ratio
+        return dg.AssetCheckResult(
+            passed=passed,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "quarantined": report.quarantined,
+                "raw_processed": report.raw_processed,
+                "ratio": round(report.ratio, 6),
+                "warn_ratio": lake.quarantine_warn_ratio,
+            },
+            description=(
+                f"{report.quarantined} of {report.raw_processed} records quarantined "
+                f"({report.ratio:.2%}; warns above {lake.quarantine_warn_ratio:.2%})."
+            ),
+        )
+
+    return events_quarantine_ratio
 
 
 def _aggregate_check(source_name: str) -> dg.AssetChecksDefinition:
@@ -458,25 +477,23 @@ def _aggregate_check(source_name: str) -> dg.AssetChecksDefinition:
     return event_counts_match_events
 
 
-raw_checks = [
-    raw_events_ingestion_advances,
-    raw_events_fresh,
-    raw_events_no_duplicates,
-    raw_events_match_positions,
-    raw_events_no_data_loss,
-]
-
-
-def derived_checks(declaration: LakeDeclaration) -> list[dg.AssetChecksDefinition]:
-    """The generated checks: reconciliation with raw, each declared table's schema, the
-    quarantine ratio and the aggregate's sums."""
+def derived_checks(
+    declaration: LakeDeclaration, streams: list[StreamKeys]
+) -> list[dg.AssetChecksDefinition]:
+    """The generated checks: reconciliation with each raw table, each declared table's
+    schema, the quarantine ratio and the aggregate's sums."""
     return [
-        _reconciliation_check(declaration),
+        *(_reconciliation_check(declaration, keys) for keys in streams),
         *(_schema_check(table) for table in declaration.tables),
-        events_quarantine_ratio,
+        _quarantine_ratio_check(streams),
         _aggregate_check(declaration.aggregate_source),
     ]
 
 
-def all_checks(declaration: LakeDeclaration) -> list[dg.AssetChecksDefinition]:
-    return [*raw_checks, *derived_checks(declaration)]
+def all_checks(
+    declaration: LakeDeclaration, streams: list[StreamKeys]
+) -> list[dg.AssetChecksDefinition]:
+    return [
+        *(check for keys in streams for check in raw_checks(keys)),
+        *derived_checks(declaration, streams),
+    ]

@@ -1,6 +1,7 @@
 """Jobs and schedules: the named ways to run the assets.
 
-* ``ingest_raw_events``: raw_events and its checks; what the backlog sensor launches.
+* ``ingest_<raw table>`` (``ingest_raw_events``): a stream's raw table and its checks; what
+  the stream's backlog sensor launches.
 * ``kinesis_lake_full``: every asset (ingest, derive, maintenance) and every check, in
   dependency order; for a manual "bring everything up to date" run.
 * ``iceberg_maintenance``: the maintenance assets, on an hourly schedule: a streaming
@@ -9,34 +10,43 @@
   now takes into their tables (``kinesis_lake.pipeline.replay``); launched by hand.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+
+if TYPE_CHECKING:  # the type define_asset_job returns; dagster does not export it
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
 
 from kinesis_lake.defs.assets import (
     DERIVE_POOL,
     EVENT_COUNTS_PER_MINUTE,
     EVENTS_QUARANTINE,
-    KINESIS_STREAM,
     MAINTENANCE_GROUP,
-    RAW_EVENTS,
 )
 from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
+from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 
-INGEST_JOB_NAME = "ingest_raw_events"
 FULL_JOB_NAME = "kinesis_lake_full"
 MAINTENANCE_JOB_NAME = "iceberg_maintenance"
 REPLAY_JOB_NAME = "replay_quarantine"
 
-ingest_job = dg.define_asset_job(
-    INGEST_JOB_NAME,
-    selection=dg.AssetSelection.assets(RAW_EVENTS),
-    description="Drain the stream's backlog into raw_events, then run its checks.",
-)
+
+def ingest_job_for(keys: StreamKeys) -> "UnresolvedAssetJobDefinition":
+    """What a stream's backlog sensor launches: its raw table and that table's checks."""
+    return dg.define_asset_job(
+        keys.ingest_job_name,
+        selection=dg.AssetSelection.assets(keys.raw_asset),
+        description=f"Drain the stream's backlog into {keys.raw_table}, then run its checks.",
+    )
+
+
+ingest_job = ingest_job_for(DEFAULT_STREAM)
 
 full_job = dg.define_asset_job(
     FULL_JOB_NAME,
-    selection=dg.AssetSelection.all() - dg.AssetSelection.assets(KINESIS_STREAM),
+    selection=dg.AssetSelection.all() - dg.AssetSelection.kind("kinesis"),
     description="Every asset and check: ingest, derive, maintain.",
 )
 
@@ -112,10 +122,15 @@ def replay_job() -> None:
     replay_quarantined_records()
 
 
-jobs: list[Any] = [  # asset jobs are unresolved until Definitions resolve them
-    ingest_job,
-    full_job,
-    maintenance_job,
-    replay_job,
-]
+def lake_jobs(streams: list[StreamKeys]) -> dict[str, Any]:
+    """Every job by name: an ingest job per stream, and the lake's own."""
+    jobs: list[Any] = [
+        *(ingest_job_for(keys) for keys in streams),
+        full_job,
+        maintenance_job,
+        replay_job,
+    ]
+    return {job.name: job for job in jobs}
+
+
 schedules = [maintenance_schedule]

@@ -26,20 +26,26 @@ The cursor is JSON: ``{"backlog": <run key base>, "attempt": finished runs for i
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, STREAM_OBSERVATION_INTERVAL
+if TYPE_CHECKING:  # the type define_asset_job returns; dagster does not export it
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
+
+from kinesis_lake.config import Settings
+from kinesis_lake.defs.assets import STREAM_OBSERVATION_INTERVAL
 from kinesis_lake.defs.backlog_runs import (
-    BACKLOG_SENSOR_NAME,
     attempt_run_key,
     backlog_history,
     backlog_run_key,
 )
 from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK, freshness_outcome
-from kinesis_lake.defs.jobs import FULL_JOB_NAME, INGEST_JOB_NAME, ingest_job
+from kinesis_lake.defs.jobs import FULL_JOB_NAME, ingest_job
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
+from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
 from kinesis_lake.pipeline.lake import raw_positions
 
@@ -78,22 +84,25 @@ class BacklogCursor:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def ingestion_in_progress(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
-    """A queued or running run that will write raw_events, if any."""
+def ingestion_in_progress(
+    instance: dg.DagsterInstance, keys: StreamKeys = DEFAULT_STREAM
+) -> dg.DagsterRun | None:
+    """A queued or running run that will write the stream's raw table, if any."""
+    raw = keys.raw_asset
     for record in instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS), limit=200):
         run = record.dagster_run
         selection = run.asset_selection
-        if run.job_name in (INGEST_JOB_NAME, FULL_JOB_NAME) and (
-            selection is None or RAW_EVENTS in selection
+        if run.job_name in (keys.ingest_job_name, FULL_JOB_NAME) and (
+            selection is None or raw in selection
         ):
             return run
-        if selection is not None and RAW_EVENTS in selection:
+        if selection is not None and raw in selection:
             return run
     return None
 
 
 def _stall_verdict(
-    cursor: BacklogCursor, stall: str | None
+    cursor: BacklogCursor, stall: str | None, keys: StreamKeys = DEFAULT_STREAM
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """The ingestion_advances verdict, emitted when it changes (not on every tick)."""
     stalled = stall is not None
@@ -102,7 +111,7 @@ def _stall_verdict(
     cursor.stalled = stalled
     return [
         dg.AssetCheckEvaluation(
-            asset_key=RAW_EVENTS,
+            asset_key=keys.raw_asset,
             check_name=STALL_CHECK,
             passed=not stalled,
             severity=dg.AssetCheckSeverity.ERROR,
@@ -119,7 +128,7 @@ def _stream_state(fresh: StreamFreshness) -> str:
 
 
 def stream_observation(
-    fresh: StreamFreshness, positions_snapshot_id: int | None
+    fresh: StreamFreshness, positions_snapshot_id: int | None, keys: StreamKeys = DEFAULT_STREAM
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """The stream's state as a kinesis_stream materialization, plus the freshness verdict."""
     probe = fresh.probe
@@ -137,14 +146,14 @@ def stream_observation(
     passed, check_metadata, description = freshness_outcome(fresh)
     return [
         dg.AssetMaterialization(
-            asset_key=KINESIS_STREAM,
+            asset_key=keys.stream_asset,
             description=(
                 f"{probe.shards} shards, backlog on {shards_label(probe.shards_with_backlog)}"
             ),
             metadata=metadata,
         ),
         dg.AssetCheckEvaluation(
-            asset_key=RAW_EVENTS,
+            asset_key=keys.raw_asset,
             check_name=FRESHNESS_CHECK,
             passed=passed,
             metadata=check_metadata,
@@ -153,29 +162,45 @@ def stream_observation(
     ]
 
 
-@dg.sensor(
-    name=BACKLOG_SENSOR_NAME,
-    job=ingest_job,
-    minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description=(
-        "Launches ingest_raw_events when the Kinesis stream holds records past the raw "
-        "table's committed positions (one run per backlog, never two at once), and records "
-        "the stream's state on kinesis_stream."
-    ),
-)
-def kinesis_backlog_sensor(
+def backlog_sensor(keys: StreamKeys, job: "UnresolvedAssetJobDefinition") -> dg.SensorDefinition:
+    """The backlog sensor of one stream: it launches ``job`` (the stream's ingestion)."""
+
+    @dg.sensor(
+        name=keys.sensor_name,
+        job=job,
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            f"Launches {job.name} when the Kinesis stream holds records past the "
+            f"{keys.raw_table} table's committed positions (one run per backlog, never two at "
+            f"once), and records the stream's state on {keys.stream_asset.to_user_string()}."
+        ),
+    )
+    def sensor(
+        context: dg.SensorEvaluationContext,
+        settings: PipelineSettingsResource,
+        kinesis: KinesisResource,
+    ) -> dg.SensorResult:
+        lake = keys.settings(settings.settings())
+        if not keys.declared:
+            kinesis.require_same_stream(lake)
+        return _tick(context, lake, kinesis, keys)
+
+    return sensor
+
+
+def _tick(
     context: dg.SensorEvaluationContext,
-    settings: PipelineSettingsResource,
+    lake: Settings,
     kinesis: KinesisResource,
+    keys: StreamKeys,
 ) -> dg.SensorResult:
     cursor = BacklogCursor.parse(context.cursor)
-    lake = settings.settings()
-    kinesis.require_same_stream(lake)
+    stream = lake.stream_name
     committed = raw_positions(lake)
     fresh = stream_freshness(
         kinesis.get_client(),
-        kinesis.stream_name,
+        stream,
         committed.positions,
         max_lag_minutes=lake.freshness_minutes,
     )
@@ -189,29 +214,29 @@ def kinesis_backlog_sensor(
         or now_ms - cursor.observed_at_ms >= STREAM_OBSERVATION_INTERVAL.total_seconds() * 1000
     )
     if due or state != cursor.stream_state:
-        events = stream_observation(fresh, committed.snapshot_id)
+        events = stream_observation(fresh, committed.snapshot_id, keys)
         cursor.observed_at_ms, cursor.stream_state = now_ms, state
 
     def skip(reason: str) -> dg.SensorResult:
         return dg.SensorResult(skip_reason=reason, asset_events=events, cursor=cursor.dump())
 
     if not probe.has_backlog:
-        events += _stall_verdict(cursor, None)
+        events += _stall_verdict(cursor, None, keys)
         return skip(
             f"No backlog: all {probe.shards} shards are committed up to their latest record."
         )
-    running = ingestion_in_progress(context.instance)
+    running = ingestion_in_progress(context.instance, keys)
     if running is not None:
         return skip(
             f"Backlog on {shards_label(probe.shards_with_backlog)}, but run "
-            f"{running.run_id} ({running.job_name}) that writes raw_events is "
+            f"{running.run_id} ({running.job_name}) that writes {keys.raw_table} is "
             f"{running.status.value}: waiting for it."
         )
 
-    base = backlog_run_key(kinesis.stream_name, committed.positions)
-    history = backlog_history(context.instance, base)
+    base = backlog_run_key(stream, committed.positions)
+    history = backlog_history(context.instance, base, keys.sensor_name)
     stall = history.stall(probe.shards_with_backlog)
-    events += _stall_verdict(cursor, stall)
+    events += _stall_verdict(cursor, stall, keys)
     if cursor.backlog != base or cursor.attempt != history.attempts:
         cursor.backlog, cursor.attempt = base, history.attempts
         cursor.retry_at_ms = history.next_attempt_at_ms()
@@ -227,7 +252,7 @@ def kinesis_backlog_sensor(
             dg.RunRequest(
                 run_key=run_key,
                 tags={
-                    "kinesis_lake/stream": kinesis.stream_name,
+                    "kinesis_lake/stream": stream,
                     "kinesis_lake/backlog_shards": ",".join(probe.shards_with_backlog),
                     "kinesis_lake/oldest_unconsumed_age_seconds": f"{age:.0f}",
                 },
@@ -236,6 +261,9 @@ def kinesis_backlog_sensor(
         asset_events=events,
         cursor=cursor.dump(),
     )
+
+
+kinesis_backlog_sensor = backlog_sensor(DEFAULT_STREAM, ingest_job)
 
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
@@ -249,4 +277,10 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     ),
 )
 
-sensors = [kinesis_backlog_sensor, automation_sensor]
+
+def lake_sensors(streams: list[StreamKeys], jobs: dict[str, Any]) -> list[dg.SensorDefinition]:
+    """A backlog sensor per stream (launching its ingest job) and the automation sensor."""
+    return [
+        *(backlog_sensor(keys, jobs[keys.ingest_job_name]) for keys in streams),
+        automation_sensor,
+    ]

@@ -16,8 +16,8 @@ hand and ``dagster definitions validate`` shows them to whoever edited it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,13 @@ TRANSFORMS = ("identity", "year", "month", "day", "hour", "truncate")
 _WIDTH_TRANSFORMS = ("truncate",)
 _TIME_TRANSFORMS = ("year", "month", "day", "hour")
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-_LAKE_KEYS = ("tables", "aggregate")
+_LAKE_KEYS = ("streams", "tables", "aggregate")
+_STREAM_KEYS = ("name", "raw_table", "description")
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")  # Kinesis's own rule
 _TABLE_KEYS = (
     "name",
     "description",
+    "stream",
     "route",
     "fields",
     "dedup",
@@ -82,6 +85,18 @@ DAILY = (PartitionDeclaration(EVENT_TIMESTAMP, "day"),)
 
 
 @dataclass(frozen=True)
+class StreamDeclaration:
+    """A Kinesis stream of the lake and the raw table it is ingested into."""
+
+    name: str
+    raw_table: str
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "raw_table": self.raw_table, "description": self.description}
+
+
+@dataclass(frozen=True)
 class TableDeclaration:
     """One routed table: its events' schema, the records it takes and its layout."""
 
@@ -89,6 +104,8 @@ class TableDeclaration:
     route: Route = field(default_factory=Route)
     partition: tuple[PartitionDeclaration, ...] = DAILY
     description: str = ""
+    stream: str | None = None
+    """The declared stream whose raw records it takes; None: the lake's only stream."""
 
     @property
     def name(self) -> str:
@@ -101,6 +118,7 @@ class TableDeclaration:
             "route": self.route.to_dict(),
             "partition": [p.to_dict() for p in self.partition],
             "description": self.description,
+            "stream": self.stream,
         }
 
     @classmethod
@@ -110,6 +128,7 @@ class TableDeclaration:
             route=Route.from_dict(data["route"]),
             partition=tuple(PartitionDeclaration(**p) for p in data["partition"]),
             description=data["description"],
+            stream=data["stream"],
         )
 
 
@@ -120,6 +139,13 @@ class LakeDeclaration:
     tables: tuple[TableDeclaration, ...]
     aggregate_source: str
     path: Path | None = None
+    streams: tuple[StreamDeclaration, ...] = ()
+    """Declared streams; none: the one stream the settings name (KINESIS_STREAM_NAME)."""
+
+    def for_stream(self, stream: str | None) -> LakeDeclaration:
+        """The tables that take ``stream``'s records (all of them when none is declared)."""
+        tables = tuple(t for t in self.tables if t.stream == stream)
+        return LakeDeclaration(tables, self.aggregate_source, self.path, self.streams)
 
     def table(self, name: str) -> TableDeclaration:
         for table in self.tables:
@@ -135,6 +161,7 @@ class LakeDeclaration:
         return {
             "tables": [table.to_dict() for table in self.tables],
             "aggregate_source": self.aggregate_source,
+            "streams": [stream.to_dict() for stream in self.streams],
         }
 
     @classmethod
@@ -142,6 +169,7 @@ class LakeDeclaration:
         return cls(
             tables=tuple(TableDeclaration.from_dict(t) for t in data["tables"]),
             aggregate_source=data["aggregate_source"],
+            streams=tuple(StreamDeclaration(**s) for s in data["streams"]),
         )
 
 
@@ -257,7 +285,10 @@ def _table(raw: object, index: int) -> TableDeclaration:
         route = Route.from_dict(raw.get("route"))
     except EventSchemaError as exc:
         raise DeclarationError(f"table {name!r}: {exc}") from None
-    return TableDeclaration(schema, route, partition, description.strip())
+    stream = raw.get("stream")
+    if stream is not None and not isinstance(stream, str):
+        raise DeclarationError(f"table {name!r}: stream must be a declared stream's name")
+    return TableDeclaration(schema, route, partition, description.strip(), stream)
 
 
 def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) -> LakeDeclaration:
@@ -285,6 +316,7 @@ def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) 
     unknown = [key for key in data if key not in _LAKE_KEYS]
     if unknown:
         raise DeclarationError(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(_LAKE_KEYS)}")
+    streams = _streams(data.get("streams"), _line)
     raw_tables = data["tables"]
     if not isinstance(raw_tables, list) or not raw_tables:
         raise DeclarationError("tables must be a non-empty list of table declarations")
@@ -296,10 +328,10 @@ def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) 
         except EventSchemaError as exc:
             line = _line(raw)
             raise DeclarationError(f"line {line}: {exc}" if line else str(exc)) from None
-        if table.name in seen:
+        if table.name in seen or table.name in {stream.raw_table for stream in streams}:
             raise DeclarationError(f"line {_line(raw)}: table {table.name!r} is declared twice")
         seen.add(table.name)
-        tables.append(table)
+        tables.append(_on_stream(table, streams, _line(raw)))
     aggregate = data.get("aggregate", {"table": tables[0].name})
     source = aggregate.get("table") if isinstance(aggregate, Mapping) else None
     if source not in seen:
@@ -307,7 +339,60 @@ def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) 
             f"line {_line(aggregate) or _line(data)}: aggregate: {{table: ...}} must name a "
             f"declared table ({', '.join(sorted(seen))}), got {source!r}"
         )
-    return LakeDeclaration(tuple(tables), source)
+    return LakeDeclaration(tuple(tables), source, streams=streams)
+
+
+def _streams(raw: object, line: Callable[[object], int | None]) -> tuple[StreamDeclaration, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise DeclarationError("streams must be a non-empty list of {name, raw_table} mappings")
+    streams: list[StreamDeclaration] = []
+    for index, entry in enumerate(raw):
+        where = f"line {line(entry)}: streams[{index}]" if line(entry) else f"streams[{index}]"
+        if not isinstance(entry, Mapping):
+            raise DeclarationError(f"{where} must be a mapping with keys {', '.join(_STREAM_KEYS)}")
+        unknown = [key for key in entry if key not in _STREAM_KEYS]
+        if unknown:
+            raise DeclarationError(
+                f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(_STREAM_KEYS)}"
+            )
+        name = entry.get("name")
+        if not isinstance(name, str) or not _STREAM_NAME.fullmatch(name):
+            raise DeclarationError(
+                f"{where}: name must be a Kinesis stream name (letters, digits, _ . -), got "
+                f"{name!r}"
+            )
+        raw_table = entry.get("raw_table", "raw_" + re.sub(r"[^a-z0-9_]", "_", name.lower()))
+        if not isinstance(raw_table, str) or not _TABLE_NAME.fullmatch(raw_table):
+            raise DeclarationError(f"{where}: raw_table must be a lower-case table name")
+        if raw_table in (QUARANTINE_TABLE, AGGREGATE_TABLE):
+            raise DeclarationError(f"{where}: raw_table {raw_table!r} is the lake's own table")
+        if any(s.name == name or s.raw_table == raw_table for s in streams):
+            raise DeclarationError(f"{where}: stream {name!r} or its raw table is declared twice")
+        description = entry.get("description", "")
+        streams.append(StreamDeclaration(name, raw_table, str(description).strip()))
+    return tuple(streams)
+
+
+def _on_stream(
+    table: TableDeclaration, streams: tuple[StreamDeclaration, ...], line: int | None
+) -> TableDeclaration:
+    """The table with its stream checked, or the only declared stream filled in."""
+    names = [stream.name for stream in streams]
+    where = f"line {line}: table {table.name!r}" if line else f"table {table.name!r}"
+    if table.stream is None:
+        if len(streams) > 1:
+            raise DeclarationError(
+                f"{where}: say which stream it reads (stream: one of {', '.join(names)})"
+            )
+        return replace(table, stream=names[0]) if names else table
+    if table.stream not in names:
+        declared = ", ".join(names) or "none: declare streams first"
+        raise DeclarationError(
+            f"{where}: stream {table.stream!r} is not declared (streams: {declared})"
+        )
+    return table
 
 
 def load_declaration(path: str | Path) -> LakeDeclaration:
@@ -331,4 +416,4 @@ def load_declaration(path: str | Path) -> LakeDeclaration:
         if message.startswith("line "):
             raise DeclarationError(f"{path}:{message[5:]}") from None
         raise DeclarationError(f"{path}: {message}") from None
-    return LakeDeclaration(declaration.tables, declaration.aggregate_source, path)
+    return replace(declaration, path=path)

@@ -55,7 +55,7 @@ from kinesis_lake.iceberg.incremental import (
 )
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
-from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
@@ -150,13 +150,39 @@ def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
     """Bring every declared table, the quarantine and the aggregate up to date with raw."""
     declaration = load_declaration(settings.event_schema_path)
     tables = ensure_derived_tables(settings, declaration)
-    raw = open_lake(settings).load_table(settings.raw_table)
-    routed, quarantine = refresh_routed(spark, settings, declaration, raw, tables)
+    routed: dict[str, TableRefresh] = {}
+    quarantined: list[TableRefresh] = []
+    for stream in lake_streams(settings, declaration):
+        raw = load_table(open_lake(stream), stream.raw_table)
+        part = declaration.for_stream(declared_stream(stream, declaration))
+        if raw is None:  # a stream not ingested yet: its tables wait
+            continue
+        written, quarantine_part = refresh_routed(spark, stream, part, raw, tables)
+        routed.update(written)
+        quarantined.append(quarantine_part)
+    for name in declaration.names:
+        identifier = settings.table_identifier(name)
+        routed.setdefault(name, TableRefresh(identifier, 0, 0, 0, None, False))
+    quarantine = _combined(settings.quarantine_table, quarantined)
     source = open_lake(settings).load_table(settings.table_identifier(declaration.aggregate_source))
     aggregate, windows = refresh_aggregate(
         spark, declaration.table(declaration.aggregate_source).schema, source, tables.aggregate
     )
-    return DeriveResult(routed, quarantine, aggregate, windows)
+    return DeriveResult(
+        {name: routed[name] for name in declaration.names}, quarantine, aggregate, windows
+    )
+
+
+def _combined(identifier: str, refreshes: list[TableRefresh]) -> TableRefresh:
+    """One table's refreshes from several raw tables, as one."""
+    return TableRefresh(
+        identifier,
+        sum(r.source_files_read for r in refreshes),
+        sum(r.source_rows_read for r in refreshes),
+        sum(r.rows_written for r in refreshes),
+        refreshes[-1].source_snapshot_id if refreshes else None,
+        any(r.committed for r in refreshes),
+    )
 
 
 def refresh_routed(
@@ -172,7 +198,8 @@ def refresh_routed(
     crash between two targets' commits is repaired by the next refresh writing only the ones
     behind. Targets that lag by the same slice, the usual case, share one routing pass.
     """
-    targets: dict[str, Table] = {**tables.declared, QUARANTINE: tables.quarantine}
+    declared = {name: tables.declared[name] for name in declaration.names}
+    targets: dict[str, Table] = {**declared, QUARANTINE: tables.quarantine}
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, piece in slices.items():

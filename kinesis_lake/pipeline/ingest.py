@@ -72,7 +72,7 @@ class IngestResult:
 
 
 def checkpoint_location(settings: Settings) -> str:
-    return f"{settings.checkpoint_dir.rstrip('/')}/{settings.namespace}/raw_events"
+    return f"{settings.checkpoint_dir.rstrip('/')}/{settings.namespace}/{settings.raw_table_name}"
 
 
 def source_metadata_path(settings: Settings) -> str:
@@ -83,7 +83,7 @@ def source_metadata_path(settings: Settings) -> str:
     records and the driver reads them, so they need storage both share, such as s3://.
     """
     root = settings.source_progress_dir.rstrip("/")
-    return f"{root}/{settings.namespace}/raw_events/kinesis-source"
+    return f"{root}/{settings.namespace}/{settings.raw_table_name}/kinesis-source"
 
 
 def ensure_raw_table(settings: Settings):

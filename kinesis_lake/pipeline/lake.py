@@ -15,6 +15,7 @@ from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
+from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.iceberg.catalog import configured_catalog_properties, open_catalog
 from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
 from kinesis_lake.iceberg.summary import committed_positions as table_positions
@@ -23,6 +24,19 @@ from kinesis_lake.iceberg.summary import committed_positions as table_positions
 def open_lake(settings: Settings) -> Catalog:
     """The catalog every table of this deployment lives in."""
     return open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+
+
+def lake_streams(settings: Settings, declaration: LakeDeclaration) -> list[Settings]:
+    """The settings of each stream the lake ingests: the declaration's streams, each with
+    its own raw table (so its own checkpoint), or the one the settings name."""
+    if not declaration.streams:
+        return [settings]
+    return [settings.for_stream(s.name, s.raw_table) for s in declaration.streams]
+
+
+def declared_stream(settings: Settings, declaration: LakeDeclaration) -> str | None:
+    """The name the declaration gives the stream of ``settings`` (None: none declared)."""
+    return settings.stream_name if declaration.streams else None
 
 
 def open_existing_lake(settings: Settings) -> Catalog:

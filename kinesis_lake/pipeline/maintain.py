@@ -29,11 +29,18 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_RETAIN_LAST = 100
 
 
-def consumers(declaration: LakeDeclaration) -> dict[str, tuple[str, ...]]:
+def consumers(
+    declaration: LakeDeclaration, raw_table: str = RAW_TABLE
+) -> dict[str, tuple[str, ...]]:
     """Every table of the lake, each with the tables that read it incrementally: their
-    last-processed source snapshot must survive expiry or their next refresh cannot run."""
+    last-processed source snapshot must survive expiry or their next refresh cannot run.
+    ``raw_table`` is the raw table when the declaration names no streams."""
+    raws = {
+        stream.raw_table: tuple(t.name for t in declaration.tables if t.stream == stream.name)
+        for stream in declaration.streams
+    } or {raw_table: tuple(declaration.names)}
     return {
-        RAW_TABLE: (*declaration.names, QUARANTINE_TABLE),
+        **{raw: (*tables, QUARANTINE_TABLE) for raw, tables in raws.items()},
         **{
             name: (AGGREGATE_TABLE,) if name == declaration.aggregate_source else ()
             for name in declaration.names
@@ -93,7 +100,8 @@ def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) ->
     catalog = open_lake(settings)
     identifier = settings.table_identifier(name)
     table = catalog.load_table(identifier)
-    readers = consumers(load_declaration(settings.event_schema_path))[name]
+    declaration = load_declaration(settings.event_schema_path)
+    readers = consumers(declaration, settings.raw_table_name)[name]
     downstream = [
         found
         for reader in readers

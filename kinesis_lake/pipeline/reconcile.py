@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.expressions import AlwaysTrue, IsNull, NotNull
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo, IsNull, NotNull
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -28,6 +28,7 @@ from kinesis_lake.events.columns import (
     RESOLVED_AT,
     SEQUENCE_NUMBER,
     SHARD_ID,
+    STREAM_NAME,
     TARGET_TABLE,
     WINDOW_START,
 )
@@ -223,10 +224,20 @@ class DerivedReconciliation:
 
 
 def reconcile_derived(
-    raw: Table, declared: dict[str, Table], quarantine: Table, *, routes_everything: bool
+    raw: Table,
+    declared: dict[str, Table],
+    quarantine: Table,
+    *,
+    routes_everything: bool,
+    stream_name: str | None = None,
 ) -> DerivedReconciliation:
     """Cost: metadata only for one table that takes every record and counts that agree;
-    otherwise one identity scan of raw (as of the processed snapshot) and of every target."""
+    otherwise one identity scan of raw (as of the processed snapshot) and of every target.
+
+    ``declared`` are the tables that take ``raw``'s records; with ``stream_name`` (a lake of
+    several streams) only that stream's quarantine rows are counted, and the metadata-only
+    shortcut is off (the quarantine's row count is every stream's).
+    """
     targets = {**declared, QUARANTINE_TARGET: quarantine}
     sources = {name: caught_up_snapshot_id(raw, table) for name, table in targets.items()}
     source = sources[QUARANTINE_TARGET]
@@ -238,7 +249,11 @@ def reconcile_derived(
     if source is None:
         return DerivedReconciliation(None, 0, routed, quarantined)
     raw_processed = rows_at(raw, source)
-    if routes_everything and raw_processed == sum(routed.values()) + quarantined:
+    if (
+        stream_name is None
+        and routes_everything
+        and raw_processed == sum(routed.values()) + quarantined
+    ):
         return DerivedReconciliation(source, raw_processed, routed, quarantined)
 
     def identities(table: Table, snapshot_id: int | None = None) -> pa.RecordBatchReader:
@@ -249,7 +264,10 @@ def reconcile_derived(
     connection = _sql(
         raw_ids=identities(raw, source),
         quarantine_ids=quarantine.scan(
-            row_filter=_UNRESOLVED if _has_resolutions(quarantine) else AlwaysTrue(),
+            row_filter=And(
+                _UNRESOLVED if _has_resolutions(quarantine) else AlwaysTrue(),
+                AlwaysTrue() if stream_name is None else EqualTo(STREAM_NAME, stream_name),
+            ),
             selected_fields=(*IDENTITY_COLUMNS, TARGET_TABLE),
         ).to_arrow_batch_reader(),
     )
@@ -371,10 +389,12 @@ class QuarantineRatio:
         return self.quarantined / self.raw_processed if self.raw_processed else 0.0
 
 
-def quarantine_ratio(raw: Table, quarantine: Table) -> QuarantineRatio:
-    """Unresolved quarantined rows over the raw rows the quarantine has processed."""
-    source = caught_up_snapshot_id(raw, quarantine)
-    processed = rows_at(raw, source) if source is not None else 0
+def quarantine_ratio(raws: list[Table], quarantine: Table) -> QuarantineRatio:
+    """Unresolved quarantined rows over the raw rows (of every stream) it has processed."""
+    processed = 0
+    for raw in raws:
+        source = caught_up_snapshot_id(raw, quarantine)
+        processed += rows_at(raw, source) if source is not None else 0
     return QuarantineRatio(unresolved_rows(quarantine), processed)
 
 

@@ -29,18 +29,19 @@ from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
 from kinesis_lake.events.tables import quarantine_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.pipeline.derive import (
     QUARANTINE,
+    DerivedTables,
     append_rows,
     ensure_derived_tables,
     refresh_aggregate,
     route_on_executors,
     target_rows,
 )
-from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake.pipeline.lake import declared_stream, lake_streams, open_lake
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 
 SOURCE_ERROR_PREFIX = "kinesis source error"
@@ -73,7 +74,30 @@ def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
     """Move every quarantined record the current declaration takes into its tables."""
     declaration = load_declaration(settings.event_schema_path)
     tables = ensure_derived_tables(settings, declaration)
+    result = ReplayResult(0, 0, {name: 0 for name in declaration.names})
+    for stream in lake_streams(settings, declaration):
+        part = declaration.for_stream(declared_stream(stream, declaration))
+        found = _replay_stream(spark, stream, part, tables)
+        result.candidates += found.candidates
+        result.resolved += found.resolved
+        for name, rows in found.written.items():
+            result.written[name] += rows
+    source = declaration.aggregate_source
+    if result.written.get(source):
+        # The replayed events count where they happened, as if they had parsed at first.
+        counted = open_lake(settings).load_table(settings.table_identifier(source))
+        _, result.windows_recomputed = refresh_aggregate(
+            spark, declaration.table(source).schema, counted, tables.aggregate
+        )
+    return result
+
+
+def _replay_stream(
+    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DerivedTables
+) -> ReplayResult:
+    """The replay of one stream's quarantined records, routed among its tables."""
     quarantine = tables.quarantine
+    quarantine.refresh()  # the previous stream's replay may have committed
     snapshot = quarantine.current_snapshot()
     if snapshot is None or snapshot.sequence_number is None:
         return ReplayResult(0, 0)
@@ -84,7 +108,9 @@ def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
     if not files:
         return ReplayResult(0, 0)
     unresolved = read_table_files(spark, quarantine, files).filter(
-        F.col(C.RESOLVED_AT).isNull() & ~F.col(C.ERROR).startswith(SOURCE_ERROR_PREFIX)
+        F.col(C.RESOLVED_AT).isNull()
+        & (F.col(C.STREAM_NAME) == settings.stream_name)
+        & ~F.col(C.ERROR).startswith(SOURCE_ERROR_PREFIX)
     )
     candidates = unresolved.select(
         *_KEYS,
@@ -117,15 +143,7 @@ def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
             routed.unpersist()
     finally:
         candidates.unpersist()
-    source = declaration.aggregate_source
-    windows = 0
-    if written.get(source):
-        # The replayed events count where they happened, as if they had parsed at first.
-        counted = open_lake(settings).load_table(settings.table_identifier(source))
-        _, windows = refresh_aggregate(
-            spark, declaration.table(source).schema, counted, tables.aggregate
-        )
-    return ReplayResult(total, resolved, written, windows)
+    return ReplayResult(total, resolved, written)
 
 
 def _fixed(candidates: DataFrame, outputs: dict[str, DataFrame], names: list[str]) -> DataFrame:

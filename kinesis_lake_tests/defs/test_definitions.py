@@ -311,3 +311,53 @@ def test_a_declaration_error_stops_the_load_naming_file_and_line(tmp_path):
         f"{path}:9: table 'purchases': route condition on 'type': unknown operator "
         "'any_of'" in validated.stdout + validated.stderr
     )
+
+
+TWO_STREAMS = """\
+streams:
+  - {name: web-clicks}
+  - {name: orders}
+tables:
+  - name: clicks
+    stream: web-clicks
+    fields: [{name: id, type: string}]
+  - name: order_lines
+    stream: orders
+    fields: [{name: id, type: string}]
+aggregate: {table: order_lines}
+"""
+
+
+def test_each_declared_stream_has_its_own_assets_job_sensor_and_checks(
+    monkeypatch, tmp_path, reloaded_afterwards
+):
+    path = tmp_path / "lake.yaml"
+    path.write_text(TWO_STREAMS)
+    monkeypatch.setenv("KINESIS_LAKE_EVENT_SCHEMA", str(path))
+
+    defs = _defs()
+
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert {"kinesis_web_clicks", "raw_web_clicks", "kinesis_orders", "raw_orders"} <= keys
+    assert "raw_events" not in keys and "kinesis_stream" not in keys
+    assert graph.get(dg.AssetKey("raw_orders")).parent_keys == {dg.AssetKey("kinesis_orders")}
+    assert graph.get(dg.AssetKey("clicks")).parent_keys == {dg.AssetKey("raw_web_clicks")}
+    assert graph.get(dg.AssetKey("events_quarantine")).parent_keys == {
+        dg.AssetKey("raw_web_clicks"),
+        dg.AssetKey("raw_orders"),
+    }
+    sensors = {s.name: s for s in defs.sensors}
+    assert {"kinesis_backlog_raw_web_clicks", "kinesis_backlog_raw_orders"} <= set(sensors)
+    assert sensors["kinesis_backlog_raw_orders"].job_name == "ingest_raw_orders"
+    ingest = defs.resolve_job_def("ingest_raw_web_clicks")
+    assert {k.to_user_string() for k in ingest.asset_layer.selected_asset_keys} == {
+        "raw_web_clicks"
+    }
+    checks = {k.to_user_string() for k in graph.asset_check_keys}
+    assert {
+        "raw_orders:no_duplicate_records",
+        "raw_web_clicks:fresh_relative_to_stream",
+        "events_quarantine:reconciles_with_raw_orders",
+        "events_quarantine:reconciles_with_raw_web_clicks",
+    } <= checks

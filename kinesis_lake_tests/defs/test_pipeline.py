@@ -34,6 +34,7 @@ from kinesis_lake.defs.assets import (
 )
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
+from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
@@ -51,9 +52,9 @@ MAINTENANCE = maintenance_assets(DECLARATION)
 ALL_DEFS = [
     kinesis_stream,
     raw_events,
-    derived_tables_asset(DECLARATION, "kinesis_lake"),
+    derived_tables_asset(DECLARATION, "kinesis_lake", [DEFAULT_STREAM]),
     *MAINTENANCE,
-    *all_checks(DECLARATION),
+    *all_checks(DECLARATION, [DEFAULT_STREAM]),
 ]
 PIPELINE = dg.AssetSelection.assets(RAW_EVENTS, EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
 DERIVED = dg.AssetSelection.assets(EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)

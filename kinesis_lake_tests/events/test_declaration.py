@@ -91,8 +91,8 @@ BROKEN = {
     "unknown table key": (
         LAKE.replace("    dedup: event_id\n", "    dedupe: event_id\n"),
         "  - name: page_views",
-        "tables[0]: unknown key 'dedupe'; allowed keys: name, description, route, fields, "
-        "dedup, event_time_field, event_type_field, partition",
+        "tables[0]: unknown key 'dedupe'; allowed keys: name, description, stream, route, "
+        "fields, dedup, event_time_field, event_type_field, partition",
     ),
     "unknown operator": (
         LAKE.replace("{one_of: [purchase, refund]}", "{in: [purchase, refund]}"),
@@ -287,3 +287,52 @@ def test_the_readmes_full_example_is_a_valid_declaration(tmp_path):
             "campaign": "spring-24",
         }
     )
+
+
+STREAMS = """\
+streams:
+  - {name: web-clicks, description: The site's clickstream.}
+  - {name: orders, raw_table: raw_order_events}
+tables:
+  - name: clicks
+    stream: web-clicks
+    fields: [{name: id, type: string}]
+  - name: orders
+    stream: orders
+    fields: [{name: id, type: string}]
+"""
+
+
+def test_streams_are_declared_with_their_raw_tables_and_tables_name_theirs(tmp_path):
+    lake = load_declaration(_write(tmp_path, STREAMS))
+
+    assert [(s.name, s.raw_table) for s in lake.streams] == [
+        ("web-clicks", "raw_web_clicks"),
+        ("orders", "raw_order_events"),
+    ]
+    assert [t.stream for t in lake.tables] == ["web-clicks", "orders"]
+    assert lake.for_stream("orders").names == ["orders"]
+    assert LakeDeclaration.from_dict(json.loads(json.dumps(lake.to_dict()))).streams == lake.streams
+
+
+def test_with_one_stream_declared_its_tables_need_not_name_it(tmp_path):
+    text = "streams:\n  - {name: only}\n" + LAKE
+    lake = load_declaration(_write(tmp_path, text))
+    assert {t.stream for t in lake.tables} == {"only"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (STREAMS.replace("    stream: orders\n", ""), "table 'orders': say which stream it reads"),
+        (STREAMS.replace("stream: orders", "stream: order"), "stream 'order' is not declared"),
+        (STREAMS.replace("raw_order_events", "clicks"), "table 'clicks' is declared twice"),
+        (STREAMS.replace("name: orders, raw", "name: web-clicks, raw"), "declared twice"),
+        (STREAMS.replace("{name: orders,", "{name: 'a b',"), "must be a Kinesis stream name"),
+    ],
+)
+def test_stream_mistakes_name_the_line_and_the_fix(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(DeclarationError, match=re.escape(message)) as caught:
+        load_declaration(path)
+    assert re.match(rf"{re.escape(str(path))}:\d+: ", str(caught.value)), str(caught.value)

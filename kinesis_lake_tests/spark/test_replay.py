@@ -87,7 +87,7 @@ def _assert_accounted(settings: Settings) -> None:
     quarantine = catalog.load_table(settings.quarantine_table)
     report = reconcile_derived(raw, declared, quarantine, routes_everything=False)
     assert report.passed, report
-    assert quarantine_ratio(raw, quarantine).quarantined == 2
+    assert quarantine_ratio([raw], quarantine).quarantined == 2
 
 
 def _fix(settings: Settings) -> None:

@@ -1,0 +1,93 @@
+"""Two declared streams through real Spark: each ingested into its own raw table with its own
+checkpoint, each raw table routed to its own tables, one quarantine, every row accounted
+for per stream."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.lake import lake_streams, open_lake
+from kinesis_lake.pipeline.reconcile import reconcile_derived
+from kinesis_lake_tests.pipeline_helpers import table_rows
+
+DECLARATION = """\
+streams:
+  - {name: web-clicks}
+  - {name: orders}
+tables:
+  - name: clicks
+    stream: web-clicks
+    route: {type: click}
+    fields: [{name: id, type: string, required: true}]
+  - name: order_lines
+    stream: orders
+    fields:
+      - {name: id, type: string, required: true}
+      - {name: total, type: "decimal(10,2)", required: true}
+aggregate: {table: order_lines}
+"""
+
+
+def _put(settings, stream: str, *records: object) -> None:
+    client = kinesis_client(settings.endpoint_url, settings.region)
+    ensure_stream(client, stream, 1)
+    for record in records:
+        data = record if isinstance(record, bytes) else json.dumps(record).encode()
+        client.put_record(StreamName=stream, Data=data, PartitionKey="p")
+
+
+def test_two_streams_are_ingested_and_routed_apart(
+    spark, kinesalite_endpoint, settings_factory, tmp_path: Path
+):
+    path = tmp_path / "lake.yaml"
+    path.write_text(DECLARATION)
+    settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
+    clicks_stream, orders_stream = lake_streams(settings, load_declaration(path))
+    _put(settings, "web-clicks", {"id": "c1", "type": "click"}, {"id": "c2", "type": "scroll"})
+    _put(settings, "orders", {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
+
+    for stream in (clicks_stream, orders_stream):
+        run_ingestion(spark, stream)
+    refresh_derived(spark, settings)
+
+    assert clicks_stream.raw_table.endswith(".raw_web_clicks")
+    assert len(table_rows(settings, clicks_stream.raw_table)) == 2
+    assert len(table_rows(settings, orders_stream.raw_table)) == 2
+    assert [r["id"] for r in table_rows(settings, settings.table_identifier("clicks"))] == ["c1"]
+    orders = table_rows(settings, settings.table_identifier("order_lines"))
+    assert [(r["id"], str(r["total"])) for r in orders] == [("o1", "9.99")]
+    quarantined = {
+        (r["stream_name"], r["target_table"], r["error"].split(":")[0])
+        for r in table_rows(settings, settings.quarantine_table)
+    }
+    assert quarantined == {
+        ("web-clicks", None, "no route"),
+        ("orders", "order_lines", "field 'total'"),
+    }
+    locations = {checkpoint_location(clicks_stream), checkpoint_location(orders_stream)}
+    assert len(locations) == 2 and all(Path(location).is_dir() for location in locations)
+
+    catalog = open_lake(settings)
+    quarantine = catalog.load_table(settings.quarantine_table)
+    for stream, tables in ((clicks_stream, ["clicks"]), (orders_stream, ["order_lines"])):
+        report = reconcile_derived(
+            catalog.load_table(stream.raw_table),
+            {name: catalog.load_table(settings.table_identifier(name)) for name in tables},
+            quarantine,
+            routes_everything=False,
+            stream_name=stream.stream_name,
+        )
+        assert report.passed and report.raw_processed == 2, report
+
+    _put(settings, "orders", {"id": "o3", "total": 1})
+    run_ingestion(spark, orders_stream)
+    again = refresh_derived(spark, settings)
+    assert again.tables["clicks"].up_to_date, "a stream without new records is not read"
+    assert again.tables["order_lines"].rows_written == 1
