@@ -307,3 +307,34 @@ def test_a_kinesis_resource_on_another_stream_is_refused(lake, instance, change)
         pytest.raises(SettingsError, match="pipeline settings target"),
     ):
         kinesis_backlog_sensor(context)
+
+
+def test_each_declared_stream_has_a_sensor_that_watches_only_its_own_stream(
+    lake, instance, tmp_path
+):
+    """Two streams: a backlog on one launches that stream's ingest job, the other skips."""
+    from kinesis_lake.defs.jobs import ingest_job_for
+    from kinesis_lake.defs.sensors import backlog_sensor
+    from kinesis_lake.defs.streams import StreamKeys
+    from kinesis_lake.kinesis.streams import ensure_stream
+
+    quiet, busy = f"{lake.settings.stream_name}-a", f"{lake.settings.stream_name}-b"
+    for name in (quiet, busy):
+        ensure_stream(lake.client, name, 1)
+    lake.client.put_record(StreamName=busy, Data=b'{"id": 1}', PartitionKey="p")
+    sensors = {
+        name: backlog_sensor(keys, ingest_job_for(keys))
+        for name, keys in ((quiet, StreamKeys(quiet, "raw_a")), (busy, StreamKeys(busy, "raw_b")))
+    }
+
+    results = {}
+    for name, sensor in sensors.items():
+        with dg.build_sensor_context(instance=instance, resources=lake.resources) as context:
+            results[name] = sensor(context)
+
+    assert "No backlog" in results[quiet].skip_reason.skip_message
+    (request,) = results[busy].run_requests
+    assert request.tags["kinesis_lake/stream"] == busy
+    assert sensors[busy].job_name == "ingest_raw_b"
+    observed = {e.asset_key.to_user_string() for e in results[busy].asset_events}
+    assert observed == {"kinesis_b", "raw_b"}  # the stream's state and raw_b's freshness
