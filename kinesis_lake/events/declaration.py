@@ -36,8 +36,8 @@ AGGREGATE_TABLE = "event_counts_per_minute"
 FIXED_TABLES = (RAW_TABLE, QUARANTINE_TABLE, AGGREGATE_TABLE)
 """The lake's own tables around the declared ones; no declared table may take their names."""
 
-TRANSFORMS = ("identity", "year", "month", "day", "hour", "truncate")
-_WIDTH_TRANSFORMS = ("truncate",)
+TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
+_WIDTH_TRANSFORMS = ("bucket", "truncate")
 _TIME_TRANSFORMS = ("year", "month", "day", "hour")
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _LAKE_KEYS = ("streams", "tables", "aggregate")
@@ -213,12 +213,6 @@ def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaratio
             f"declared field that is not a struct or list, {EVENT_TIMESTAMP} or "
             f"{ARRIVAL_TIMESTAMP}"
         )
-    if transform == "bucket":
-        raise DeclarationError(
-            f"{where} on {field!r}: bucket partitioning is not supported yet (the writer "
-            "derives each file's partition from column statistics, which a hash does not "
-            "preserve); use identity or truncate"
-        )
     if transform not in TRANSFORMS:
         raise DeclarationError(
             f"{where} on {field!r}: unknown transform {transform!r}; use {', '.join(TRANSFORMS)}"
@@ -229,7 +223,7 @@ def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaratio
                 f"{where} on {field!r}: {transform} needs width, a positive integer (got {width!r})"
             )
     elif width is not None:
-        raise DeclarationError(f"{where} on {field!r}: width applies to truncate only")
+        raise DeclarationError(f"{where} on {field!r}: width applies to bucket and truncate only")
     return PartitionDeclaration(field, transform, width)
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import (
+    BucketTransform,
     DayTransform,
     HourTransform,
     IdentityTransform,
@@ -173,6 +174,7 @@ _TRANSFORMS: dict[str, Callable[[int | None], Transform[Any, Any]]] = {
     "day": lambda _: DayTransform(),
     "hour": lambda _: HourTransform(),
     "truncate": lambda width: TruncateTransform(width or 1),
+    "bucket": lambda width: BucketTransform(width or 1),
 }
 
 

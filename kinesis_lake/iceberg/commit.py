@@ -35,10 +35,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.utils.properties import property_as_bool
 
 from kinesis_lake.iceberg import summary as keys
+from kinesis_lake.iceberg.data_files import data_files_of
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
 
 logger = logging.getLogger(__name__)
@@ -108,10 +110,28 @@ def commit_files(
     """
 
     def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
-        if paths:
+        if not paths:
+            return
+        metadata = tx.table_metadata
+        if all(field.transform.preserves_order for field in metadata.spec().fields):
             tx.add_files(
                 paths, snapshot_properties=snapshot_properties, check_duplicate_files=False
             )
+            return
+        # add_files infers partitions from statistics, which a bucket hash defeats: the
+        # same append, with the partitions computed (data_files_of).
+        if metadata.name_mapping() is None:
+            mapping = metadata.schema().name_mapping.model_dump_json()
+            tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        update = tx.update_snapshot(snapshot_properties=snapshot_properties)
+        merge = property_as_bool(
+            metadata.properties,
+            TableProperties.MANIFEST_MERGE_ENABLED,
+            TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
+        )
+        with update.merge_append() if merge else update.fast_append() as append:
+            for data_file in data_files_of(table.io, metadata, paths):
+                append.append_data_file(data_file)
 
     outcome = _commit_batch(
         table,

@@ -19,6 +19,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -26,11 +27,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import PY_IO_IMPL, FileIO, OutputStream, load_file_io
-from pyiceberg.io.pyarrow import pyarrow_to_schema, schema_to_pyarrow
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_files_to_data_files,
+    parquet_path_to_id_mapping,
+    pyarrow_to_schema,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import IdentityTransform, Transform, parse_transform
+from pyiceberg.typedef import Record
 from pyiceberg.types import IcebergType
+from pyiceberg.utils.datetime import date_to_days, datetime_to_micros
 from pyiceberg.utils.properties import property_as_int
 
 logger = logging.getLogger(__name__)
@@ -73,20 +85,18 @@ class TableWriteTarget:
         """The write target of ``table``'s current schema and partition spec.
 
         Raises:
-            ValueError: the table is partitioned by a transform that does not preserve
-                order (bucket) or on a nested column: add_files can only infer a file's
-                partition from the min/max of a top-level column.
+            ValueError: the table is partitioned on a nested column: a file's partition
+                is computed from a top-level column's values.
         """
         schema = table.schema()
         top_level = {f.field_id for f in schema.fields}
         partition_fields = []
         for spec_field in table.spec().fields:
             column = schema.find_column_name(spec_field.source_id)
-            if not spec_field.transform.preserves_order or spec_field.source_id not in top_level:
+            if spec_field.source_id not in top_level:
                 raise ValueError(
                     f"Table {'.'.join(table.name())} is partitioned by {spec_field.transform} "
-                    f"of {column}: files for it cannot be added by statistics. Partition by "
-                    "identity, year, month, day, hour or truncate of a top-level column."
+                    f"of {column}: partition by a top-level column."
                 )
             partition_fields.append((str(column), str(spec_field.transform)))
         return cls(
@@ -330,6 +340,65 @@ class _PartitionField:
             name = f"{self.column}_{str(self.transform).split('[')[0]}"
         human = self.transform.to_human_string(self.source_type, value)
         return f"{name}={quote(human, safe='')}"
+
+
+def data_files_of(io: FileIO, metadata: TableMetadata, paths: list[str]) -> list[DataFile]:
+    """``DataFile`` entries for Parquet files ``write_data_files`` wrote, ready to append.
+
+    pyiceberg infers a file's partition from its column statistics, which works for
+    transforms that preserve order (identity, time, truncate) and not for ``bucket``: a
+    hash of the minimum is not the hash of the other rows. Every file here holds one
+    partition value, so for such specs the partition is computed from the file's first row.
+    """
+    spec = metadata.spec()
+    if all(field.transform.preserves_order for field in spec.fields):
+        return list(parquet_files_to_data_files(io, metadata, iter(paths)))
+    schema = metadata.schema()
+    sources = [schema.find_field(field.source_id) for field in spec.fields]
+    files = []
+    for path in paths:
+        input_file = io.new_input(path)
+        with input_file.open() as stream:
+            parquet = pq.ParquetFile(stream)
+            first = parquet.read_row_group(0, columns=[f.name for f in sources]).slice(0, 1)
+            parquet_metadata = parquet.metadata
+        row = first.to_pylist()[0]
+        partition = Record(
+            *(
+                field.transform.transform(source.field_type)(_internal(row[source.name]))
+                for field, source in zip(spec.fields, sources, strict=True)
+            )
+        )
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=parquet_metadata,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=path,
+                file_format=FileFormat.PARQUET,
+                partition=partition,
+                file_size_in_bytes=len(input_file),
+                sort_order_id=None,
+                spec_id=metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+    return files
+
+
+def _internal(value: object) -> object:
+    """A Python value as Iceberg's transforms take it (timestamps as microseconds, dates
+    as days since the epoch)."""
+    if isinstance(value, datetime):
+        return datetime_to_micros(value)
+    if isinstance(value, date):
+        return date_to_days(value)
+    return value
 
 
 class _RollingParquetFile:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pyarrow.fs import FileSelector, FileSystem, FileType
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO, parquet_files_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
@@ -28,7 +28,12 @@ from pyiceberg.table.snapshots import ancestors_of
 from kinesis_lake.errors import TableError
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.commit import DEFAULT_MAX_ATTEMPTS
-from kinesis_lake.iceberg.data_files import TableWriteTarget, delete_files, write_data_files
+from kinesis_lake.iceberg.data_files import (
+    TableWriteTarget,
+    data_files_of,
+    delete_files,
+    write_data_files,
+)
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
 
 logger = logging.getLogger(__name__)
@@ -210,7 +215,7 @@ def _rewrite_partition(
     new_paths = write_data_files(
         target, scan.to_record_batches(tasks), file_prefix=f"compact-{uuid.uuid4().hex}"
     )
-    new_files = list(parquet_files_to_data_files(table.io, table.metadata, iter(new_paths)))
+    new_files = data_files_of(table.io, table.metadata, new_paths)
     rows_in = sum(task.file.record_count for task in tasks)
     rows_out = sum(data_file.record_count for data_file in new_files)
     if rows_in != rows_out:

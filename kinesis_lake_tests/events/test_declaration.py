@@ -112,13 +112,12 @@ BROKEN = {
         "table 'purchases': partition hour(currency) needs a timestamp or date field, "
         "currency is string",
     ),
-    "bucket": (
+    "bucket without width": (
         LAKE.replace(
-            "{field: currency, transform: identity}",
-            "{field: currency, transform: bucket, width: 8}",
+            "{field: currency, transform: identity}", "{field: currency, transform: bucket}"
         ),
         "  - name: purchases",
-        "table 'purchases': partition on 'currency': bucket partitioning is not supported yet",
+        "table 'purchases': partition on 'currency': bucket needs width, a positive integer",
     ),
     "dedup on an undeclared field": (
         LAKE.replace("dedup: event_id", "dedup: id"),
@@ -277,7 +276,7 @@ def test_the_readmes_full_example_is_a_valid_declaration(tmp_path):
     lake = load_declaration(_write(tmp_path, example.split("```", 1)[0]))
     (purchases,) = lake.tables
     assert len(purchases.route.conditions) == 5
-    assert [p.transform for p in purchases.partition] == ["day", "identity", "truncate"]
+    assert [p.transform for p in purchases.partition] == ["day", "identity", "bucket", "truncate"]
     assert purchases.route.takes(
         {
             "event_type": "refund",
