@@ -146,9 +146,7 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         kinesis: KinesisResource,
         spark: SparkResource,
     ) -> dg.MaterializeResult:
-        lake = keys.settings(settings.settings())
-        if not keys.declared:
-            kinesis.require_same_stream(lake)
+        lake = keys.lake(settings, kinesis)
         from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
 
         preflight(lake, event_schema=False)  # before the JVM starts, in one line

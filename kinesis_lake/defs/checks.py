@@ -110,12 +110,6 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
     raw_asset = keys.raw_asset
     table = keys.raw_table
 
-    def lake_of(settings: PipelineSettingsResource, kinesis: KinesisResource | None = None):
-        lake = keys.settings(settings.settings())
-        if kinesis is not None and not keys.declared:
-            kinesis.require_same_stream(lake)
-        return lake
-
     @dg.asset_check(
         asset=raw_asset,
         name=FRESHNESS_CHECK,
@@ -127,7 +121,7 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
     )
     def fresh(settings: PipelineSettingsResource, kinesis: KinesisResource) -> dg.AssetCheckResult:
         passed, metadata, description = freshness_outcome(
-            measure_freshness(lake_of(settings, kinesis), kinesis)
+            measure_freshness(keys.lake(settings, kinesis), kinesis)
         )
         return dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
 
@@ -146,7 +140,7 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
         settings: PipelineSettingsResource,
         kinesis: KinesisResource,
     ) -> dg.AssetCheckResult:
-        lake = lake_of(settings, kinesis)
+        lake = keys.lake(settings, kinesis)
         fresh = measure_freshness(lake, kinesis)
         base = backlog_run_key(lake.stream_name, fresh.positions)
         history = backlog_history(context.instance, base, keys.sensor_name)
@@ -168,7 +162,7 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
         ),
     )
     def no_duplicates(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-        lake = lake_of(settings)
+        lake = keys.lake(settings)
         (raw,) = _tables(lake, "raw_table")
         if raw is None:
             return _missing_table(raw_asset, DUPLICATES_CHECK, lake.raw_table)
@@ -198,7 +192,7 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
         ),
     )
     def match_positions(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
-        lake = lake_of(settings)
+        lake = keys.lake(settings)
         (raw,) = _tables(lake, "raw_table")
         if raw is None:
             return _missing_table(raw_asset, POSITIONS_CHECK, lake.raw_table)
@@ -299,7 +293,7 @@ def _reconciliation_check(
     def quarantine_reconciles_with_raw(
         settings: PipelineSettingsResource,
     ) -> dg.AssetCheckResult:
-        lake = keys.settings(settings.settings())
+        lake = keys.lake(settings)
         catalog = open_lake(lake)
         names = [lake.raw_table_name, QUARANTINE_TABLE, *part.names]
         tables = {}

@@ -181,10 +181,7 @@ def backlog_sensor(keys: StreamKeys, job: "UnresolvedAssetJobDefinition") -> dg.
         settings: PipelineSettingsResource,
         kinesis: KinesisResource,
     ) -> dg.SensorResult:
-        lake = keys.settings(settings.settings())
-        if not keys.declared:
-            kinesis.require_same_stream(lake)
-        return _tick(context, lake, kinesis, keys)
+        return _tick(context, keys.lake(settings, kinesis), kinesis, keys)
 
     return sensor
 

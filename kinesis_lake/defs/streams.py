@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from kinesis_lake.config import Settings
+from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.events.declaration import RAW_TABLE, LakeDeclaration
 
 
@@ -51,6 +52,16 @@ class StreamKeys:
         if self.stream is None:
             return lake
         return lake.for_stream(self.stream, self.raw_table)
+
+    def lake(
+        self, settings: PipelineSettingsResource, kinesis: KinesisResource | None = None
+    ) -> Settings:
+        """This stream's settings in a run or tick; for the undeclared stream, ``kinesis``
+        (which names a stream of its own) must name the same one."""
+        lake = self.settings(settings.settings())
+        if kinesis is not None and not self.declared:
+            kinesis.require_same_stream(lake)
+        return lake
 
 
 DEFAULT_STREAM = StreamKeys(None)

@@ -25,7 +25,7 @@ import yaml
 
 from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP
 from kinesis_lake.events.routes import Route
-from kinesis_lake.events.schema import EventSchema, EventSchemaError
+from kinesis_lake.events.schema import EventSchema, EventSchemaError, check_keys
 
 DEFAULT_TABLE = "events"
 """The table a plain event schema declares (the name it has always had)."""
@@ -195,16 +195,7 @@ def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaratio
     where = f"table {table!r}: partition"
     if isinstance(raw, str):
         raw = {"field": EVENT_TIMESTAMP, "transform": raw}
-    if not isinstance(raw, Mapping):
-        raise DeclarationError(
-            f"{where}: each entry is {{field, transform, width}} or a time transform name, "
-            f"got {raw!r}"
-        )
-    unknown = set(raw) - set(_PARTITION_KEYS)
-    if unknown:
-        raise DeclarationError(
-            f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(_PARTITION_KEYS)}"
-        )
+    raw = check_keys(raw, _PARTITION_KEYS, ("field",), where)
     field, transform, width = raw.get("field"), raw.get("transform", "identity"), raw.get("width")
     allowed_fields = fields | {EVENT_TIMESTAMP, ARRIVAL_TIMESTAMP}
     if field not in allowed_fields:
@@ -228,13 +219,7 @@ def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaratio
 
 
 def _table(raw: object, index: int) -> TableDeclaration:
-    if not isinstance(raw, Mapping):
-        raise DeclarationError(f"tables[{index}] must be a mapping, got {type(raw).__name__}")
-    unknown = [key for key in raw if key not in _TABLE_KEYS]
-    if unknown:
-        raise DeclarationError(
-            f"tables[{index}]: unknown key {unknown[0]!r}; allowed keys: {', '.join(_TABLE_KEYS)}"
-        )
+    raw = check_keys(raw, _TABLE_KEYS, ("name", "fields"), f"tables[{index}]")
     name = raw.get("name")
     if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
         raise DeclarationError(
@@ -344,13 +329,10 @@ def _streams(raw: object, line: Callable[[object], int | None]) -> tuple[StreamD
     streams: list[StreamDeclaration] = []
     for index, entry in enumerate(raw):
         where = f"line {line(entry)}: streams[{index}]" if line(entry) else f"streams[{index}]"
-        if not isinstance(entry, Mapping):
-            raise DeclarationError(f"{where} must be a mapping with keys {', '.join(_STREAM_KEYS)}")
-        unknown = [key for key in entry if key not in _STREAM_KEYS]
-        if unknown:
-            raise DeclarationError(
-                f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(_STREAM_KEYS)}"
-            )
+        try:
+            entry = check_keys(entry, _STREAM_KEYS, ("name",), where)
+        except EventSchemaError as exc:
+            raise DeclarationError(str(exc)) from None
         name = entry.get("name")
         if not isinstance(name, str) or not _STREAM_NAME.fullmatch(name):
             raise DeclarationError(

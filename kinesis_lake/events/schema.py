@@ -63,7 +63,7 @@ def _check_name(value: object, what: str) -> None:
         )
 
 
-def _check_keys(
+def check_keys(
     data: object, allowed: tuple[str, ...], required: tuple[str, ...], where: str
 ) -> Mapping[str, Any]:
     """Reject non-mappings, unknown keys (typos such as ``requried``) and missing keys."""
@@ -159,14 +159,14 @@ class EventField:
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> EventField:
-        item = _check_keys(data, _FIELD_KEYS, ("name", "type"), where)
+        item = check_keys(data, _FIELD_KEYS, ("name", "type"), where)
         raw_fields = item.get("fields", [])
         if not isinstance(raw_fields, list):
             raise EventSchemaError(f"{where}: fields must be a list of field mappings")
         raw_items = item.get("items")
         items = None
         if raw_items is not None:
-            element = _check_keys(raw_items, _ITEM_KEYS, ("type",), f"{where}.items")
+            element = check_keys(raw_items, _ITEM_KEYS, ("type",), f"{where}.items")
             items = cls.from_dict({"name": LIST_ELEMENT, **element}, f"{where}.items")
         return cls(
             item["name"],
@@ -264,7 +264,7 @@ class EventSchema:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EventSchema:
         """Build and validate a schema from ``to_dict()`` output or a parsed YAML document."""
-        data = _check_keys(data, _SCHEMA_KEYS, ("name", "fields"), "schema")
+        data = check_keys(data, _SCHEMA_KEYS, ("name", "fields"), "schema")
         raw_fields = data["fields"]
         if not isinstance(raw_fields, list):
             raise EventSchemaError(
