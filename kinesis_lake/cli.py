@@ -36,7 +36,9 @@ def _streams(settings: Settings, chosen: str | None, *, one: bool = False) -> li
     declaration names (exactly one, for commands that run one query)."""
     from kinesis_lake.events.declaration import load_declaration
     from kinesis_lake.pipeline.lake import lake_streams
+    from kinesis_lake.pipeline.preflight import check_event_schema
 
+    check_event_schema(settings)  # the declaration names the streams: a broken one says so
     streams = lake_streams(settings, load_declaration(settings.event_schema_path))
     names = [stream.stream_name for stream in streams]
     if chosen is not None:
