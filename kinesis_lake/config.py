@@ -201,10 +201,15 @@ class Settings:
                 f"KINESIS_LAKE_ENDPOINT_KIND={self.endpoint_kind!r} is not allowed: "
                 f"use one of {', '.join(ENDPOINT_KINDS)}."
             )
-        in_repository = _repo_root() / self.event_schema_path
-        if not self.event_schema_path.is_absolute() and not self.event_schema_path.exists():
-            # Profiles name it relative to the repository, wherever the command runs.
-            object.__setattr__(self, "event_schema_path", in_repository)
+        if not self.event_schema_path.is_file():
+            # Profiles name it relative to the repository, wherever the command runs (the
+            # value was resolved against the working directory when it was read).
+            try:
+                relative = self.event_schema_path.relative_to(Path.cwd())
+            except ValueError:
+                relative = self.event_schema_path
+            if not relative.is_absolute() and (_repo_root() / relative).is_file():
+                object.__setattr__(self, "event_schema_path", _repo_root() / relative)
         if not self.event_schema_path.is_file():
             raise SettingsError(
                 f"KINESIS_LAKE_EVENT_SCHEMA={self.event_schema_path} does not exist: point it "
