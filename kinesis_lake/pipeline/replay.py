@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration, load_declaration
 from kinesis_lake.events.tables import quarantine_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.pipeline.derive import (
@@ -45,6 +45,8 @@ from kinesis_lake.pipeline.lake import declared_stream, lake_streams, open_lake
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 
 SOURCE_ERROR_PREFIX = "kinesis source error"
+REPLAY_WRITER_ID = f"replay:{QUARANTINE_TABLE}"
+"""Whom a replay's commits name (``kinesis-lake history`` shows it)."""
 _WAS = "__was"
 _TABLE = "__table"
 _KEYS = list(C.IDENTITY_COLUMNS)
@@ -64,10 +66,6 @@ class ReplayResult:
     @property
     def still_quarantined(self) -> int:
         return self.candidates - self.resolved
-
-
-def replay_writer_id(quarantine_name: str) -> str:
-    return f"replay:{quarantine_name}"
 
 
 def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
@@ -192,7 +190,7 @@ def _append_new(
         moving,
         settings,
         ".".join(table.name()),
-        writer_id=replay_writer_id(QUARANTINE),
+        writer_id=REPLAY_WRITER_ID,
         batch_id=batch_id,
         summary={},
     )
@@ -243,7 +241,7 @@ def _mark_resolved(
     commit_arrow(
         quarantine,
         resolved,
-        writer_id=replay_writer_id(QUARANTINE),
+        writer_id=REPLAY_WRITER_ID,
         batch_id=batch_id,
         overwrite_filter=_identity_filter(keys),
     )

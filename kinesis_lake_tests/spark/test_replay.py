@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.query import table_history
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
@@ -114,6 +115,8 @@ def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, setti
     assert result.written == {"page_views": 0, "purchases": 1, "signups": 0}
     assert _ids(settings, "purchases") == ["p1", "p2"]
     assert _ids(settings, "signups") == ["s1"]
+    purchases = open_lake(settings).load_table(settings.table_identifier("purchases"))
+    assert table_history(purchases)[-1]["writer_id"] == "replay:events_quarantine"
     assert _quarantine(settings) == {
         ("page_views", False): 1,
         ("purchases", True): 1,
