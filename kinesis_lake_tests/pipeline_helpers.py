@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -18,6 +19,8 @@ from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.producer import PutSummary, put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake.pipeline.reconcile import reconcile_derived
 
 
 def produce(
@@ -83,3 +86,16 @@ def run_cli(settings: Settings, *args: str, timeout: float = 600) -> subprocess.
         timeout=timeout,
         check=False,
     )
+
+
+def assert_reconciled(settings: Settings, tables: Sequence[str]) -> None:
+    """Every raw row of ``settings``' stream is in the declared ``tables`` its routes name or
+    in quarantine, once: the reconciles_with_raw check's own computation."""
+    catalog = open_lake(settings)
+    report = reconcile_derived(
+        catalog.load_table(settings.raw_table),
+        {name: catalog.load_table(settings.table_identifier(name)) for name in tables},
+        catalog.load_table(settings.quarantine_table),
+        routes_everything=False,
+    )
+    assert report.passed, report

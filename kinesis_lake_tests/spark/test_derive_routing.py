@@ -14,8 +14,7 @@ from kinesis_lake.events.routes import NO_ROUTE
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.pipeline.reconcile import reconcile_derived
-from kinesis_lake_tests.pipeline_helpers import table_rows
+from kinesis_lake_tests.pipeline_helpers import assert_reconciled, table_rows
 from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
 
 DECLARATION = """\
@@ -105,21 +104,6 @@ def _ids(settings: Settings, table: str) -> list[str]:
     return sorted(r["id"] for r in table_rows(settings, settings.table_identifier(table)))
 
 
-def _assert_reconciled(settings: Settings) -> None:
-    catalog = open_lake(settings)
-    declared = {
-        name: catalog.load_table(settings.table_identifier(name))
-        for name in ("page_views", "purchases", "all_events")
-    }
-    report = reconcile_derived(
-        catalog.load_table(settings.raw_table),
-        declared,
-        catalog.load_table(settings.quarantine_table),
-        routes_everything=False,
-    )
-    assert report.passed, report
-
-
 def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(spark, settings):
     put(settings, *FIRST)
     run_ingestion(spark, settings)
@@ -157,7 +141,7 @@ def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(
         ("at_hour", "hour"),
         ("currency", "identity"),
     ]
-    _assert_reconciled(settings)
+    assert_reconciled(settings, ("page_views", "purchases", "all_events"))
 
     again = refresh_derived(spark, settings)
     assert all(r.up_to_date for r in again.tables.values()) and again.quarantine.up_to_date
@@ -185,4 +169,4 @@ def test_a_refresh_that_died_between_two_tables_commits_is_finished_exactly_once
         r for r in table_rows(settings, settings.quarantine_table) if r["error"] == NO_ROUTE
     ]
     assert len(no_route) == 2
-    _assert_reconciled(settings)
+    assert_reconciled(settings, ("page_views", "purchases", "all_events"))
