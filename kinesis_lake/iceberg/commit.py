@@ -277,4 +277,5 @@ def _own_snapshot(table: Table, writer_id: str, batch_id: int) -> Snapshot | Non
 def _summary_int(snapshot: Snapshot | None, key: str) -> int:
     if snapshot is None or snapshot.summary is None:
         return 0
-    return int(snapshot.summary.get(key, "0"))
+    value = snapshot.summary.get(key)  # a delete-only snapshot adds no files or records
+    return int(value) if value is not None else 0

@@ -214,3 +214,22 @@ def test_commit_arrow_with_nothing_to_write_moves_only_the_watermark(catalog: Ca
     assert (outcome.committed, outcome.snapshot_id, outcome.rows) == (True, None, 0)
     assert table.current_snapshot() is None
     assert last_committed_batch(table, "agg") == 7
+
+
+def test_commit_arrow_that_only_deletes_rows_reports_none_added(catalog: Catalog) -> None:
+    """An upsert whose every touched key was deleted commits a delete snapshot, whose
+    summary has no added-records key (the outcome read it as an integer and crashed)."""
+    table = ensure_table(catalog, "lake.windows", WINDOWS)
+    rows = pa.table({"window": ["a", "b"], "events": [1, 2]}, schema=WINDOWS_ARROW)
+    commit_arrow(table, rows, writer_id="agg", batch_id=1)
+
+    outcome = commit_arrow(
+        table,
+        WINDOWS_ARROW.empty_table(),
+        writer_id="agg",
+        batch_id=2,
+        overwrite_filter="window = 'a'",
+    )
+
+    assert (outcome.committed, outcome.rows) == (True, 0)
+    assert _counts(table) == {"b": 2}
