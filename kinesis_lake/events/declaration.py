@@ -7,7 +7,8 @@ Two shapes are accepted, so today's schema files keep working unchanged:
 * a lake (``tables:`` list): each entry is an event schema plus ``name`` (the table),
   ``route`` (which records it takes, see ``routes.py``), ``dedup`` (the field to deduplicate
   on, today's ``event_key``) and ``partition`` (Iceberg transforms); ``aggregate`` names the
-  table whose events are counted per minute.
+  table whose events are counted per minute; ``derived`` declares tables computed from the
+  declared ones (current state by key, Spark SQL: ``derived_tables.py``).
 
 Errors name the file and the line of the offending entry, because the file is edited by
 hand and ``dagster definitions validate`` shows them to whoever edited it.
@@ -23,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP
+from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP, RESERVED_COLUMNS
+from kinesis_lake.events.derived_tables import DerivedTable, parse_derived
 from kinesis_lake.events.routes import Route
 from kinesis_lake.events.schema import EventSchema, EventSchemaError, check_keys
 
@@ -40,7 +42,7 @@ TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
 _WIDTH_TRANSFORMS = ("bucket", "truncate")
 _TIME_TRANSFORMS = ("year", "month", "day", "hour")
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-_LAKE_KEYS = ("streams", "tables", "aggregate")
+_LAKE_KEYS = ("streams", "tables", "aggregate", "derived")
 _STREAM_KEYS = ("name", "raw_table", "description")
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")  # Kinesis's own rule
 _TABLE_KEYS = (
@@ -141,6 +143,8 @@ class LakeDeclaration:
     path: Path | None = None
     streams: tuple[StreamDeclaration, ...] = ()
     """Declared streams; none: the one stream the settings name (KINESIS_STREAM_NAME)."""
+    derived: tuple[DerivedTable, ...] = ()
+    """Tables computed from the routed ones, in declared order (each reads earlier ones)."""
 
     def for_stream(self, stream: str | None) -> LakeDeclaration:
         """The tables that take ``stream``'s records (all of them when none is declared)."""
@@ -318,7 +322,48 @@ def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) 
             f"line {_line(aggregate) or _line(data)}: aggregate: {{table: ...}} must name a "
             f"declared table ({', '.join(sorted(seen))}), got {source!r}"
         )
-    return LakeDeclaration(tuple(tables), source, streams=streams)
+    derived = _derived(data.get("derived"), tables, streams, _line)
+    return LakeDeclaration(tuple(tables), source, streams=streams, derived=derived)
+
+
+def _derived(
+    raw: object,
+    tables: list[TableDeclaration],
+    streams: tuple[StreamDeclaration, ...],
+    line: Callable[[object], int | None],
+) -> tuple[DerivedTable, ...]:
+    """The ``derived:`` entries; each may read the routed tables and the upsert tables
+    declared before it (a SQL table's columns are known only once it has run)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise DeclarationError("derived must be a list of derived table declarations")
+    readable = {
+        table.name: frozenset(
+            [*(f.name for f in table.schema.fields if not f.is_nested), *RESERVED_COLUMNS]
+        )
+        for table in tables
+    }
+    taken = {*readable, *FIXED_TABLES, *(stream.raw_table for stream in streams)}
+    derived: list[DerivedTable] = []
+    for index, entry in enumerate(raw):
+        where = f"line {line(entry)}: " if line(entry) else ""
+        try:
+            table = parse_derived(entry, index, readable)
+        except EventSchemaError as exc:
+            raise DeclarationError(f"{where}{exc}") from None
+        names = (table.name, table.tombstones) if table.upsert else (table.name,)
+        clash = next((name for name in names if name in taken), None)
+        if clash is not None:
+            raise DeclarationError(
+                f"{where}derived table {table.name!r}: the name {clash!r} is already a table "
+                "of the lake; choose another name"
+            )
+        taken.update(names)
+        if table.upsert is not None:
+            readable[table.name] = readable[table.source]
+        derived.append(table)
+    return tuple(derived)
 
 
 def _streams(raw: object, line: Callable[[object], int | None]) -> tuple[StreamDeclaration, ...]:

@@ -12,6 +12,7 @@ table keeps its own (changing partitioning is a deliberate migration, not a depl
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ResolveError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
@@ -85,6 +86,13 @@ def ensure_table(
         else:
             break
     return table
+
+
+def ensure_table_for_arrow(catalog: Catalog, identifier: str, columns: pa.Schema) -> Table:
+    """``ensure_table`` for columns known only as Arrow: a query's result."""
+    # The conversion create_table itself applies to an Arrow schema (ids assigned on create).
+    schema = Catalog._convert_schema_if_needed(columns)
+    return ensure_table(catalog, identifier, schema)
 
 
 def schema_incompatibilities(existing: Schema, desired: Schema) -> list[str]:

@@ -50,35 +50,26 @@ from kinesis_lake.iceberg.commit import CommitOutcome, commit_arrow
 from kinesis_lake.iceberg.incremental import (
     SOURCE_SNAPSHOT_PROPERTY,
     IncrementalSlice,
-    appended_since,
-    caught_up_snapshot_id,
 )
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
+from kinesis_lake.pipeline.refresh import (
+    TableRefresh,
+    append_rows,
+    from_micros,
+    iso,
+    pending_slice,
+    sequence_number,
+)
+from kinesis_lake.pipeline.sql_tables import refresh_sql
+from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
 
 _TARGET = "__target"
 QUARANTINE = "__quarantine"  # the quarantine's name as a target; no declared table has it
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_EVENT_TYPE = "unknown"
-
-
-@dataclass
-class TableRefresh:
-    """What one derived table's refresh read and wrote."""
-
-    table: str
-    source_files_read: int
-    source_rows_read: int
-    rows_written: int
-    source_snapshot_id: int | None
-    committed: bool
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.source_files_read == 0
 
 
 @dataclass
@@ -88,6 +79,8 @@ class DeriveResult:
     quarantine: TableRefresh
     aggregate: TableRefresh
     windows_recomputed: int
+    derived: dict[str, TableRefresh]
+    """Per ``derived:`` table (upsert and SQL), in declared order."""
 
     @property
     def rows_written(self) -> int:
@@ -134,18 +127,6 @@ def ensure_derived_tables(settings: Settings, declaration: LakeDeclaration) -> D
     )
 
 
-def pending_slice(source: Table, derived: Table) -> IncrementalSlice:
-    """The source's data files appended since ``derived`` last caught up with it."""
-    return appended_since(source, caught_up_snapshot_id(source, derived))
-
-
-def _sequence_number(table: Table, snapshot_id: int | None) -> int:
-    """The sequence number of a slice's end snapshot; a slice with files always has one."""
-    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    assert snapshot is not None and snapshot.sequence_number is not None
-    return snapshot.sequence_number
-
-
 def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
     """Bring every declared table, the quarantine and the aggregate up to date with raw."""
     declaration = load_declaration(settings.event_schema_path)
@@ -168,9 +149,31 @@ def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
     aggregate, windows = refresh_aggregate(
         spark, declaration.table(declaration.aggregate_source).schema, source, tables.aggregate
     )
+    derived = refresh_declared_derived(spark, settings, declaration, tables)
     return DeriveResult(
-        {name: routed[name] for name in declaration.names}, quarantine, aggregate, windows
+        {name: routed[name] for name in declaration.names}, quarantine, aggregate, windows, derived
     )
+
+
+def refresh_declared_derived(
+    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DerivedTables
+) -> dict[str, TableRefresh]:
+    """Refresh the ``derived:`` tables in declared order, each after the ones it reads."""
+    catalog = open_lake(settings)
+    readable: dict[str, Table] = {
+        name: catalog.load_table(settings.table_identifier(name)) for name in tables.declared
+    }
+    results: dict[str, TableRefresh] = {}
+    for spec in declaration.derived:
+        if spec.upsert is not None:
+            source = readable[spec.source]
+            upsert_tables = ensure_upsert_tables(catalog, settings, spec, source)
+            results[spec.name] = refresh_upsert(spark, spec, source, upsert_tables)
+            readable[spec.name] = catalog.load_table(settings.table_identifier(spec.name))
+        else:
+            inputs = {name: readable[name] for name in spec.inputs}
+            results[spec.name] = refresh_sql(spark, catalog, settings, spec, inputs)
+    return results
 
 
 def _combined(identifier: str, refreshes: list[TableRefresh]) -> TableRefresh:
@@ -411,12 +414,12 @@ def _written_in_days(
     day_micros = [row[0] for row in new_events.select(F.unix_micros("__day")).distinct().collect()]
     if not day_micros or parsed.current_snapshot() is None:
         return None
-    days = [_from_micros(m) for m in day_micros]
+    days = [from_micros(m) for m in day_micros]
     row_filter = Or(
         *(
             And(
-                GreaterThanOrEqual(C.EVENT_TIMESTAMP, _iso(day)),
-                LessThan(C.EVENT_TIMESTAMP, _iso(day + timedelta(days=1))),
+                GreaterThanOrEqual(C.EVENT_TIMESTAMP, iso(day)),
+                LessThan(C.EVENT_TIMESTAMP, iso(day + timedelta(days=1))),
             )
             for day in days
         ),
@@ -438,36 +441,9 @@ def _append(
         settings,
         identifier,
         writer_id=derived_writer_id(source.name()[-1]),
-        batch_id=_sequence_number(source, piece.to_snapshot_id),
+        batch_id=sequence_number(source, piece.to_snapshot_id),
         summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
     )
-
-
-def append_rows(
-    rows: DataFrame,
-    settings: Settings,
-    identifier: str,
-    *,
-    writer_id: str,
-    batch_id: int,
-    summary: dict[str, str],
-) -> int:
-    """Append ``rows`` through the Iceberg sink as ``writer_id``'s batch ``batch_id`` (a
-    batch it already committed is skipped); the number of rows."""
-    count = rows.count()
-    writer = (
-        rows.write.format(SINK_NAME)
-        .mode("append")
-        .option("table", identifier)
-        .option("catalog", settings.catalog_name)
-        .option("dataDir", str(settings.data_dir))
-        .option("writerId", writer_id)
-        .option("batchId", str(batch_id))
-    )
-    for key, value in summary.items():
-        writer = writer.option(f"summary.{key}", value)
-    writer.save()
-    return count
 
 
 def refresh_aggregate(
@@ -487,15 +463,15 @@ def refresh_aggregate(
         .distinct()
         .collect()
     )
-    windows = [_from_micros(m) for m in window_micros]
+    windows = [from_micros(m) for m in window_micros]
     counts = _window_counts(spark, schema, parsed, window_micros)
     outcome: CommitOutcome = commit_arrow(
         aggregate,
         counts,
         writer_id=derived_writer_id(parsed.name()[-1]),
-        batch_id=_sequence_number(parsed, piece.to_snapshot_id),
+        batch_id=sequence_number(parsed, piece.to_snapshot_id),
         summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
-        overwrite_filter=In(C.WINDOW_START, [_iso(w) for w in windows]) if windows else None,
+        overwrite_filter=In(C.WINDOW_START, [iso(w) for w in windows]) if windows else None,
     )
     refresh = TableRefresh(
         name, len(piece.files), piece.rows, counts.num_rows, piece.to_snapshot_id, outcome.committed
@@ -512,14 +488,14 @@ def _window_counts(
     """Count parsed rows per (window, event type) over the files that can hold them."""
     if not window_micros:
         return aggregate_arrow_schema().empty_table()
-    low = _from_micros(window_micros[0])
-    high = _from_micros(window_micros[-1]) + timedelta(minutes=1)
+    low = from_micros(window_micros[0])
+    high = from_micros(window_micros[-1]) + timedelta(minutes=1)
     files = [
         task.file.file_path
         for task in parsed.scan(
             row_filter=And(
-                GreaterThanOrEqual(C.EVENT_TIMESTAMP, _iso(low)),
-                LessThan(C.EVENT_TIMESTAMP, _iso(high)),
+                GreaterThanOrEqual(C.EVENT_TIMESTAMP, iso(low)),
+                LessThan(C.EVENT_TIMESTAMP, iso(high)),
             )
         ).plan_files()
     ]
@@ -538,12 +514,3 @@ def _window_counts(
         .withColumn(C.UPDATED_AT, F.current_timestamp())
     )
     return grouped.toArrow().cast(aggregate_arrow_schema())
-
-
-def _from_micros(micros: int) -> datetime:
-    """Exact (no float rounding) and valid for every year Spark can hold."""
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat()

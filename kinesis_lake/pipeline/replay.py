@@ -35,13 +35,13 @@ from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.pipeline.derive import (
     QUARANTINE,
     DerivedTables,
-    append_rows,
     ensure_derived_tables,
     refresh_aggregate,
     route_on_executors,
     target_rows,
 )
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, open_lake
+from kinesis_lake.pipeline.refresh import append_rows
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 
 SOURCE_ERROR_PREFIX = "kinesis source error"

@@ -140,14 +140,18 @@ _JOB = (
 
 
 def derive_with_a_failing_commit(
-    settings: Settings, table: str, job: str = "derive.refresh_derived"
+    settings: Settings,
+    table: str,
+    job: str = "derive.refresh_derived",
+    mode: str = RAISES_BEFORE,
 ) -> subprocess.CompletedProcess:
     """Run ``job`` (a pipeline function of Spark and settings; the refresh by default) in a
-    new process whose catalog (the same SQLite database) refuses the next commit of
-    ``table``, so the job dies right after the commits before it."""
+    new process whose catalog (the same SQLite database) fails the next commit of
+    ``table`` (refuses it, or with ``LANDS_THEN_RAISES`` applies it and then raises), so
+    the job dies right after that commit's predecessors."""
     module, function = job.split(".")
     faults = settings.data_dir.parent / "catalog-faults.json"
-    arm(faults, RAISES_BEFORE, error="generic", table=table)
+    arm(faults, mode, error="generic", table=table)
     env = {
         **settings_env(settings),
         **catalog_environment(settings.data_dir, faults, settings.catalog_name),

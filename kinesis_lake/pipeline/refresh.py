@@ -1,0 +1,82 @@
+"""What every incremental refresh of a derived table shares: its result, where it resumes in
+its source, and how it appends through the Iceberg sink."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame
+
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.incremental import IncrementalSlice, appended_since, caught_up_snapshot_id
+from kinesis_lake.spark.iceberg_sink import SINK_NAME
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class TableRefresh:
+    """What one derived table's refresh read and wrote."""
+
+    table: str
+    source_files_read: int
+    source_rows_read: int
+    rows_written: int
+    source_snapshot_id: int | None
+    committed: bool
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.source_files_read == 0
+
+
+def pending_slice(source: Table, derived: Table | None) -> IncrementalSlice:
+    """The source's data files appended since ``derived`` last caught up with it (all of
+    them when ``derived`` does not exist yet)."""
+    done = caught_up_snapshot_id(source, derived) if derived is not None else None
+    return appended_since(source, done)
+
+
+def sequence_number(table: Table, snapshot_id: int | None) -> int:
+    """The sequence number of a slice's end snapshot; a slice with files always has one."""
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    assert snapshot is not None and snapshot.sequence_number is not None
+    return snapshot.sequence_number
+
+
+def append_rows(
+    rows: DataFrame,
+    settings: Settings,
+    identifier: str,
+    *,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str],
+) -> int:
+    """Append ``rows`` through the Iceberg sink as ``writer_id``'s batch ``batch_id`` (a
+    batch it already committed is skipped); the number of rows."""
+    count = rows.count()
+    writer = (
+        rows.write.format(SINK_NAME)
+        .mode("append")
+        .option("table", identifier)
+        .option("catalog", settings.catalog_name)
+        .option("dataDir", str(settings.data_dir))
+        .option("writerId", writer_id)
+        .option("batchId", str(batch_id))
+    )
+    for key, value in summary.items():
+        writer = writer.option(f"summary.{key}", value)
+    writer.save()
+    return count
+
+
+def from_micros(micros: int) -> datetime:
+    """Exact (no float rounding) and valid for every year Spark can hold."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()

@@ -1,0 +1,209 @@
+"""Spark SQL tables of the declaration, refreshed in one of three modes.
+
+The query reads declared tables by their short names: each is registered as a temporary
+view holding exactly the rows the mode needs, so the same SQL serves every mode.
+
+* ``rows``: the view holds the input's rows appended since the last refresh; the result
+  is appended (through the Iceberg sink, written on executors) under the derived-table
+  watermark, so a rerun after a crash appends nothing twice. Right for row-wise SQL
+  (projections, filters, ``explode``): the union of its results over slices is its
+  result over the whole input.
+* ``windowed``: the windows (``window.column`` truncated to ``window.size``) that new rows
+  fall in are recomputed from every input row in those windows, late rows included, and
+  replace the old rows of those windows (``window.output``) in one commit.
+* ``full``: when any input has a newer snapshot, the whole result replaces the table.
+  Collected on the driver: meant for small tables (dimensions, summaries).
+
+The table's columns are the query's: created from the first result and evolved (new
+columns, allowed widenings) after.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThan
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from kinesis_lake.config import Settings
+from kinesis_lake.errors import TableError
+from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
+from kinesis_lake.iceberg.commit import commit_arrow, last_committed_batch
+from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+from kinesis_lake.iceberg.summary import derived_writer_id
+from kinesis_lake.iceberg.tables import ensure_table_for_arrow
+from kinesis_lake.pipeline.lake import load_table
+from kinesis_lake.pipeline.refresh import (
+    TableRefresh,
+    append_rows,
+    from_micros,
+    iso,
+    pending_slice,
+    sequence_number,
+)
+from kinesis_lake.spark.iceberg_files_reader import read_table_files
+
+_WINDOW_STEP = {"minute": 60_000_000, "hour": 3_600_000_000, "day": 86_400_000_000}
+
+
+class SqlTableError(TableError, ValueError):
+    """A declared SQL table's query produced something its refresh mode cannot store."""
+
+
+def full_writer_id(name: str) -> str:
+    """A full recompute reads every input: its watermark is the sum of their sequence
+    numbers, which grows whenever any of them changes."""
+    return f"sql:{name}"
+
+
+def refresh_sql(
+    spark: SparkSession,
+    catalog: Catalog,
+    settings: Settings,
+    spec: DerivedTable,
+    inputs: dict[str, Table],
+) -> TableRefresh:
+    """Bring the SQL table ``spec`` up to date with its inputs (the tables it reads)."""
+    identifier = settings.table_identifier(spec.name)
+    table = load_table(catalog, identifier)
+    if spec.refresh == "full":
+        return _refresh_full(spark, catalog, identifier, spec, inputs, table)
+    source = inputs[spec.source]
+    piece = pending_slice(source, table)
+    if not piece.files:
+        return TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
+    writer_id = derived_writer_id(spec.source)
+    batch_id = sequence_number(source, piece.to_snapshot_id)
+    summary = {SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)}
+    new_rows = read_table_files(spark, source, piece.files)
+    if spec.window is None:  # rows
+        new_rows.createOrReplaceTempView(spec.source)
+        result = spark.sql(_query(spec))
+        ensure_table_for_arrow(catalog, identifier, to_arrow_schema(result.schema))
+        written = append_rows(
+            result, settings, identifier, writer_id=writer_id, batch_id=batch_id, summary=summary
+        )
+        return TableRefresh(
+            identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
+        )
+    window_micros = _windows(new_rows, spec.window)
+    if not window_micros:  # no new row has a time: nothing to recompute, the place moves on
+        if table is not None:  # a new table waits for rows with a time to get its columns
+            empty = table_arrow_schema(table.schema()).empty_table()
+            commit_arrow(table, empty, writer_id=writer_id, batch_id=batch_id, summary=summary)
+        return TableRefresh(identifier, len(piece.files), piece.rows, 0, piece.to_snapshot_id, True)
+    _window_rows(spark, source, spec.window, window_micros).createOrReplaceTempView(spec.source)
+    data = spark.sql(_query(spec)).toArrow()
+    _check_windows(spec, spec.window, data, window_micros)
+    table = ensure_table_for_arrow(catalog, identifier, data.schema)
+    outcome = commit_arrow(
+        table,
+        data.cast(table_arrow_schema(table.schema())),
+        writer_id=writer_id,
+        batch_id=batch_id,
+        summary=summary,
+        overwrite_filter=In(spec.window.output, [iso(from_micros(m)) for m in window_micros]),
+    )
+    return TableRefresh(
+        identifier,
+        len(piece.files),
+        piece.rows,
+        data.num_rows,
+        piece.to_snapshot_id,
+        outcome.committed,
+    )
+
+
+def _refresh_full(
+    spark: SparkSession,
+    catalog: Catalog,
+    identifier: str,
+    spec: DerivedTable,
+    inputs: dict[str, Table],
+    table: Table | None,
+) -> TableRefresh:
+    snapshots = {name: inputs[name].current_snapshot() for name in spec.inputs}
+    batch_id = sum(s.sequence_number or 0 for s in snapshots.values() if s is not None)
+    done = last_committed_batch(table, full_writer_id(spec.name)) if table is not None else None
+    if done is not None and batch_id <= done:
+        return TableRefresh(identifier, 0, 0, 0, None, False)
+    files = rows = 0
+    for name in spec.inputs:
+        paths = [task.file.file_path for task in inputs[name].scan().plan_files()]
+        view = read_table_files(spark, inputs[name], paths)
+        view.createOrReplaceTempView(name)
+        files += len(paths)
+        rows += sum(task.file.record_count for task in inputs[name].scan().plan_files())
+    data = spark.sql(_query(spec)).toArrow()
+    table = ensure_table_for_arrow(catalog, identifier, data.schema)
+    outcome = commit_arrow(
+        table,
+        data.cast(table_arrow_schema(table.schema())),
+        writer_id=full_writer_id(spec.name),
+        batch_id=batch_id,
+        summary={
+            f"{SOURCE_SNAPSHOT_PROPERTY}.{name}": str(s.snapshot_id)
+            for name, s in snapshots.items()
+            if s is not None
+        },
+        overwrite_filter=AlwaysTrue(),
+    )
+    return TableRefresh(identifier, files, rows, data.num_rows, None, outcome.committed)
+
+
+def _query(spec: DerivedTable) -> str:
+    assert spec.sql is not None, f"{spec.name} is not a SQL table"
+    return spec.sql
+
+
+def _windows(new_rows: DataFrame, window: WindowSpec) -> list[int]:
+    """The windows new rows fall in, as epoch microseconds (collecting Spark timestamps
+    would convert them to the Python process's time zone)."""
+    start = F.unix_micros(F.date_trunc(window.size, window.column))
+    found = new_rows.select(start).distinct().collect()
+    return sorted(row[0] for row in found if row[0] is not None)
+
+
+def _window_rows(
+    spark: SparkSession, source: Table, window: WindowSpec, window_micros: list[int]
+) -> DataFrame:
+    """Every row of ``source`` in those windows: late rows land beside the earlier ones."""
+    low = from_micros(window_micros[0])
+    high = from_micros(window_micros[-1] + _WINDOW_STEP[window.size])
+    in_range = And(GreaterThanOrEqual(window.column, iso(low)), LessThan(window.column, iso(high)))
+    files = [task.file.file_path for task in source.scan(row_filter=in_range).plan_files()]
+    rows = read_table_files(spark, source, files)
+    start = F.unix_micros(F.date_trunc(window.size, window.column))
+    return rows.where(start.isin(window_micros))
+
+
+def _check_windows(
+    spec: DerivedTable, window: WindowSpec, data: pa.Table, window_micros: list[int]
+) -> None:
+    """The result must say which window each row belongs to, or replacing windows would
+    leave stale rows or delete others."""
+    if window.output not in data.column_names:
+        raise SqlTableError(
+            f"derived table {spec.name!r}: the SQL's result has no column {window.output!r} "
+            f"(window.output); select date_trunc('{window.size}', {window.column}) AS "
+            f"{window.output}"
+        )
+    column = data.column(window.output)
+    if not pa.types.is_timestamp(column.type):
+        raise SqlTableError(
+            f"derived table {spec.name!r}: window.output {window.output!r} must be a "
+            f"timestamp, the SQL gives {column.type}"
+        )
+    micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+    stray = sorted(set(micros) - set(window_micros))
+    if stray:
+        raise SqlTableError(
+            f"derived table {spec.name!r}: the SQL gives {window.output} "
+            f"{from_micros(stray[0]).isoformat()}, which is not the start of a "
+            f"{window.size} window of the new rows; select date_trunc('{window.size}', "
+            f"{window.column}) AS {window.output} and group by it"
+        )

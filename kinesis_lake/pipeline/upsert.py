@@ -1,0 +1,195 @@
+"""Upsert tables: the current row per key of a declared table, refreshed incrementally.
+
+A refresh reads only the source files appended since the table last caught up (the same
+watermark every derived table keeps), picks the latest new row per key, and merges it
+with the rows the table and its tombstones already hold **for those keys only**: the
+touched keys' files are found through the key's bucket partition and the files' key
+bounds, read, and rewritten without the replaced rows (copy-on-write per affected file),
+in one commit with the winners. The cost follows the keys a refresh touches, not the
+table's size (``benchmarks/upsert.py`` measures it).
+
+"Latest" is an order on the records themselves (version, then the order Kinesis received
+them: ``ORDER_COLUMNS``), so it does not matter how records were batched, replayed or
+delivered out of order. A delete is a row like any other in that order, kept in the
+tombstone table, so an older update that arrives after it loses to it.
+
+Crash safety: the tombstones commit first, then the table, each under the derived
+table's writer id and the source snapshot's sequence number as batch id. Merging is a
+maximum, so it is idempotent: a rerun after a crash between the two commits (the
+tombstones already hold the deletes) computes the same winners.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import In
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from kinesis_lake.config import Settings
+from kinesis_lake.events import columns as C
+from kinesis_lake.events.declaration import PartitionDeclaration
+from kinesis_lake.events.derived_tables import DerivedTable, UpsertSpec
+from kinesis_lake.events.tables import parsed_partition_spec
+from kinesis_lake.iceberg.commit import commit_arrow
+from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+from kinesis_lake.iceberg.summary import derived_writer_id
+from kinesis_lake.iceberg.tables import ensure_table
+from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
+from kinesis_lake.spark.iceberg_files_reader import read_table_files
+
+ORDER_COLUMNS = (C.ARRIVAL_TIMESTAMP, C.SHARD_ID, C.SEQUENCE_NUMBER, C.SUB_SEQUENCE_NUMBER)
+"""After the version: the record Kinesis received later wins a tie."""
+TARGET_FILE_BYTES = str(8 * 1024 * 1024)
+"""Small files keep a refresh's rewrite small: it rewrites every file holding a touched key."""
+_DELETED = "__deleted"
+
+
+@dataclass(frozen=True)
+class UpsertTables:
+    table: Table
+    tombstones: Table
+
+
+def ensure_upsert_tables(
+    catalog: Catalog, settings: Settings, spec: DerivedTable, source: Table
+) -> UpsertTables:
+    """The table (the source's columns) and its tombstones (key, version, order), both
+    bucketed by key; evolved with the source."""
+    upsert = _spec(spec)
+    schema = source.schema()
+    bucket = (PartitionDeclaration(upsert.key, "bucket", spec.buckets),)
+    properties = {"write.target-file-size-bytes": TARGET_FILE_BYTES}
+    tombstone_schema = Schema(*(schema.find_field(name) for name in _tombstone_columns(upsert)))
+    return UpsertTables(
+        ensure_table(
+            catalog,
+            settings.table_identifier(spec.name),
+            schema,
+            partition_spec=parsed_partition_spec(schema, bucket),
+            properties=properties,
+        ),
+        ensure_table(
+            catalog,
+            settings.table_identifier(spec.tombstones),
+            tombstone_schema,
+            partition_spec=parsed_partition_spec(tombstone_schema, bucket),
+            properties=properties,
+        ),
+    )
+
+
+def refresh_upsert(
+    spark: SparkSession, spec: DerivedTable, source: Table, tables: UpsertTables
+) -> TableRefresh:
+    """Merge the source rows appended since the last refresh into the current state."""
+    upsert = _spec(spec)
+    name = ".".join(tables.table.name())
+    piece = pending_slice(source, tables.table)
+    if not piece.files:
+        return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False)
+    new_rows = read_table_files(spark, source, piece.files).where(F.col(upsert.key).isNotNull())
+    newest = latest_per_key(new_rows.withColumn(_DELETED, _is_delete(upsert)), upsert)
+    newest = newest.persist()
+    try:
+        keys = [row[0] for row in newest.select(upsert.key).collect()]
+        held = (
+            _held(
+                spark, held_table, upsert.key, keys, newest, deleted=held_table is tables.tombstones
+            )
+            for held_table in (tables.table, tables.tombstones)
+        )
+        candidates = newest
+        for rows in held:
+            candidates = candidates.unionByName(rows, allowMissingColumns=True)
+        winners = latest_per_key(candidates, upsert).persist()
+    finally:
+        newest.unpersist()
+    try:
+        live = _arrow(winners.where(~F.col(_DELETED)), tables.table, upsert.key)
+        dead = _arrow(winners.where(F.col(_DELETED)), tables.tombstones, upsert.key)
+    finally:
+        winners.unpersist()
+    commit = partial(
+        commit_arrow,
+        writer_id=derived_writer_id(source.name()[-1]),
+        batch_id=sequence_number(source, piece.to_snapshot_id),
+        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+        overwrite_filter=In(upsert.key, keys) if keys else None,
+    )
+    commit(tables.tombstones, dead)  # first: see the module docstring
+    outcome = commit(tables.table, live)
+    return TableRefresh(
+        name, len(piece.files), piece.rows, live.num_rows, piece.to_snapshot_id, outcome.committed
+    )
+
+
+def latest_per_key(rows: DataFrame, upsert: UpsertSpec) -> DataFrame:
+    """The winning row of every key: highest version, then the later Kinesis record."""
+    order = Window.partitionBy(upsert.key).orderBy(*winning_order(upsert.version))
+    ranked = rows.withColumn("__rank", F.row_number().over(order))
+    return ranked.where(F.col("__rank") == 1).drop("__rank")
+
+
+def winning_order(version: str) -> list[Column]:
+    """Descending: the first row wins. Sequence numbers compare as integers (by length,
+    then digits: they are decimal strings of up to 128 bits)."""
+    return [
+        F.col(version).desc_nulls_last(),
+        F.col(C.ARRIVAL_TIMESTAMP).desc_nulls_last(),
+        F.col(C.SHARD_ID).desc_nulls_last(),
+        F.length(C.SEQUENCE_NUMBER).desc_nulls_last(),
+        F.col(C.SEQUENCE_NUMBER).desc_nulls_last(),
+        F.col(C.SUB_SEQUENCE_NUMBER).desc_nulls_last(),
+    ]
+
+
+def _spec(spec: DerivedTable) -> UpsertSpec:
+    assert spec.upsert is not None, f"{spec.name} is not an upsert table"
+    return spec.upsert
+
+
+def _tombstone_columns(upsert: UpsertSpec) -> list[str]:
+    return [upsert.key, upsert.version, *ORDER_COLUMNS]
+
+
+def _is_delete(upsert: UpsertSpec) -> Column:
+    if upsert.delete is None:
+        return F.lit(False)
+    matches = F.col(upsert.delete.field).cast("string").isin(list(upsert.delete.values))
+    return F.coalesce(matches, F.lit(False))
+
+
+def _held(
+    spark: SparkSession,
+    table: Table,
+    key: str,
+    keys: list[object],
+    newest: DataFrame,
+    *,
+    deleted: bool,
+) -> DataFrame:
+    """The rows ``table`` holds for ``keys`` (those of ``newest``), read only from the files
+    whose partition and key bounds can hold them."""
+    files = []
+    if table.current_snapshot() is not None and keys:
+        files = [task.file.file_path for task in table.scan(row_filter=In(key, keys)).plan_files()]
+    if not files:
+        return newest.limit(0).select(key).withColumn(_DELETED, F.lit(deleted))
+    held = read_table_files(spark, table, files).join(newest.select(key), key, "left_semi")
+    return held.withColumn(_DELETED, F.lit(deleted))
+
+
+def _arrow(rows: DataFrame, table: Table, key: str) -> pa.Table:
+    """The rows in ``table``'s Arrow schema, sorted by key so each written file covers a
+    narrow key range (what lets the next refresh skip it)."""
+    schema = table_arrow_schema(table.schema())
+    data = rows.select(*schema.names).toArrow()
+    return data.sort_by(key).cast(schema) if data.num_rows else schema.empty_table()
