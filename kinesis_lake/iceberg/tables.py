@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ResolveError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.schema import Schema, index_by_name, promote
+from pyiceberg.schema import Schema, assign_fresh_schema_ids, index_by_name, promote
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.types import DecimalType, IcebergType, ListType, MapType, StructType
@@ -90,8 +90,9 @@ def ensure_table(
 
 def ensure_table_for_arrow(catalog: Catalog, identifier: str, columns: pa.Schema) -> Table:
     """``ensure_table`` for columns known only as Arrow: a query's result."""
-    # The conversion create_table itself applies to an Arrow schema (ids assigned on create).
-    schema = Catalog._convert_schema_if_needed(columns)
+    # The conversion create_table itself applies to an Arrow schema. It leaves every id
+    # -1, and columns are matched by id within a schema: number them.
+    schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(columns))
     return ensure_table(catalog, identifier, schema)
 
 
