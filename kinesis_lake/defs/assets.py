@@ -43,6 +43,7 @@ from kinesis_lake.events.declaration import (
     LakeDeclaration,
     TableDeclaration,
 )
+from kinesis_lake.events.derived_tables import DerivedTable
 from kinesis_lake.events.tables import (
     aggregate_table_schema,
     parsed_table_schema,
@@ -295,10 +296,61 @@ def _shown_path(path: Path | None) -> str:
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
 
 
+def _derived_table_description(spec: DerivedTable, path: str) -> str:
+    lead = f"{spec.description} " if spec.description else ""
+    if spec.upsert is not None:
+        deletes = (
+            f"; a row whose {spec.upsert.delete.field} is {' or '.join(spec.upsert.delete.values)} "
+            f"deletes its key (kept in {spec.tombstones})"
+            if spec.upsert.delete
+            else ""
+        )
+        what = (
+            f"the current row of every {spec.upsert.key} in {spec.source}, the highest "
+            f"{spec.upsert.version} winning in any arrival order{deletes}"
+        )
+    else:
+        what = f"Spark SQL over {', '.join(spec.inputs)}, refreshed {_REFRESH_WORDS[spec.refresh]}"
+    return f"{lead}Declared in {path}: {what}."
+
+
+_REFRESH_WORDS = {
+    "rows": "row by row (the SQL runs over new rows only)",
+    "windowed": "by window (only the windows new rows fall in are recomputed)",
+    "full": "in full whenever an input changed",
+}
+
+
+def _routed_schema(declaration: LakeDeclaration, name: str) -> Schema:
+    """The columns of a routed table, or of the upsert table built from one."""
+    for spec in declaration.derived:
+        if spec.name == name and spec.upsert is not None:
+            return _routed_schema(declaration, spec.source)
+    return parsed_table_schema(declaration.table(name).schema)
+
+
+def _derived_table_spec(
+    declaration: LakeDeclaration, spec: DerivedTable, namespace: str
+) -> dg.AssetSpec:
+    metadata: dict[str, Any] = {"dagster/table_name": f"{namespace}.{spec.name}"}
+    if spec.upsert is not None:  # a SQL table's columns are known once its query ran
+        metadata["dagster/column_schema"] = table_column_schema(
+            _routed_schema(declaration, spec.source)
+        )
+    return dg.AssetSpec(
+        dg.AssetKey(spec.name),
+        deps=[dg.AssetKey(name) for name in spec.inputs],
+        description=_derived_table_description(spec, _shown_path(declaration.path)),
+        metadata=metadata,
+        **_DERIVED_COMMON,
+    )
+
+
 def derived_specs(
     declaration: LakeDeclaration, namespace: str, streams: list[StreamKeys]
 ) -> list[dg.AssetSpec]:
-    """One asset per declared table, then the quarantine and the aggregate."""
+    """One asset per declared table, the quarantine, the aggregate, then one per
+    ``derived:`` table."""
     raw_of = {keys.stream: keys.raw_asset for keys in streams}
     path = _shown_path(declaration.path)
     specs = [
@@ -344,6 +396,7 @@ def derived_specs(
             },
             **_DERIVED_COMMON,
         ),
+        *(_derived_table_spec(declaration, spec, namespace) for spec in declaration.derived),
     ]
 
 
@@ -361,7 +414,7 @@ def derived_tables_asset(
             "One incremental refresh of the derived tables: the raw files appended since the "
             "last refresh are routed and parsed once on the executors and written to every "
             "declared table and the quarantine, then the touched aggregate windows are "
-            "recomputed."
+            "recomputed, then the upsert and SQL tables follow in declared order."
         ),
     )
     def derived_tables(
@@ -384,6 +437,7 @@ def derived_tables_asset(
             *((dg.AssetKey(name), refresh) for name, refresh in result.tables.items()),
             (EVENTS_QUARANTINE, result.quarantine),
             (EVENT_COUNTS_PER_MINUTE, result.aggregate),
+            *((dg.AssetKey(name), refresh) for name, refresh in result.derived.items()),
         ]
         for key, refresh in refreshes:
             metadata = {

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import dagster as dg
+from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
@@ -26,7 +27,14 @@ from kinesis_lake.events.declaration import (
     TableDeclaration,
     load_declaration,
 )
+from kinesis_lake.events.derived_tables import DerivedTable
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
+from kinesis_lake.pipeline.derived_reconciliation import (
+    SAMPLED_HISTORY_ROWS,
+    reconcile_upsert,
+    reconcile_windows,
+    sql_table_caught_up,
+)
 from kinesis_lake.pipeline.lake import load_table, open_lake, raw_positions
 from kinesis_lake.pipeline.reconcile import (
     DerivedReconciliation,
@@ -47,6 +55,10 @@ RECONCILIATION_CHECK = "reconciles_with_raw"
 SCHEMA_CHECK = "schema_matches_declared"
 QUARANTINE_CHECK = "quarantine_ratio"
 AGGREGATE_CHECK = "sums_match_events"
+UNIQUE_KEYS_CHECK = "one_row_per_key"
+RECOMPUTATION_CHECK = "matches_recomputation"
+WINDOWS_CHECK = "windows_match_input"
+CAUGHT_UP_CHECK = "caught_up_with_inputs"
 
 
 def _missing_table(asset: dg.AssetKey, check: str, identifier: str) -> dg.AssetCheckResult:
@@ -471,16 +483,139 @@ def _aggregate_check(source_name: str) -> dg.AssetChecksDefinition:
     return event_counts_match_events
 
 
+def _upsert_checks(spec: DerivedTable) -> list[dg.AssetChecksDefinition]:
+    asset = dg.AssetKey(spec.name)
+    upsert = spec.upsert
+    assert upsert is not None
+
+    def tables(lake: Settings) -> tuple[Table | None, Table | None]:
+        catalog = open_lake(lake)
+        return (
+            load_table(catalog, lake.table_identifier(spec.source)),
+            load_table(catalog, lake.table_identifier(spec.name)),
+        )
+
+    @dg.asset_check(
+        asset=asset,
+        name=UNIQUE_KEYS_CHECK,
+        description=f"{spec.name} holds at most one row per {upsert.key}.",
+    )
+    def unique_keys(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        source, table = tables(lake)
+        if source is None or table is None:
+            return _missing_table(asset, UNIQUE_KEYS_CHECK, lake.table_identifier(spec.name))
+        report = reconcile_upsert(spec, source, table)
+        return dg.AssetCheckResult(
+            passed=report.unique,
+            metadata={"rows": report.rows, "distinct_keys": report.distinct_keys},
+            description=f"{report.rows} rows, {report.distinct_keys} distinct {upsert.key}.",
+        )
+
+    @dg.asset_check(
+        asset=asset,
+        name=RECOMPUTATION_CHECK,
+        description=(
+            f"For every {upsert.key} (a hash sample of them past "
+            f"{SAMPLED_HISTORY_ROWS:,} source rows), {spec.name} holds exactly the record a "
+            f"recomputation over all of {spec.source} picks: same {upsert.version}, same "
+            "Kinesis record, deleted keys absent."
+        ),
+    )
+    def matches_recomputation(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        source, table = tables(lake)
+        if source is None or table is None:
+            return _missing_table(asset, RECOMPUTATION_CHECK, lake.table_identifier(spec.name))
+        try:
+            report = reconcile_upsert(spec, source, table)
+        except SnapshotExpiredError as error:
+            return dg.AssetCheckResult(passed=False, description=str(error))
+        return dg.AssetCheckResult(
+            passed=report.matches,
+            metadata={
+                "keys_compared": report.keys_compared,
+                "sample_one_in": report.sample_one_in,
+                "mismatched_keys": report.mismatched_keys,
+            },
+            description=(
+                f"{report.keys_compared} keys compared (1 in {report.sample_one_in}): all match."
+                if report.matches
+                else f"{report.mismatched_keys} keys differ: " + json.dumps(report.examples)
+            ),
+        )
+
+    return [unique_keys, matches_recomputation]
+
+
+def _sql_check(spec: DerivedTable) -> dg.AssetChecksDefinition:
+    asset = dg.AssetKey(spec.name)
+    windowed = spec.window is not None
+    name = WINDOWS_CHECK if windowed else CAUGHT_UP_CHECK
+
+    @dg.asset_check(
+        asset=asset,
+        name=name,
+        description=(
+            f"{spec.name} has a row for exactly the {spec.window.size} windows of "
+            f"{spec.source}'s {spec.window.column} (as of the snapshot it processed)."
+            if spec.window is not None
+            else f"{spec.name} has processed every row its inputs ({', '.join(spec.inputs)}) "
+            "hold now."
+        ),
+    )
+    def sql_table_check(settings: PipelineSettingsResource) -> dg.AssetCheckResult:
+        lake = settings.settings()
+        catalog = open_lake(lake)
+        table = load_table(catalog, lake.table_identifier(spec.name))
+        inputs = {n: load_table(catalog, lake.table_identifier(n)) for n in spec.inputs}
+        if table is None:
+            return _missing_table(asset, name, lake.table_identifier(spec.name))
+        present = {n: t for n, t in inputs.items() if t is not None}
+        if len(present) < len(inputs):
+            return dg.AssetCheckResult(passed=False, description="An input table is missing.")
+        if not windowed:
+            done = sql_table_caught_up(spec, present, table)
+            return dg.AssetCheckResult(
+                passed=done,
+                description="Up to date with its inputs."
+                if done
+                else "Behind its inputs: materialize it (the derived tables' run).",
+            )
+        coverage = reconcile_windows(spec, present[spec.source], table)
+        return dg.AssetCheckResult(
+            passed=coverage.passed,
+            metadata={
+                "input_windows": coverage.input_windows,
+                "table_windows": coverage.table_windows,
+                "missing_windows": len(coverage.missing),
+                "extra_windows": len(coverage.extra),
+            },
+            description=(
+                f"{coverage.table_windows} windows, as in the input."
+                if coverage.passed
+                else f"missing {coverage.missing}, extra {coverage.extra}"
+            ),
+        )
+
+    return sql_table_check
+
+
 def derived_checks(
     declaration: LakeDeclaration, streams: list[StreamKeys]
 ) -> list[dg.AssetChecksDefinition]:
     """The generated checks: reconciliation with each raw table, each declared table's
-    schema, the quarantine ratio and the aggregate's sums."""
+    schema, the quarantine ratio, the aggregate's sums, and each ``derived:`` table's."""
     return [
         *(_reconciliation_check(declaration, keys) for keys in streams),
         *(_schema_check(table) for table in declaration.tables),
         _quarantine_ratio_check(streams),
         _aggregate_check(declaration.aggregate_source),
+        *(
+            check
+            for spec in declaration.derived
+            for check in (_upsert_checks(spec) if spec.upsert else [_sql_check(spec)])
+        ),
     ]
 
 

@@ -31,8 +31,17 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from kinesis_lake.events.columns import (
+    ARRIVAL_TIMESTAMP,
+    SEQUENCE_NUMBER,
+    SHARD_ID,
+    SUB_SEQUENCE_NUMBER,
+)
 from kinesis_lake.events.schema import EventSchemaError, check_keys
 
+ORDER_COLUMNS = (ARRIVAL_TIMESTAMP, SHARD_ID, SEQUENCE_NUMBER, SUB_SEQUENCE_NUMBER)
+"""An upsert's tie rule: after the version, the record Kinesis received later wins (the
+sequence number compared as an integer)."""
 REFRESH_MODES = ("rows", "windowed", "full")
 WINDOW_SIZES = ("minute", "hour", "day")
 TOMBSTONE_SUFFIX = "_tombstones"
@@ -92,6 +101,11 @@ class DerivedTable:
     def source(self) -> str:
         """The input whose appends drive the refresh (every input, for ``full``)."""
         return self.inputs[0]
+
+    @property
+    def incremental(self) -> bool:
+        """Reads only what its source appended since its last refresh (all but full SQL)."""
+        return self.upsert is not None or self.refresh != "full"
 
     @property
     def tombstones(self) -> str:

@@ -31,6 +31,12 @@ def derived_writer_id(source_table_name: str) -> str:
     return f"derive:{source_table_name}"
 
 
+def full_writer_id(table_name: str) -> str:
+    """The writer id of a table recomputed whole from several inputs: its batch id is the
+    sum of their sequence numbers, which grows whenever any of them changes."""
+    return f"sql:{table_name}"
+
+
 def latest_summary_value(table: Table, key: str) -> tuple[str, Snapshot] | None:
     """The newest value of summary ``key`` along the current snapshot's ancestry.
 

@@ -39,7 +39,7 @@ def consumers(
         stream.raw_table: tuple(t.name for t in declaration.tables if t.stream == stream.name)
         for stream in declaration.streams
     } or {raw_table: tuple(declaration.names)}
-    return {
+    readers = {
         **{raw: (*tables, QUARANTINE_TABLE) for raw, tables in raws.items()},
         **{
             name: (AGGREGATE_TABLE,) if name == declaration.aggregate_source else ()
@@ -48,6 +48,13 @@ def consumers(
         QUARANTINE_TABLE: (),
         AGGREGATE_TABLE: (),
     }
+    for spec in declaration.derived:
+        readers[spec.name] = ()
+        if spec.upsert is not None:
+            readers[spec.tombstones] = ()
+        if spec.incremental:
+            readers[spec.source] = (*readers[spec.source], spec.name)
+    return readers
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
 from kinesis_lake.iceberg.commit import commit_arrow, last_committed_batch
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
-from kinesis_lake.iceberg.summary import derived_writer_id
+from kinesis_lake.iceberg.summary import derived_writer_id, full_writer_id
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
 from kinesis_lake.pipeline.lake import load_table
 from kinesis_lake.pipeline.refresh import (
@@ -52,12 +52,6 @@ _WINDOW_STEP = {"minute": 60_000_000, "hour": 3_600_000_000, "day": 86_400_000_0
 
 class SqlTableError(TableError, ValueError):
     """A declared SQL table's query produced something its refresh mode cannot store."""
-
-
-def full_writer_id(name: str) -> str:
-    """A full recompute reads every input: its watermark is the sum of their sequence
-    numbers, which grows whenever any of them changes."""
-    return f"sql:{name}"
 
 
 def refresh_sql(

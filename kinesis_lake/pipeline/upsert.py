@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
 from kinesis_lake.events.declaration import PartitionDeclaration
-from kinesis_lake.events.derived_tables import DerivedTable, UpsertSpec
+from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, UpsertSpec
 from kinesis_lake.events.tables import parsed_partition_spec
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
@@ -45,8 +45,6 @@ from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 
-ORDER_COLUMNS = (C.ARRIVAL_TIMESTAMP, C.SHARD_ID, C.SEQUENCE_NUMBER, C.SUB_SEQUENCE_NUMBER)
-"""After the version: the record Kinesis received later wins a tie."""
 TARGET_FILE_BYTES = str(8 * 1024 * 1024)
 """Small files keep a refresh's rewrite small: it rewrites every file holding a touched key."""
 _DELETED = "__deleted"
