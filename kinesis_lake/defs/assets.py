@@ -497,13 +497,15 @@ class MaintenanceConfig(dg.Config):
         return MaintenancePolicy(**self.model_dump())
 
 
-def _maintenance_asset(table: str) -> dg.AssetsDefinition:
+def _maintenance_asset(table: str, written_by: str) -> dg.AssetsDefinition:
+    """Upkeep of ``table``, after the asset ``written_by`` that writes it (itself, except for
+    an upsert table's tombstones)."""
     table_key = dg.AssetKey(table)
     name = f"{table}_maintenance"
 
     @dg.asset(
         name=name,
-        deps=[table_key],
+        deps=[dg.AssetKey(written_by)],
         group_name=MAINTENANCE_GROUP,
         kinds={"iceberg"},
         owners=OWNERS,
@@ -534,4 +536,8 @@ def maintenance_assets(
     declaration: LakeDeclaration, raw_table: str = RAW_TABLE
 ) -> list[dg.AssetsDefinition]:
     """One upkeep asset per table of the lake, raw, declared and fixed alike."""
-    return [_maintenance_asset(table) for table in consumers(declaration, raw_table)]
+    writers = {spec.tombstones: spec.name for spec in declaration.derived if spec.upsert}
+    return [
+        _maintenance_asset(table, writers.get(table, table))
+        for table in consumers(declaration, raw_table)
+    ]

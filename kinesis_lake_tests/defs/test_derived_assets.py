@@ -12,7 +12,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.defs.assets import derived_tables_asset, raw_events
+from kinesis_lake.defs.assets import derived_tables_asset, maintenance_assets, raw_events
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import load_declaration
@@ -121,3 +121,15 @@ def test_a_second_row_for_a_key_fails_both_upsert_checks(deployment):
     recomputation = found["user_profiles:matches_recomputation"]
     assert not recomputation.passed
     assert "ann: table 9/" in (recomputation.description or "")
+
+
+def test_tombstones_are_maintained_after_the_upsert_table_that_writes_them(tmp_path):
+    """The demo's first run failed: the tombstones' upkeep ran before any refresh had
+    created them, since it waited for an asset of that name, which nothing produces."""
+    (tmp_path / "lake.yaml").write_text(DECLARATION)
+    declaration = load_declaration(tmp_path / "lake.yaml")
+    upkeep = {a.key.to_user_string(): a for a in maintenance_assets(declaration)}
+
+    tombstones = upkeep["user_profiles_tombstones_maintenance"]
+    assert set(tombstones.dependency_keys) == {dg.AssetKey("user_profiles")}
+    assert "user_profiles_maintenance" in upkeep and "emails_maintenance" in upkeep
