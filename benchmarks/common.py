@@ -72,6 +72,10 @@ class Sizes:
     derive_large: int
     derive_new_rows: int
     derive_rounds: int
+    upsert_small: int
+    upsert_large: int
+    upsert_updates: int
+    upsert_rounds: int
     commits: int
     commit_expire_every: int
     freshness_seconds: float
@@ -99,6 +103,10 @@ class Sizes:
                 derive_large=n(1_000_000, 4_000),
                 derive_new_rows=n(10_000, 100),
                 derive_rounds=3,
+                upsert_small=n(100_000),
+                upsert_large=n(1_000_000, 4_000),
+                upsert_updates=n(100, 20),
+                upsert_rounds=3,
                 commits=max(20, int(1_000 * min(scale, 1.0))),
                 commit_expire_every=50,
                 freshness_seconds=max(20.0, 120 * min(scale * 4, 1.0)),
@@ -114,6 +122,10 @@ class Sizes:
             derive_large=n(100_000, 4_000),
             derive_new_rows=n(10_000, 100),
             derive_rounds=2,
+            upsert_small=n(20_000),
+            upsert_large=n(200_000, 4_000),
+            upsert_updates=n(100, 20),
+            upsert_rounds=3,
             commits=max(20, int(300 * min(scale * 4, 1.0))),
             commit_expire_every=50,
             freshness_seconds=max(15.0, 30 * min(scale * 4, 1.0)),

@@ -27,6 +27,7 @@ ORDER = (
     ("commit_cost", "5. Commit cost over time"),
     ("memory", "6. Driver memory"),
     ("scale_out", "7. Scale-out"),
+    ("upsert_refresh", "8. Upsert refresh"),
 )
 
 
@@ -404,6 +405,28 @@ def _derive_section(result: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _upsert_section(result: dict[str, Any]) -> list[str]:
+    med = result["median_seconds"]
+    files = result["median_files_rewritten"]
+    rows = result["median_rows_rewritten"]
+    build = result["build"]
+    return [
+        f"Upsert tables of {_fmt(result['keys']['small'])} and "
+        f"{_fmt(result['keys']['large'])} keys ({_fmt(build['small']['data_files'])} and "
+        f"{_fmt(build['large']['data_files'])} data files after the first load); each "
+        f"refresh updates {_fmt(result['updates_per_refresh'])} random existing keys; "
+        f"{result['rounds']} rounds, interleaved. Median refresh: small {_fmt(med['small'])} s, "
+        f"large {_fmt(med['large'])} s, ratio **{_fmt(result['ratio'])}** (target "
+        f"{result['target']}).",
+        "",
+        "| per refresh (median) | small table | large table |",
+        "|---|---|---|",
+        f"| data files rewritten | {_fmt(files['small'])} | {_fmt(files['large'])} |",
+        f"| rows rewritten | {_fmt(rows['small'])} | {_fmt(rows['large'])} |",
+        "",
+    ]
+
+
 def _commit_section(result: dict[str, Any]) -> list[str]:
     first, last = result["first_window"], result["last_window"]
     return [
@@ -484,6 +507,7 @@ _SECTIONS = {
     "ingest_vs_hand_written": _hand_written_section,
     "freshness": _freshness_section,
     "derive_refresh": _derive_section,
+    "upsert_refresh": _upsert_section,
     "commit_cost": _commit_section,
     "memory": _memory_section,
     "scale_out": _scale_section,

@@ -44,6 +44,7 @@ BENCHMARKS = (
     "hand_written",
     "freshness",
     "derive_refresh",
+    "upsert_refresh",
     "scale_out",
     "memory",
     "commit_cost",

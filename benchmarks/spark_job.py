@@ -425,12 +425,130 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     return {"build": build, "refreshes": refreshes}
 
 
+# ----------------------------------------------------------------- upsert
+
+_UPSERT_LAKE = """\
+tables:
+  - name: profile_changes
+    fields:
+      - {name: user_id, type: string, required: true}
+      - {name: version, type: long, required: true}
+      - {name: op, type: string}
+      - {name: email, type: string}
+      - {name: plan, type: string}
+derived:
+  - name: user_profiles
+    from: profile_changes
+    upsert: {key: user_id, version: version, delete: {field: op, equals: delete}}
+"""
+
+
+def _profile_rows(keys: list[int], version: int, first_sequence: int, schema: Any):
+    """Parsed ``profile_changes`` rows (as derive writes them) for the users ``keys``."""
+    import pyarrow as pa
+
+    count = len(keys)
+    now_us = int(time.time() * 1_000_000)
+    columns = {
+        "stream_name": ["bench"] * count,
+        "shard_id": [f"shardId-{k % SHARDS:012d}" for k in keys],
+        "sequence_number": [f"{49_000_000_000 + first_sequence + i:d}" for i in range(count)],
+        "sub_sequence_number": [0] * count,
+        "approximate_arrival_timestamp": [now_us] * count,
+        "user_id": [f"user-{k:09d}" for k in keys],
+        "version": [version] * count,
+        "op": ["update"] * count,
+        "email": [f"user-{k}@example.com" for k in keys],
+        "plan": [("free", "pro", "team")[k % 3] for k in keys],
+        "event_timestamp": [now_us] * count,
+        "parsed_at": [now_us] * count,
+    }
+    return pa.Table.from_pydict(
+        {name: pa.array(values, schema.field(name).type) for name, values in columns.items()},
+        schema=schema,
+    )
+
+
+def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
+    """Upsert tables of ``small`` and ``large`` keys; per round, the same number of updates
+    of random existing keys is appended to each source and one refresh is timed."""
+    import random
+
+    import yaml
+
+    from kinesis_lake.events.declaration import declaration_from_dict
+    from kinesis_lake.events.tables import parsed_table_schema
+    from kinesis_lake.iceberg.catalog import ensure_namespace
+    from kinesis_lake.iceberg.data_files import table_arrow_schema
+    from kinesis_lake.iceberg.tables import ensure_table
+    from kinesis_lake.pipeline.lake import open_lake
+    from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert
+
+    lake = declaration_from_dict(yaml.safe_load(_UPSERT_LAKE))
+    (spec,) = lake.derived
+    schema = parsed_table_schema(lake.table("profile_changes").schema)
+    rng = random.Random(7)
+    tables = {}
+    build: dict[str, Any] = {}
+    for label, size in {"small": args.small, "large": args.large}.items():
+        settings = _settings(args, f"{args.namespace}_{label}")
+        catalog = open_lake(settings)
+        ensure_namespace(catalog, settings.namespace)
+        source = ensure_table(catalog, settings.table_identifier("profile_changes"), schema)
+        arrow = table_arrow_schema(source.schema())
+        started = time.perf_counter()
+        for offset in range(0, size, 100_000):
+            keys = list(range(offset, min(size, offset + 100_000)))
+            source.append(_profile_rows(keys, 1, offset, arrow))
+        append_s = time.perf_counter() - started
+        started = time.perf_counter()
+        upsert = ensure_upsert_tables(catalog, settings, spec, source)
+        refresh_upsert(spark, spec, source, upsert)
+        build[label] = {
+            "keys": size,
+            "append_s": round(append_s, 2),
+            "first_refresh_s": round(time.perf_counter() - started, 2),
+            **_table_shape(settings, settings.table_identifier("user_profiles")),
+        }
+        tables[label] = (settings, size, arrow)
+        emit("BENCH_EVENT", {"built": label, **build[label]})
+    refreshes = []
+    for round_index in range(args.rounds):
+        for label, (settings, size, arrow) in tables.items():
+            catalog = open_lake(settings)
+            source = catalog.load_table(settings.table_identifier("profile_changes"))
+            keys = rng.sample(range(size), args.new_rows)
+            source.append(_profile_rows(keys, round_index + 2, 10**9 + round_index * 10**6, arrow))
+            upsert = ensure_upsert_tables(catalog, settings, spec, source)
+            started = time.perf_counter()
+            result = refresh_upsert(spark, spec, source, upsert)
+            seconds = time.perf_counter() - started
+            identifier = settings.table_identifier("user_profiles")
+            summary = catalog.load_table(identifier).current_snapshot().summary  # type: ignore[union-attr]
+            files = _table_shape(settings, identifier)["data_files"]
+            refreshes.append(
+                {
+                    "table": label,
+                    "keys": size,
+                    "round": round_index,
+                    "seconds": round(seconds, 3),
+                    "keys_touched": result.rows_written,
+                    "files_rewritten": int(summary.get("deleted-data-files") or 0),
+                    "rows_rewritten": int(summary.get("deleted-records") or 0),
+                    "data_files": files,
+                }
+            )
+            emit("BENCH_EVENT", refreshes[-1])
+    return {"build": build, "refreshes": refreshes}
+
+
 # ----------------------------------------------------------------- entry point
 
 _COMMANDS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "ingest": lambda spark, a: cmd_ingest(spark, a),
     "continuous": lambda spark, a: cmd_continuous(spark, a),
     "derive": lambda spark, a: cmd_derive(spark, a),
+    "upsert": lambda spark, a: cmd_upsert(spark, a),
 }
 
 _DEFAULTS: dict[str, Any] = {

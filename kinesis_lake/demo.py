@@ -129,11 +129,22 @@ def _report(settings, sent: int, run_ok: bool, evaluations) -> int:
         "SELECT event_type, sum(event_count) AS events FROM event_counts_per_minute "
         "GROUP BY 1 ORDER BY 1"
     )
+    for spec in declaration.derived:
+        if spec.upsert is not None:
+            key, version = spec.upsert.key, spec.upsert.version
+            show(
+                f'SELECT "{key}", "{version}", * EXCLUDE ("{key}", "{version}", stream_name, '
+                f"shard_id, sequence_number, sub_sequence_number) FROM {spec.name} "
+                "ORDER BY 1 LIMIT 3"
+            )
+        else:
+            show(f"SELECT * FROM {spec.name} ORDER BY 1 LIMIT 3")
     counts = {
         "raw_events": scalar("SELECT count(*) FROM raw_events"),
         **{t: scalar(f"SELECT count(*) FROM {t}") for t in declaration.names},
         "events_quarantine": scalar("SELECT count(*) FROM events_quarantine"),
         "event_counts (sum)": scalar("SELECT sum(event_count) FROM event_counts_per_minute"),
+        **{t.name: scalar(f"SELECT count(*) FROM {t.name}") for t in declaration.derived},
     }
     passed = [e for e in evaluations if e.passed]
     failed = [e for e in evaluations if not e.passed]

@@ -199,7 +199,11 @@ def _send_batch(
 
 # ----------------------------------------------------------------- sample events
 
-_EVENT_TYPES = ("click", "page_view", "purchase", "signup")
+_EVENT_TYPES = ("click", "page_view", "purchase", "profile_update")
+_PLANS = ("free", "pro", "team")
+_PROFILE_VERSIONS = 5
+"""A profile update carries a version drawn from 1..5 per event, so versions of one user
+arrive out of order and repeat, as they do from several producers."""
 _USERS = 1000
 _EVENT_SPACING_MS = 10
 _WORDS = ("alpha", "bravo", "delta", "echo", "kilo", "lima", "oscar", "tango", "zulu")
@@ -225,7 +229,9 @@ def sample_events(
     10 ms apart. Every ``malformed_every``-th event (1-based, 0 = never) is broken, cycling
     through the three kinds a pipeline must survive: invalid JSON, a wrong type
     (``"amount": "lots"``), a missing ``event_id``. Every ``unrouted_every``-th one is a
-    heartbeat without ``event_type``, which no route of the clickstream takes.
+    heartbeat without ``event_type``, which no route of the clickstream takes. A
+    ``profile_update`` also carries ``version``, ``op`` (``update``; ``delete`` for about one
+    in six) and the profile (``email``, ``plan``), for the demo's upsert table.
     """
     if count < 0 or malformed_every < 0 or unrouted_every < 0:
         raise ValueError("count, malformed_every and unrouted_every must not be negative")
@@ -252,6 +258,8 @@ def sample_events(
             "key3": f"{word3}-{rng.randrange(100)}",
         }
         event.update(_clickstream_fields(rng, str(event["event_type"])))
+        if event["event_type"] == "profile_update":
+            event.update(_profile_fields(random.Random(f"{seed}:{index}"), user_id))
         if unrouted_every and (index + 1) % unrouted_every == 0:
             data = _encode({"kind": "heartbeat", "sent_at": event["event_time"]})
         elif malformed_every and (index + 1) % malformed_every == 0:
@@ -284,6 +292,16 @@ def _clickstream_fields(rng: random.Random, event_type: str) -> dict[str, object
             ],
         }
     return fields
+
+
+def _profile_fields(rng: random.Random, user_id: str) -> dict[str, object]:
+    """Drawn from an RNG of their own, so the other fields stay what they were."""
+    return {
+        "version": 1 + rng.randrange(_PROFILE_VERSIONS),
+        "op": "delete" if rng.randrange(6) == 0 else "update",
+        "email": f"{user_id}@example.com",
+        "plan": _PLANS[rng.randrange(len(_PLANS))],
+    }
 
 
 def _encode(event: dict[str, object]) -> bytes:

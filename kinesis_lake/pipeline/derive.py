@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from functools import reduce
 
 import pyarrow as pa
-from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, LessThan, Or
+from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -32,11 +32,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import AGGREGATE_TABLE, LakeDeclaration, load_declaration
+from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
-    aggregate_arrow_schema,
     aggregate_partition_spec,
     aggregate_table_schema,
     parsed_arrow_schema,
@@ -46,7 +46,6 @@ from kinesis_lake.events.tables import (
     quarantine_partition_spec,
     quarantine_table_schema,
 )
-from kinesis_lake.iceberg.commit import CommitOutcome, commit_arrow
 from kinesis_lake.iceberg.incremental import (
     SOURCE_SNAPSHOT_PROPERTY,
     IncrementalSlice,
@@ -62,7 +61,7 @@ from kinesis_lake.pipeline.refresh import (
     pending_slice,
     sequence_number,
 )
-from kinesis_lake.pipeline.sql_tables import refresh_sql
+from kinesis_lake.pipeline.sql_tables import refresh_sql, refresh_windowed
 from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 
@@ -449,68 +448,23 @@ def _append(
 def refresh_aggregate(
     spark: SparkSession, schema: EventSchema, parsed: Table, aggregate: Table
 ) -> tuple[TableRefresh, int]:
-    """Recompute only the minute windows that newly parsed rows fall into."""
-    piece = pending_slice(parsed, aggregate)
-    name = ".".join(aggregate.name())
-    if not piece.files:
-        return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False), 0
-    new_rows = read_table_files(spark, parsed, piece.files)
-    # Windows travel as epoch microseconds: collecting Spark timestamps would convert
-    # them to the Python process's local time zone.
-    window_micros = sorted(
-        row[0]
-        for row in new_rows.select(F.unix_micros(F.date_trunc("minute", C.EVENT_TIMESTAMP)))
-        .distinct()
-        .collect()
-    )
-    windows = [from_micros(m) for m in window_micros]
-    counts = _window_counts(spark, schema, parsed, window_micros)
-    outcome: CommitOutcome = commit_arrow(
-        aggregate,
-        counts,
-        writer_id=derived_writer_id(parsed.name()[-1]),
-        batch_id=sequence_number(parsed, piece.to_snapshot_id),
-        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
-        overwrite_filter=In(C.WINDOW_START, [iso(w) for w in windows]) if windows else None,
-    )
-    refresh = TableRefresh(
-        name, len(piece.files), piece.rows, counts.num_rows, piece.to_snapshot_id, outcome.committed
-    )
-    return refresh, len(windows)
+    """Recompute only the minute windows that newly parsed rows fall into: the per-minute
+    counts are one windowed SQL table (``aggregate_sql``), refreshed as declared ones are."""
+    spec = aggregate_sql(schema, parsed.name()[-1])
+    return refresh_windowed(spark, spec, parsed, aggregate, create=lambda _: aggregate)
 
 
-def _window_counts(
-    spark: SparkSession,
-    schema: EventSchema,
-    parsed: Table,
-    window_micros: list[int],
-) -> pa.Table:
-    """Count parsed rows per (window, event type) over the files that can hold them."""
-    if not window_micros:
-        return aggregate_arrow_schema().empty_table()
-    low = from_micros(window_micros[0])
-    high = from_micros(window_micros[-1]) + timedelta(minutes=1)
-    files = [
-        task.file.file_path
-        for task in parsed.scan(
-            row_filter=And(
-                GreaterThanOrEqual(C.EVENT_TIMESTAMP, iso(low)),
-                LessThan(C.EVENT_TIMESTAMP, iso(high)),
-            )
-        ).plan_files()
-    ]
-    rows = read_table_files(spark, parsed, files)
+def aggregate_sql(schema: EventSchema, source: str) -> DerivedTable:
+    """The per-minute counts of ``source`` as the windowed SQL table it is."""
     event_type = (
-        F.coalesce(F.col(schema.event_type_field).cast("string"), F.lit(UNKNOWN_EVENT_TYPE))
+        f"coalesce(CAST(`{schema.event_type_field}` AS STRING), '{UNKNOWN_EVENT_TYPE}')"
         if schema.event_type_field
-        else F.lit(C.ALL_EVENT_TYPES)
+        else f"'{C.ALL_EVENT_TYPES}'"
     )
-    window = F.date_trunc("minute", C.EVENT_TIMESTAMP)
-    grouped = (
-        rows.where(F.unix_micros(window).isin(window_micros))
-        .select(window.alias(C.WINDOW_START), event_type.alias(C.EVENT_TYPE))
-        .groupBy(C.WINDOW_START, C.EVENT_TYPE)
-        .agg(F.count(F.lit(1)).alias(C.EVENT_COUNT))
-        .withColumn(C.UPDATED_AT, F.current_timestamp())
+    sql = (
+        f"SELECT date_trunc('minute', {C.EVENT_TIMESTAMP}) AS {C.WINDOW_START}, "
+        f"{event_type} AS {C.EVENT_TYPE}, count(*) AS {C.EVENT_COUNT}, "
+        f"current_timestamp() AS {C.UPDATED_AT} FROM `{source}` GROUP BY 1, 2"
     )
-    return grouped.toArrow().cast(aggregate_arrow_schema())
+    window = WindowSpec(C.EVENT_TIMESTAMP, "minute", C.WINDOW_START)
+    return DerivedTable(AGGREGATE_TABLE, "", (source,), sql=sql, refresh="windowed", window=window)

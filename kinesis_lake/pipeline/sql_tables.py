@@ -20,6 +20,10 @@ columns, allowed widenings) after.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, In, LessThan
@@ -66,50 +70,76 @@ def refresh_sql(
     table = load_table(catalog, identifier)
     if spec.refresh == "full":
         return _refresh_full(spark, catalog, identifier, spec, inputs, table)
+    if spec.refresh == "windowed":
+        refresh, _ = refresh_windowed(
+            spark,
+            spec,
+            inputs[spec.source],
+            table,
+            create=lambda columns: ensure_table_for_arrow(catalog, identifier, columns),
+        )
+        return replace(refresh, table=identifier)
     source = inputs[spec.source]
     piece = pending_slice(source, table)
     if not piece.files:
         return TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
-    writer_id = derived_writer_id(spec.source)
-    batch_id = sequence_number(source, piece.to_snapshot_id)
-    summary = {SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)}
-    new_rows = read_table_files(spark, source, piece.files)
-    if spec.window is None:  # rows
-        new_rows.createOrReplaceTempView(spec.source)
-        result = spark.sql(_query(spec))
-        ensure_table_for_arrow(catalog, identifier, to_arrow_schema(result.schema))
-        written = append_rows(
-            result, settings, identifier, writer_id=writer_id, batch_id=batch_id, summary=summary
-        )
-        return TableRefresh(
-            identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
-        )
-    window_micros = _windows(new_rows, spec.window)
-    if not window_micros:  # no new row has a time: nothing to recompute, the place moves on
-        if table is not None:  # a new table waits for rows with a time to get its columns
-            empty = table_arrow_schema(table.schema()).empty_table()
-            commit_arrow(table, empty, writer_id=writer_id, batch_id=batch_id, summary=summary)
-        return TableRefresh(identifier, len(piece.files), piece.rows, 0, piece.to_snapshot_id, True)
-    _window_rows(spark, source, spec.window, window_micros).createOrReplaceTempView(spec.source)
-    data = spark.sql(_query(spec)).toArrow()
-    _check_windows(spec, spec.window, data, window_micros)
-    table = ensure_table_for_arrow(catalog, identifier, data.schema)
-    outcome = commit_arrow(
-        table,
-        data.cast(table_arrow_schema(table.schema())),
-        writer_id=writer_id,
-        batch_id=batch_id,
-        summary=summary,
-        overwrite_filter=In(spec.window.output, [iso(from_micros(m)) for m in window_micros]),
+    read_table_files(spark, source, piece.files).createOrReplaceTempView(spec.source)
+    result = spark.sql(_query(spec))
+    ensure_table_for_arrow(catalog, identifier, to_arrow_schema(result.schema))
+    written = append_rows(
+        result,
+        settings,
+        identifier,
+        writer_id=derived_writer_id(spec.source),
+        batch_id=sequence_number(source, piece.to_snapshot_id),
+        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
     )
     return TableRefresh(
-        identifier,
-        len(piece.files),
-        piece.rows,
-        data.num_rows,
-        piece.to_snapshot_id,
-        outcome.committed,
+        identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
     )
+
+
+def refresh_windowed(
+    spark: SparkSession,
+    spec: DerivedTable,
+    source: Table,
+    table: Table | None,
+    *,
+    create: Callable[[pa.Schema], Table],
+) -> tuple[TableRefresh, int]:
+    """Recompute the windows the source rows appended since the last refresh fall in, and
+    replace them in ``table`` (made by ``create`` from the first result when None); the
+    refresh and the number of windows recomputed."""
+    window = spec.window
+    assert window is not None, f"{spec.name} is not a windowed table"
+    name = ".".join(table.name()) if table is not None else spec.name
+    piece = pending_slice(source, table)
+    if not piece.files:
+        return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False), 0
+    commit = partial(
+        commit_arrow,
+        writer_id=derived_writer_id(spec.source),
+        batch_id=sequence_number(source, piece.to_snapshot_id),
+        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+    )
+    window_micros = _windows(read_table_files(spark, source, piece.files), window)
+    if not window_micros:  # no new row has a time: nothing to recompute, the place moves on
+        if table is not None:  # a new table waits for rows with a time to get its columns
+            commit(table, table_arrow_schema(table.schema()).empty_table())
+        return TableRefresh(name, len(piece.files), piece.rows, 0, piece.to_snapshot_id, True), 0
+    _window_rows(spark, source, window, window_micros).createOrReplaceTempView(spec.source)
+    data = spark.sql(_query(spec)).toArrow()
+    _check_windows(spec, window, data, window_micros)
+    table = create(data.schema) if table is None else table
+    outcome = commit(
+        table,
+        data.cast(table_arrow_schema(table.schema())),
+        overwrite_filter=In(window.output, [iso(from_micros(m)) for m in window_micros]),
+    )
+    refresh = TableRefresh(
+        name, len(piece.files), piece.rows, data.num_rows, piece.to_snapshot_id, outcome.committed
+    )
+    return refresh, len(window_micros)
 
 
 def _refresh_full(

@@ -1,6 +1,7 @@
 """Apache Iceberg's Java implementation reads every table of the demo's declared lake (the
-clickstream: nested structs, lists, hourly and daily partitions, the quarantine and the
-aggregate) with the row counts pyiceberg reports."""
+clickstream: nested structs, lists, hourly and daily partitions, the quarantine, the
+aggregate, the upsert table after copy-on-write rewrites and its tombstones, the windowed
+SQL table after window replacements) with the row counts pyiceberg reports."""
 
 from __future__ import annotations
 
@@ -25,20 +26,21 @@ def test_iceberg_java_reads_every_demo_table_with_pyicebergs_row_counts(
     settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=CLICKSTREAM)
     client = kinesis_client(settings.endpoint_url, settings.region)
     ensure_stream(client, settings.stream_name, settings.shard_count)
-    put_records(
-        client,
-        settings.stream_name,
-        sample_events(600, malformed_every=30, unrouted_every=50, seed=8),
-    )
-    run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    events = sample_events(600, malformed_every=30, unrouted_every=50, seed=8)
+    for part in (events[:300], events[300:]):  # the second refresh rewrites and replaces
+        put_records(client, settings.stream_name, part)
+        run_ingestion(spark, settings)
+        refresh_derived(spark, settings)
 
     catalog = open_lake(settings)
+    declaration = load_declaration(CLICKSTREAM)
     names = [
         "raw_events",
-        *load_declaration(CLICKSTREAM).names,
+        *declaration.names,
         "events_quarantine",
         "event_counts_per_minute",
+        *(table.name for table in declaration.derived),
+        *(table.tombstones for table in declaration.derived if table.upsert),
     ]
     tables = {name: catalog.load_table(settings.table_identifier(name)) for name in names}
     expected = {t.metadata_location: len(t.scan().to_arrow()) for t in tables.values()}

@@ -25,7 +25,7 @@ def test_derived_tables_account_for_every_raw_record(spark, kinesalite_endpoint,
     assert len(parsed) == 400 - 400 // MALFORMED_EVERY
     assert all(row["error"] for row in quarantined)
     assert all(row["payload"] for row in quarantined)
-    assert {r["event_type"] for r in parsed} <= {"click", "page_view", "purchase", "signup"}
+    assert {r["event_type"] for r in parsed} <= {"click", "page_view", "purchase", "profile_update"}
     assert all(isinstance(r["amount"], float) for r in parsed)
     assert result.tables["events"].rows_written == len(parsed)
 
