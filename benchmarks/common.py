@@ -76,6 +76,7 @@ class Sizes:
     upsert_large: int
     upsert_updates: int
     upsert_rounds: int
+    upsert_file_bytes: int
     commits: int
     commit_expire_every: int
     freshness_seconds: float
@@ -105,8 +106,9 @@ class Sizes:
                 derive_rounds=3,
                 upsert_small=n(100_000),
                 upsert_large=n(1_000_000, 4_000),
-                upsert_updates=n(100, 20),
+                upsert_updates=20,
                 upsert_rounds=3,
+                upsert_file_bytes=256 * 1024,
                 commits=max(20, int(1_000 * min(scale, 1.0))),
                 commit_expire_every=50,
                 freshness_seconds=max(20.0, 120 * min(scale * 4, 1.0)),
@@ -124,8 +126,9 @@ class Sizes:
             derive_rounds=2,
             upsert_small=n(20_000),
             upsert_large=n(200_000, 4_000),
-            upsert_updates=n(100, 20),
+            upsert_updates=20,
             upsert_rounds=3,
+            upsert_file_bytes=64 * 1024,
             commits=max(20, int(300 * min(scale * 4, 1.0))),
             commit_expire_every=50,
             freshness_seconds=max(15.0, 30 * min(scale * 4, 1.0)),

@@ -413,7 +413,8 @@ def _upsert_section(result: dict[str, Any]) -> list[str]:
     return [
         f"Upsert tables of {_fmt(result['keys']['small'])} and "
         f"{_fmt(result['keys']['large'])} keys ({_fmt(build['small']['data_files'])} and "
-        f"{_fmt(build['large']['data_files'])} data files after the first load); each "
+        f"{_fmt(build['large']['data_files'])} data files of at most "
+        f"{_fmt(result['target_file_bytes'])} bytes after the first load); each "
         f"refresh updates {_fmt(result['updates_per_refresh'])} random existing keys; "
         f"{result['rounds']} rounds, interleaved. Median refresh: small {_fmt(med['small'])} s, "
         f"large {_fmt(med['large'])} s, ratio **{_fmt(result['ratio'])}** (target "

@@ -469,6 +469,21 @@ def _profile_rows(keys: list[int], version: int, first_sequence: int, schema: An
     )
 
 
+def _rewritten(table: Any, source_snapshot_id: int | None) -> dict[str, int]:
+    """Files and rows the refresh's commit removed (copy-on-write rewrites them): summed
+    over its snapshots (pyiceberg commits the delete and the append as two)."""
+    from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+
+    totals = {"deleted-data-files": 0, "deleted-records": 0}
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        if summary is None or summary.get(SOURCE_SNAPSHOT_PROPERTY) != str(source_snapshot_id):
+            continue
+        for key in totals:
+            totals[key] += int(summary.get(key) or 0)
+    return totals
+
+
 def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
     """Upsert tables of ``small`` and ``large`` keys; per round, the same number of updates
     of random existing keys is appended to each source and one refresh is timed."""
@@ -503,7 +518,10 @@ def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
         append_s = time.perf_counter() - started
         started = time.perf_counter()
         upsert = ensure_upsert_tables(catalog, settings, spec, source)
-        refresh_upsert(spark, spec, source, upsert)
+        for table in (upsert.table, upsert.tombstones):
+            with table.transaction() as tx:
+                tx.set_properties({"write.target-file-size-bytes": str(args.file_bytes)})
+        refresh_upsert(spark, spec, source, ensure_upsert_tables(catalog, settings, spec, source))
         build[label] = {
             "keys": size,
             "append_s": round(append_s, 2),
@@ -524,7 +542,7 @@ def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
             result = refresh_upsert(spark, spec, source, upsert)
             seconds = time.perf_counter() - started
             identifier = settings.table_identifier("user_profiles")
-            summary = catalog.load_table(identifier).current_snapshot().summary  # type: ignore[union-attr]
+            rewritten = _rewritten(catalog.load_table(identifier), result.source_snapshot_id)
             files = _table_shape(settings, identifier)["data_files"]
             refreshes.append(
                 {
@@ -533,8 +551,8 @@ def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
                     "round": round_index,
                     "seconds": round(seconds, 3),
                     "keys_touched": result.rows_written,
-                    "files_rewritten": int(summary.get("deleted-data-files") or 0),
-                    "rows_rewritten": int(summary.get("deleted-records") or 0),
+                    "files_rewritten": rewritten["deleted-data-files"],
+                    "rows_rewritten": rewritten["deleted-records"],
                     "data_files": files,
                 }
             )
@@ -565,6 +583,7 @@ _DEFAULTS: dict[str, Any] = {
     "large": 100_000,
     "new_rows": 10_000,
     "rounds": 2,
+    "file_bytes": 8 * 1024 * 1024,
 }
 
 

@@ -6,8 +6,14 @@ row each) are written directly with pyiceberg and loaded into their upsert table
 untimed refresh. Then, per round, the same number of updates of random existing users is
 appended to each source and ``refresh_upsert`` is timed; rounds alternate small/large so
 that drift in machine load hits both. The files and rows each refresh rewrote
-(copy-on-write) come from the commit's snapshot summary: they are what should not grow
+(copy-on-write) come from the commit's snapshot summaries: they are what should not grow
 with the table.
+
+Copy-on-write rewrites every file that holds a touched key, so a refresh's cost is bounded
+by (touched keys) x (file size) once the table has many more files than a refresh touches
+keys: what a large table with the default 8 MiB files has. These tables are small (a few
+MiB), so they are written with ``upsert_file_bytes`` files to have that layout; with 8 MiB
+files every bucket would be one file, and each refresh would rewrite all of them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             "large": sizes.upsert_large,
             "new_rows": sizes.upsert_updates,
             "rounds": sizes.upsert_rounds,
+            "file_bytes": sizes.upsert_file_bytes,
         },
         timeout_s=3600,
     )
@@ -49,6 +56,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         "keys": {"small": sizes.upsert_small, "large": sizes.upsert_large},
         "updates_per_refresh": sizes.upsert_updates,
         "rounds": sizes.upsert_rounds,
+        "target_file_bytes": sizes.upsert_file_bytes,
         "build": job.result["build"],
         "refreshes": refreshes,
         "median_seconds": {"small": median(small), "large": median(large)},

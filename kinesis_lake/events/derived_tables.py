@@ -49,9 +49,8 @@ TOMBSTONE_SUFFIX = "_tombstones"
 _UPSERT_KEYS = ("key", "version", "delete")
 _DELETE_KEYS = ("field", "equals", "one_of")
 _WINDOW_KEYS = ("column", "size", "output")
-_DERIVED_KEYS = ("name", "description", "from", "upsert", "sql", "refresh", "window", "buckets")
+_DERIVED_KEYS = ("name", "description", "from", "upsert", "sql", "refresh", "window")
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
-DEFAULT_BUCKETS = 16
 
 
 class DerivedTableError(EventSchemaError):
@@ -92,7 +91,6 @@ class DerivedTable:
     inputs: tuple[str, ...]
     """The declared tables it reads: the upsert's ``from``, or the SQL's tables."""
     upsert: UpsertSpec | None = None
-    buckets: int = DEFAULT_BUCKETS
     sql: str | None = None
     refresh: str = "full"
     window: WindowSpec | None = None
@@ -167,11 +165,8 @@ def _upsert_table(
         if not isinstance(values, list) or not values:
             raise DerivedTableError(f"{where}: upsert delete one_of must be a non-empty list")
         delete = DeleteRule(rule["field"], tuple(str(v) for v in values))
-    buckets = raw.get("buckets", DEFAULT_BUCKETS)
-    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
-        raise DerivedTableError(f"{where}: buckets must be a positive integer, got {buckets!r}")
     upsert = UpsertSpec(spec["key"], spec["version"], delete)
-    return DerivedTable(name, description, (source,), upsert=upsert, buckets=buckets)
+    return DerivedTable(name, description, (source,), upsert=upsert)
 
 
 def _sql_table(
@@ -181,9 +176,8 @@ def _sql_table(
     declared: Mapping[str, frozenset[str]],
     where: str,
 ) -> DerivedTable:
-    for key in ("from", "buckets"):
-        if key in raw:
-            raise DerivedTableError(f"{where}: {key} applies to upsert tables, not sql")
+    if "from" in raw:
+        raise DerivedTableError(f"{where}: from applies to upsert tables, not sql")
     sql = raw["sql"]
     if not isinstance(sql, str) or not sql.strip():
         raise DerivedTableError(f"{where}: sql must be a Spark SQL query")

@@ -2,11 +2,13 @@
 
 A refresh reads only the source files appended since the table last caught up (the same
 watermark every derived table keeps), picks the latest new row per key, and merges it
-with the rows the table and its tombstones already hold **for those keys only**: the
-touched keys' files are found through the key's bucket partition and the files' key
-bounds, read, and rewritten without the replaced rows (copy-on-write per affected file),
-in one commit with the winners. The cost follows the keys a refresh touches, not the
-table's size (``benchmarks/upsert.py`` measures it).
+with the rows the table and its tombstones already hold **for those keys only**: rows are
+written sorted by key into small files, so each file covers a narrow key range and the
+touched keys' files are found from the files' key bounds alone; they are read and
+rewritten without the replaced rows (copy-on-write per affected file), in one commit with
+the winners. The cost follows the keys a refresh touches, not the table's size
+(``benchmarks/upsert_refresh.py`` measures it). The tables are not partitioned: a hash
+partition of the key would spread every file's key range over the whole key space.
 
 "Latest" is an order on the records themselves (version, then the order Kinesis received
 them: ``ORDER_COLUMNS``), so it does not matter how records were batched, replayed or
@@ -29,14 +31,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import In
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortField, SortOrder
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import PartitionDeclaration
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, UpsertSpec
-from kinesis_lake.events.tables import parsed_partition_spec
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
@@ -60,10 +61,9 @@ def ensure_upsert_tables(
     catalog: Catalog, settings: Settings, spec: DerivedTable, source: Table
 ) -> UpsertTables:
     """The table (the source's columns) and its tombstones (key, version, order), both
-    bucketed by key; evolved with the source."""
+    sorted by key; evolved with the source."""
     upsert = _spec(spec)
     schema = source.schema()
-    bucket = (PartitionDeclaration(upsert.key, "bucket", spec.buckets),)
     properties = {"write.target-file-size-bytes": TARGET_FILE_BYTES}
     tombstone_schema = Schema(*(schema.find_field(name) for name in _tombstone_columns(upsert)))
     return UpsertTables(
@@ -71,14 +71,14 @@ def ensure_upsert_tables(
             catalog,
             settings.table_identifier(spec.name),
             schema,
-            partition_spec=parsed_partition_spec(schema, bucket),
+            sort_order=_by_key(schema, upsert.key),
             properties=properties,
         ),
         ensure_table(
             catalog,
             settings.table_identifier(spec.tombstones),
             tombstone_schema,
-            partition_spec=parsed_partition_spec(tombstone_schema, bucket),
+            sort_order=_by_key(tombstone_schema, upsert.key),
             properties=properties,
         ),
     )
@@ -147,6 +147,11 @@ def winning_order(version: str) -> list[Column]:
         F.col(C.SEQUENCE_NUMBER).desc_nulls_last(),
         F.col(C.SUB_SEQUENCE_NUMBER).desc_nulls_last(),
     ]
+
+
+def _by_key(schema: Schema, key: str) -> SortOrder:
+    """Declared so other engines (compaction, Iceberg Java writers) keep the layout too."""
+    return SortOrder(SortField(source_id=schema.find_field(key).field_id))
 
 
 def _spec(spec: DerivedTable) -> UpsertSpec:

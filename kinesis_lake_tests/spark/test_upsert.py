@@ -40,7 +40,6 @@ derived:
     description: The current profile of every user.
     from: profile_updates
     upsert: {key: user_id, version: version, delete: {field: op, equals: delete}}
-    buckets: 4
 """
 AT = "2024-05-01T10:00:00Z"
 USERS = ("ann", "bob", "cid", "dee")
