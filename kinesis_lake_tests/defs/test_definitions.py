@@ -285,9 +285,22 @@ def test_each_declared_table_is_an_asset_with_its_schema_and_checks(
     } <= checks
 
 
-def test_a_declaration_error_stops_the_load_naming_file_and_line(tmp_path):
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        (
+            LAKE.replace("route: {type: {one_of:", "route: {type: {any_of:"),
+            ":9: table 'purchases': route condition on 'type': unknown operator 'any_of'",
+        ),
+        (
+            LAKE + "derived:\n  - name: totals\n    sql: SELECT count(* FROM purchases\n",
+            f":{LAKE.count(chr(10)) + 2}: derived table 'totals': the SQL does not parse at line 1",
+        ),
+    ],
+)
+def test_a_declaration_error_stops_the_load_naming_file_and_line(tmp_path, broken, expected):
     path = tmp_path / "lake.yaml"
-    path.write_text(LAKE.replace("route: {type: {one_of:", "route: {type: {any_of:"))
+    path.write_text(broken)
     env = {**os.environ, "KINESIS_LAKE_EVENT_SCHEMA": str(path), "DAGSTER_HOME": str(tmp_path)}
 
     validated = subprocess.run(
@@ -307,10 +320,7 @@ def test_a_declaration_error_stops_the_load_naming_file_and_line(tmp_path):
     )
 
     assert validated.returncode != 0
-    assert (
-        f"{path}:9: table 'purchases': route condition on 'type': unknown operator "
-        "'any_of'" in validated.stdout + validated.stderr
-    )
+    assert f"{path}{expected}" in validated.stdout + validated.stderr
 
 
 TWO_STREAMS = """\
