@@ -16,8 +16,9 @@ import pytest
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES
 from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_derive_poison import put
+from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
 from kinesis_lake_tests.spark.test_upsert import DECLARATION as UPSERT_DECLARATION
 from kinesis_lake_tests.spark.test_upsert import update
 
@@ -121,3 +122,25 @@ def test_full_mode_recomputes_when_an_input_changed_and_only_then(spark, setting
     again = refresh_derived(spark, settings)
     assert not again.derived["profile_count"].committed, "no input changed: nothing recomputed"
     assert rows_of(settings, "profile_count") == [{"profiles": 1}]
+
+
+@pytest.mark.parametrize("table", ["emails", "updates_per_hour"])
+def test_a_sql_refresh_whose_commit_landed_but_failed_is_finished_exactly_once(
+    spark, settings, table
+):
+    """The commit of a rows (appended through the sink) or windowed (replaced windows) table
+    lands and then raises, in a separate process; the rerun here must not append or count
+    anything twice."""
+    deliver(spark, settings, at("ann", 1, "2024-05-01T10:05:00Z"))
+    put(settings, at("bob", 1, "2024-05-01T10:10:00Z"), at("cid", 1, "2024-05-01T11:00:00Z"))
+    run_ingestion(spark, settings)
+
+    crashed = derive_with_a_failing_commit(
+        settings, settings.table_identifier(table), mode=LANDS_THEN_RAISES
+    )
+    assert crashed.returncode != 0 and "injected" in crashed.stderr, crashed.stderr[-3000:]
+    refresh_derived(spark, settings)
+
+    assert sorted(r["user_id"] for r in rows_of(settings, "emails")) == ["ann", "bob", "cid"]
+    hours = {r["hour"].hour: r["updates"] for r in rows_of(settings, "updates_per_hour")}
+    assert hours == {10: 2, 11: 1}
