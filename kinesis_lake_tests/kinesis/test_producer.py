@@ -116,7 +116,9 @@ def test_sample_events_are_deterministic_and_well_formed() -> None:
     for key, data in first:
         event = json.loads(data)
         assert key == event["user_id"] and key.startswith("user-")
-        assert event["event_type"] in {"click", "page_view", "purchase", "signup"}
+        assert event["event_type"] in {"click", "page_view", "purchase", "profile_update"}
+        if event["event_type"] == "profile_update":
+            assert event["version"] in range(1, 6) and event["op"] in {"update", "delete"}
         assert isinstance(event["amount"], float)
         assert event["event_time"].startswith("2023-11-14T22:") and event["event_time"].endswith(
             "Z"
@@ -124,6 +126,9 @@ def test_sample_events_are_deterministic_and_well_formed() -> None:
         assert len(event["event_time"]) == len("2023-11-14T22:13:20.000Z")
         assert all(isinstance(event[k], str) for k in ("event_id", "key1", "key2", "key3"))
     assert len({json.loads(d)["event_id"] for _, d in first}) == 50
+    profiles = [json.loads(d) for _, d in sample_events(600, seed=3)]
+    updates = [e for e in profiles if e["event_type"] == "profile_update"]
+    assert {e["op"] for e in updates} == {"update", "delete"}, "the demo's upsert sees deletes"
 
 
 def test_malformed_events_cycle_through_the_three_kinds() -> None:
