@@ -21,7 +21,7 @@ demo: setup
 
 test: setup
 	bash scripts/bootstrap.sh --test-tools
-	$(BIN)/python -m pytest kinesis_lake_tests
+	$(BIN)/python -m pytest kinesis_lake_tests --durations=30
 
 # DATA_DIR=.data/demo opens the UI on what `make demo` left; default .data/dev.
 dev: setup
