@@ -104,7 +104,7 @@ updates_strategy = st.lists(
 
 
 @hypothesis_settings(
-    max_examples=4,
+    max_examples=3,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
