@@ -28,7 +28,6 @@ from functools import partial
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.expressions import In
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
@@ -40,6 +39,7 @@ from kinesis_lake.events import columns as C
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, UpsertSpec
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.filters import any_of
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
@@ -108,19 +108,19 @@ def refresh_upsert(
         for rows in held:
             candidates = candidates.unionByName(rows, allowMissingColumns=True)
         winners = latest_per_key(candidates, upsert).persist()
+        try:  # newest stays cached until the winners are computed from it
+            live = _arrow(winners.where(~F.col(_DELETED)), tables.table, upsert.key)
+            dead = _arrow(winners.where(F.col(_DELETED)), tables.tombstones, upsert.key)
+        finally:
+            winners.unpersist()
     finally:
         newest.unpersist()
-    try:
-        live = _arrow(winners.where(~F.col(_DELETED)), tables.table, upsert.key)
-        dead = _arrow(winners.where(F.col(_DELETED)), tables.tombstones, upsert.key)
-    finally:
-        winners.unpersist()
     commit = partial(
         commit_arrow,
         writer_id=derived_writer_id(source.name()[-1]),
         batch_id=sequence_number(source, piece.to_snapshot_id),
         summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
-        overwrite_filter=In(upsert.key, keys) if keys else None,
+        overwrite_filter=any_of(upsert.key, keys) if keys else None,
     )
     commit(tables.tombstones, dead)  # first: see the module docstring
     outcome = commit(tables.table, live)
@@ -183,7 +183,9 @@ def _held(
     whose partition and key bounds can hold them."""
     files = []
     if table.current_snapshot() is not None and keys:
-        files = [task.file.file_path for task in table.scan(row_filter=In(key, keys)).plan_files()]
+        files = [
+            task.file.file_path for task in table.scan(row_filter=any_of(key, keys)).plan_files()
+        ]
     if not files:
         return newest.limit(0).select(key).withColumn(_DELETED, F.lit(deleted))
     held = read_table_files(spark, table, files).join(newest.select(key), key, "left_semi")
