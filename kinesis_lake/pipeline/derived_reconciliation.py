@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import duckdb
-import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.table import Table
 
 from kinesis_lake.errors import SnapshotExpiredError
@@ -55,7 +55,7 @@ def reconcile_upsert(spec: DerivedTable, source: Table, table: Table) -> UpsertR
     columns = (upsert.key, upsert.version, *ORDER_COLUMNS)
     held = table.scan(selected_fields=columns).to_arrow()
     rows = held.num_rows
-    distinct = len(pa.compute.unique(held.column(upsert.key)))
+    distinct = len(pc.unique(held.column(upsert.key)))
     snapshot = caught_up_snapshot_id(source, table)
     if snapshot is None:
         return UpsertReconciliation(rows, distinct, 0, 1, 0, None)

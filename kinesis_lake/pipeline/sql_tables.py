@@ -157,11 +157,14 @@ def _refresh_full(
         return TableRefresh(identifier, 0, 0, 0, None, False)
     files = rows = 0
     for name in spec.inputs:
-        paths = [task.file.file_path for task in inputs[name].scan().plan_files()]
-        view = read_table_files(spark, inputs[name], paths)
-        view.createOrReplaceTempView(name)
-        files += len(paths)
-        rows += sum(task.file.record_count for task in inputs[name].scan().plan_files())
+        snapshot = snapshots[name]  # the ones batch_id counts, even if an input moved since
+        scan = inputs[name].scan(snapshot_id=snapshot.snapshot_id) if snapshot else None
+        tasks = list(scan.plan_files()) if scan is not None else []
+        read_table_files(
+            spark, inputs[name], [t.file.file_path for t in tasks]
+        ).createOrReplaceTempView(name)
+        files += len(tasks)
+        rows += sum(task.file.record_count for task in tasks)
     data = spark.sql(_query(spec)).toArrow()
     table = ensure_table_for_arrow(catalog, identifier, data.schema)
     outcome = commit_arrow(
