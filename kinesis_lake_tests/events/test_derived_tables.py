@@ -112,3 +112,17 @@ def test_a_bad_derived_table_fails_the_load_naming_file_line_and_table(
         load_declaration(path)
     assert str(failure.value).startswith(f"{path}:{line}: "), str(failure.value)
     assert message in str(failure.value)
+
+
+def test_expiry_keeps_what_the_incremental_derived_tables_still_read(tmp_path):
+    """An upsert, rows or windowed table resumes at a snapshot of its input: the input's
+    expiry must keep it. A full table reads the current snapshot only."""
+    from kinesis_lake.pipeline.maintain import consumers
+
+    full = "  - name: profiles_total\n    sql: SELECT count(*) AS n FROM user_profiles\n"
+    _, lake = load(tmp_path, UPSERT + WINDOWED + full)
+
+    readers = consumers(lake)
+    assert set(readers["profile_updates"]) >= {"user_profiles", "per_hour"}
+    assert readers["user_profiles"] == ()
+    assert readers["user_profiles_tombstones"] == () and readers["profiles_total"] == ()
