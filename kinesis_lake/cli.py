@@ -272,11 +272,11 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 
 def _as_of_ms(text: str) -> int:
-    from kinesis_lake.spark.kinesis_source_options import KinesisOptionError, parse_timestamp_ms
+    from kinesis_lake.kinesis.shard_reader import parse_timestamp_ms
 
     try:
         return parse_timestamp_ms(text)
-    except KinesisOptionError:
+    except ValueError:
         raise ConfigurationError(
             f"--as-of {text!r} is neither ISO-8601 (2026-11-24T10:00:00Z) nor epoch milliseconds"
         ) from None

@@ -23,7 +23,11 @@ from typing import Any, get_args, get_type_hints
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, RAW_TABLE
 from kinesis_lake.iceberg.catalog import default_data_dir
-from kinesis_lake.kinesis.shard_reader import STARTING_POSITIONS
+from kinesis_lake.kinesis.shard_reader import (
+    STARTING_POSITIONS,
+    TIMESTAMP_FORMS,
+    parse_timestamp_ms,
+)
 
 ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
 
@@ -191,6 +195,14 @@ class Settings:
                 "KINESIS_STARTING_POSITION=at_timestamp needs KINESIS_STARTING_TIMESTAMP "
                 "(ISO-8601 such as 2026-01-31T12:00:00Z, or epoch milliseconds)."
             )
+        if self.starting_timestamp:
+            try:
+                parse_timestamp_ms(self.starting_timestamp)
+            except ValueError:
+                raise SettingsError(
+                    f"KINESIS_STARTING_TIMESTAMP={self.starting_timestamp!r} is neither "
+                    f"{TIMESTAMP_FORMS}."
+                ) from None
         if self.max_records_per_shard < 1:
             raise SettingsError(
                 "KINESIS_MAX_RECORDS_PER_SHARD must be >= 1 (default 100000), "

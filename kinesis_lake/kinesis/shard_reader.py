@@ -49,6 +49,24 @@ STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
 Spark source accept (``at_timestamp`` needs a time as well)."""
 
 
+def parse_timestamp_ms(text: str) -> int:
+    """ISO-8601 (naive means UTC) or epoch milliseconds -> epoch milliseconds.
+
+    Raises ValueError; each caller names its own setting or option in the message.
+    """
+    stripped = text.strip()
+    if stripped.isdigit():
+        return int(stripped)
+    moment = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+TIMESTAMP_FORMS = "ISO-8601 (2026-01-31T12:00:00Z) nor epoch milliseconds"
+"""How a message completes "... is neither" after a value ``parse_timestamp_ms`` refused."""
+
+
 @dataclass(frozen=True)
 class StartPosition:
     """Where a read starts; JSON-able so it can live in a Spark offset."""

@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from kinesis_lake.errors import ConfigurationError
-from kinesis_lake.kinesis.shard_reader import STARTING_POSITIONS, StartPosition
+from kinesis_lake.kinesis.shard_reader import (
+    STARTING_POSITIONS,
+    TIMESTAMP_FORMS,
+    StartPosition,
+    parse_timestamp_ms,
+)
 from kinesis_lake.kinesis.streams import Shard
 
 DEFAULT_METADATA_ROOT = Path.home() / ".kinesis-lake" / "kinesis-source"
@@ -197,7 +201,12 @@ def _parse_start(
                 "startingPosition 'at_timestamp' needs option 'startingTimestamp' "
                 "(ISO-8601 such as 2026-01-31T12:00:00Z, or epoch milliseconds)."
             )
-        return StartPosition.at_timestamp(parse_timestamp_ms(timestamp)), {}
+        try:
+            return StartPosition.at_timestamp(parse_timestamp_ms(timestamp)), {}
+        except ValueError:
+            raise KinesisOptionError(
+                f"startingTimestamp={timestamp!r} is neither {TIMESTAMP_FORMS}."
+            ) from None
     if text.startswith("{"):
         return StartPosition.trim_horizon(), _parse_shard_map(text)
     raise KinesisOptionError(
@@ -229,23 +238,6 @@ def _parse_shard_map(text: str) -> dict[str, StartPosition]:
             'e.g. {"shardId-000000000000": "4959…"}; reading starts after each given number.'
         )
     return {shard: StartPosition.after(seq) for shard, seq in mapping.items()}
-
-
-def parse_timestamp_ms(text: str) -> int:
-    """ISO-8601 (naive means UTC) or epoch milliseconds -> epoch milliseconds."""
-    stripped = text.strip()
-    if stripped.isdigit():
-        return int(stripped)
-    try:
-        moment = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
-    except ValueError as error:
-        raise KinesisOptionError(
-            f"startingTimestamp={text!r} is neither ISO-8601 (2026-01-31T12:00:00Z) nor "
-            "epoch milliseconds."
-        ) from error
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _whole_number(name: str, values: Mapping[str, str | None], *, minimum: int = 1) -> int:

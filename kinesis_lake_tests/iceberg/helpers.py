@@ -50,7 +50,13 @@ def raw_batch(
 
 
 def ingest(
-    table: Table, writer_id: str, batch_id: int, keys: Sequence[int], *, day: int = 0
+    table: Table,
+    writer_id: str,
+    batch_id: int,
+    keys: Sequence[int],
+    *,
+    day: int = 0,
+    summary: dict[str, str] | None = None,
 ) -> CommitOutcome:
     """What the Spark sink does for one micro-batch: write files, then commit them."""
     target = TableWriteTarget.from_table(table)
@@ -59,7 +65,7 @@ def ingest(
         [raw_batch(keys, day=day, batch_id=batch_id)],
         file_prefix=f"{writer_id}-{batch_id}-{uuid.uuid4().hex[:8]}",
     )
-    return commit_files(table, paths, writer_id=writer_id, batch_id=batch_id)
+    return commit_files(table, paths, writer_id=writer_id, batch_id=batch_id, summary=summary)
 
 
 def keys_of(table: Table) -> list[int]:

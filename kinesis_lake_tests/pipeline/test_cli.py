@@ -63,6 +63,29 @@ def test_bad_configuration_fails_fast_naming_the_setting(kinesalite_endpoint, se
     assert "trim_horizon, latest, at_timestamp" in failed.stderr
 
 
+def test_a_bad_starting_timestamp_fails_before_spark_naming_the_setting(
+    kinesalite_endpoint, settings_factory
+):
+    """It passed validation and failed ~20 s later inside Spark, naming the source's option."""
+    env = {
+        **settings_env(settings_factory(kinesalite_endpoint)),
+        "KINESIS_STARTING_POSITION": "at_timestamp",
+        "KINESIS_STARTING_TIMESTAMP": "yesterday",
+    }
+    failed = subprocess.run(
+        [sys.executable, "-m", "kinesis_lake.cli", "ingest"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert failed.stderr.strip().splitlines() == [
+        "kinesis-lake: configuration error: KINESIS_STARTING_TIMESTAMP='yesterday' is neither "
+        "ISO-8601 (2026-01-31T12:00:00Z) nor epoch milliseconds."
+    ]
+
+
 def test_ingest_and_maintain_report_progress_in_plain_lines_off_a_terminal(
     kinesalite_endpoint, settings_factory
 ):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
+from kinesis_lake.iceberg.summary import POSITIONS
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.iceberg.helpers import ingest
 from kinesis_lake_tests.pipeline_helpers import produce, settings_env
@@ -46,20 +47,22 @@ def test_a_configuration_error_is_one_line_and_debug_shows_the_trace(
 def test_an_error_raised_inside_spark_is_one_line_naming_the_spark_log(
     kinesalite_endpoint, settings_factory
 ):
+    """A raw table filled from another stream: its committed positions name a shard this
+    stream never had, which only the source, on the driver inside Spark, finds out."""
     settings = settings_factory(kinesalite_endpoint)
     produce(settings, 5, seed=9)
-    env = {
-        **settings_env(settings),
-        "KINESIS_STARTING_POSITION": "at_timestamp",
-        "KINESIS_STARTING_TIMESTAMP": "yesterday",
-    }
+    catalog = open_lake(settings)
+    catalog.create_namespace_if_not_exists(settings.namespace)
+    raw = ensure_raw_table(catalog, settings.raw_table)
+    ingest(raw, "other-stream", 0, [1], summary={POSITIONS: '{"shardId-000000000007": "1"}'})
+    env = settings_env(settings)
 
     failed = _cli(env, "ingest")
 
     assert failed.returncode != 0
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 2, failed.stderr[-3000:]
-    assert lines[0].startswith("kinesis-lake: ") and "yesterday" in lines[0]
+    assert lines[0].startswith("kinesis-lake: ") and "shardId-000000000007" in lines[0]
     assert "Traceback" not in failed.stderr and "py4j" not in failed.stderr.lower()
     assert lines[1] == f"(Spark's log: {settings.log_dir / 'spark.log'})"
 
