@@ -23,6 +23,7 @@ from typing import Any, get_args, get_type_hints
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, RAW_TABLE
 from kinesis_lake.iceberg.catalog import default_data_dir
+from kinesis_lake.kinesis.client import AssumedRole
 from kinesis_lake.kinesis.shard_reader import (
     STARTING_POSITIONS,
     TIMESTAMP_FORMS,
@@ -89,6 +90,11 @@ class Settings:
         "Kinesis API endpoint; unset means real AWS through boto3's region and credentials.",
     )
     region: str | None = setting("AWS_REGION", "AWS region (else boto3's own resolution).")
+    role_arn: str | None = setting(
+        "KINESIS_ROLE_ARN",
+        "IAM role to read the stream as (STS AssumeRole with boto3's default credentials; "
+        "AWS_ENDPOINT_URL_STS overrides the STS endpoint); unset: the default chain's identity.",
+    )
     shard_count: int = setting(
         "KINESIS_SHARD_COUNT", "Shards when the project creates the stream.", default=2
     )
@@ -237,6 +243,11 @@ class Settings:
     def log_dir(self) -> Path:
         """Where Spark's log file goes (``kinesis_lake.spark.session.spark_log_file``)."""
         return self.data_dir / "logs"
+
+    @property
+    def assumed_role(self) -> AssumedRole | None:
+        """The role every Kinesis client of the lake signs as, if one is configured."""
+        return AssumedRole(self.role_arn) if self.role_arn else None
 
     @property
     def raw_table(self) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import boto3
+import botocore.session
 import dagster as dg
 from botocore.config import Config as BotocoreConfig
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
@@ -33,6 +34,7 @@ from kinesis_lake.config import (
     SettingSpec,
     parse_setting,
 )
+from kinesis_lake.kinesis.client import AssumedRole, assume_role
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -152,6 +154,7 @@ class KinesisResource(ResourceWithBoto3Configuration):
 
     stream_name: str = _setting_field("stream_name")
     shard_count: int = _setting_field("shard_count")
+    role_arn: str | None = _setting_field("role_arn")
     connect_timeout_seconds: float = Field(
         default=5.0, description="Short, so a sensor tick (60 s budget) never hangs on AWS."
     )
@@ -166,13 +169,19 @@ class KinesisResource(ResourceWithBoto3Configuration):
                 shard_count="shard_count",
                 endpoint_url="endpoint_url",
                 region_name="region",
+                role_arn="role_arn",
             ),
             env,
         )
 
     def get_client(self):
-        """A Kinesis client; credentials come from the fields if set, else boto3's chain."""
+        """A Kinesis client; credentials come from the fields if set, else boto3's chain,
+        and sign as ``role_arn`` when it is set (as the Spark source does)."""
+        botocore_session = botocore.session.get_session()
+        if self.role_arn:
+            assume_role(botocore_session, AssumedRole(self.role_arn), self.region_name)
         session = boto3.session.Session(
+            botocore_session=botocore_session,
             profile_name=self.profile_name,
             aws_access_key_id=self.aws_access_key_id,
             aws_secret_access_key=self.aws_secret_access_key,

@@ -1,13 +1,17 @@
 """The one place a boto3 Kinesis client is built.
 
-Credentials always come from boto3's default chain (environment, profile, instance role),
-so no secret ever passes through this project's configuration or logs.
+Credentials come from boto3's default chain (environment, profile, instance role), so no
+secret ever passes through this project's configuration or logs. With an
+:class:`AssumedRole`, the chain's credentials only sign the STS AssumeRole call and every
+Kinesis call is signed with the role's temporary credentials, refreshed by botocore
+before they expire (the awslabs Kinesis connector's ``roleArn`` options).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeAlias
 
@@ -15,11 +19,33 @@ import boto3
 import botocore.session
 from botocore.client import BaseClient
 from botocore.config import Config
+from botocore.credentials import (
+    AssumeRoleCredentialFetcher,
+    CredentialProvider,
+    DeferredRefreshableCredentials,
+)
+from botocore.exceptions import BotoCoreError, ClientError
 from botocore.utils import parse_timestamp
+
+from kinesis_lake.errors import ConfigurationError
 
 #: boto3 generates the concrete client class at runtime, so the best static type without
 #: extra stub packages (``types-boto3[kinesis]``) is botocore's base class.
 KinesisClient: TypeAlias = BaseClient
+
+
+@dataclass(frozen=True)
+class AssumedRole:
+    """An IAM role to read the stream as (cross-account streams, least privilege)."""
+
+    role_arn: str
+    session_name: str = "kinesis-lake"
+    sts_endpoint_url: str | None = None
+    """None: botocore's resolution (the region's STS endpoint, or AWS_ENDPOINT_URL_STS)."""
+
+
+class AssumeRoleError(ConfigurationError):
+    """STS refused or could not be reached: the role options or the caller's rights."""
 
 
 def kinesis_client(
@@ -28,6 +54,7 @@ def kinesis_client(
     *,
     max_attempts: int = 1,
     timeout_s: float = 30.0,
+    role: AssumedRole | None = None,
 ) -> KinesisClient:
     """A Kinesis client whose only retries are the ones this package makes.
 
@@ -45,14 +72,21 @@ def kinesis_client(
     that (``NoRegionError``) does not say which setting of this project to fix.
     """
     region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return _shared_client(endpoint_url, region, max_attempts, timeout_s)
+    return _shared_client(endpoint_url, region, max_attempts, timeout_s, role)
 
 
 @functools.lru_cache(maxsize=32)
 def _shared_client(
-    endpoint_url: str | None, region_name: str | None, max_attempts: int, timeout_s: float
+    endpoint_url: str | None,
+    region_name: str | None,
+    max_attempts: int,
+    timeout_s: float,
+    role: AssumedRole | None,
 ) -> KinesisClient:
-    session = boto3.session.Session(botocore_session=_utc_botocore_session())
+    botocore_session = _utc_botocore_session()
+    if role is not None:
+        assume_role(botocore_session, role, region_name)
+    session = boto3.session.Session(botocore_session=botocore_session)
     region = region_name or session.region_name
     if not region:
         raise ValueError(
@@ -67,6 +101,46 @@ def _shared_client(
         tcp_keepalive=True,
     )
     return session.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
+
+
+def assume_role(session: botocore.session.Session, role: AssumedRole, region: str | None) -> None:
+    """Make ``session`` sign as ``role``: the first credentials are fetched now, so a role
+    that cannot be assumed fails here, naming the options, not on some later call."""
+    source = botocore.session.get_session()
+    fetcher = AssumeRoleCredentialFetcher(
+        client_creator=functools.partial(
+            source.create_client, region_name=region, endpoint_url=role.sts_endpoint_url
+        ),
+        source_credentials=source.get_credentials(),
+        role_arn=role.role_arn,
+        extra_args={"RoleSessionName": role.session_name},
+    )
+    try:
+        fetcher.fetch_credentials()
+    except (BotoCoreError, ClientError) as error:
+        where = f"stsEndpointUrl={role.sts_endpoint_url}" if role.sts_endpoint_url else "STS"
+        raise AssumeRoleError(
+            f"Could not assume roleArn={role.role_arn} through {where}: {error}. Check the "
+            "role's trust policy allows this caller, and the STS endpoint."
+        ) from error
+    credentials = DeferredRefreshableCredentials(
+        refresh_using=fetcher.fetch_credentials, method=_RoleProvider.METHOD
+    )
+    resolver = session.get_component("credential_provider")
+    resolver.insert_before(resolver.providers[0].METHOD, _RoleProvider(credentials))
+
+
+class _RoleProvider(CredentialProvider):
+    """First in the session's chain: the role's credentials, refreshed by botocore."""
+
+    METHOD = "kinesis-lake-assume-role"
+
+    def __init__(self, credentials: DeferredRefreshableCredentials) -> None:
+        super().__init__()
+        self._credentials = credentials
+
+    def load(self) -> DeferredRefreshableCredentials:
+        return self._credentials
 
 
 def _utc_botocore_session() -> botocore.session.Session:

@@ -59,7 +59,9 @@ _AMZ_JSON = "application/x-amz-json-1.1"
 class FaultProxy:
     """Forwards to ``upstream_url``; ``inject()`` makes the next calls of an operation fail.
 
-    ``counts[(operation, kind)]`` is how many faults were actually injected.
+    ``counts[(operation, kind)]`` is how many faults were actually injected;
+    ``signed_by[(operation, access key id)]`` how many calls each key signed, which is
+    what IAM would judge them by (local endpoints check no signature).
     """
 
     def __init__(self, upstream_url: str) -> None:
@@ -71,6 +73,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._faults: dict[str, deque[list[Any]]] = {}
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.signed_by: Counter[tuple[str, str]] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -160,6 +163,12 @@ def _action(operation: str) -> str:
     return operation.rsplit(".", 1)[-1]
 
 
+def _access_key(authorization: str) -> str:
+    """The key id of a SigV4 ``Authorization`` header (``... Credential=AKID/date/...``)."""
+    _, _, credential = authorization.partition("Credential=")
+    return credential.split("/", 1)[0]
+
+
 def _error_body(code: str, message: str | None = None) -> bytes:
     text = message or f"{code} injected by FaultProxy"
     return json.dumps({"__type": code, "message": text}).encode()
@@ -172,6 +181,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         action = _action(self.headers.get("X-Amz-Target", ""))
+        with self.owner._lock:
+            self.owner.signed_by[(action, _access_key(self.headers.get("Authorization", "")))] += 1
         fault = self.owner._take_fault(action)
         if fault in _ERROR_FAULTS:
             status, code = _ERROR_FAULTS[fault]

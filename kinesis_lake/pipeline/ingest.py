@@ -125,6 +125,8 @@ def start_ingestion_query(
             reader = reader.option("startingTimestamp", settings.starting_timestamp)
     if settings.region:
         reader = reader.option("regionName", settings.region)
+    if settings.role_arn:
+        reader = reader.option("roleArn", settings.role_arn)
     if settings.endpoint_url:
         reader = reader.option("endpointUrl", settings.endpoint_url)
     writer = (

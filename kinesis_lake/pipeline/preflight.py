@@ -29,7 +29,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.events.schema import EventSchemaError
-from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.client import AssumeRoleError, kinesis_client
 from kinesis_lake.kinesis.retry import RetryPolicy, call_with_retry, error_code
 
 #: A transient error may retry twice; a wrong port or name must fail within seconds.
@@ -106,13 +106,17 @@ def check_stream(settings: Settings) -> None:
     name = settings.stream_name
     endpoint = settings.endpoint_url or "AWS"
     try:
-        client = kinesis_client(settings.endpoint_url, settings.region, timeout_s=_TIMEOUT_S)
+        client = kinesis_client(
+            settings.endpoint_url, settings.region, timeout_s=_TIMEOUT_S, role=settings.assumed_role
+        )
         call_with_retry(
             lambda: client.describe_stream_summary(StreamName=name),
             _PREFLIGHT_RETRY,
             sleep=time.sleep,
             rng=random.Random(),
         )
+    except AssumeRoleError as error:
+        raise PreflightError(f"KINESIS_ROLE_ARN={settings.role_arn}: {error}") from error
     except ValueError as error:  # no region (kinesis_client names the settings)
         raise PreflightError(f"AWS_REGION is unset: {_one_line(error)}") from error
     except EndpointConnectionError as error:

@@ -69,6 +69,7 @@ shard's ``MillisBehindLatest`` and reader, data-loss ranges skipped, finished sh
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -88,7 +89,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kinesis_lake.errors import IngestionError
-from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
+from kinesis_lake.kinesis.client import AssumedRole, KinesisClient, kinesis_client
 from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
@@ -134,6 +135,9 @@ KINESIS_SCHEMA_DDL = (
 )
 
 
+logger = logging.getLogger(__name__)
+
+
 class KinesisDataSource(DataSource):
     """Spark data source ``kinesis`` (streaming read only).
 
@@ -154,12 +158,22 @@ class KinesisDataSource(DataSource):
         return KINESIS_SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> KinesisStreamReader:
+        if self.parsed.metadata_path_defaulted:
+            # Spark gives a Python source its options only, never the query's checkpoint,
+            # so the default cannot sit beside it: say where the records go instead.
+            logger.warning(
+                "kinesis source: metadataPath not set; progress records of stream %s go to "
+                "%s. Set .option('metadataPath', ...) beside the query's checkpoint "
+                "(shared storage on a cluster) so the two move together.",
+                self.parsed.stream_name,
+                self.parsed.metadata_path,
+            )
         return KinesisStreamReader(self.parsed)
 
 
 def _check_stream(options: KinesisSourceOptions) -> None:
     """Refuse a stream that does not exist, or a JSON start naming shards it lacks."""
-    client = kinesis_client(options.endpoint_url, options.region_name)
+    client = kinesis_client(options.endpoint_url, options.region_name, role=options.role)
     try:
         describe_stream(client, options.stream_name)
     except StreamNotFoundError as error:
@@ -176,6 +190,7 @@ class ShardReadTask(InputPartition):
     shard_id: str
     region_name: str | None
     endpoint_url: str | None
+    role: AssumedRole | None
     run_id: str
     epoch: int
     start: dict
@@ -216,7 +231,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _kinesis(self) -> KinesisClient:
         if self._client is None:
-            self._client = kinesis_client(self.options.endpoint_url, self.options.region_name)
+            self._client = kinesis_client(
+                self.options.endpoint_url, self.options.region_name, role=self.options.role
+            )
         return self._client
 
     # ---- driver: planning -------------------------------------------------------------
@@ -319,6 +336,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 shard_id=shard_id,
                 region_name=self.options.region_name,
                 endpoint_url=self.options.endpoint_url,
+                role=self.options.role,
                 run_id=plan.run_id,
                 epoch=plan.epoch,
                 start=plan.shards[shard_id].to_dict()["start"],
@@ -356,7 +374,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         _wait_until(task.not_before_ms)
         reader = ShardReader(
-            kinesis_client(task.endpoint_url, task.region_name),
+            kinesis_client(task.endpoint_url, task.region_name, role=task.role),
             task.stream_name,
             task.shard_id,
             retry=RetryPolicy(max_retries=task.max_retries),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.kinesis.client import AssumedRole
 from kinesis_lake.kinesis.shard_reader import (
     STARTING_POSITIONS,
     TIMESTAMP_FORMS,
@@ -32,6 +33,13 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
     "streamName": (None, "Kinesis stream to read (required)."),
     "regionName": (None, "AWS region; default: boto3's own resolution (AWS_REGION, profile)."),
     "endpointUrl": (None, "Kinesis API endpoint; default: the region's AWS endpoint."),
+    "roleArn": (
+        None,
+        "IAM role to read as (STS AssumeRole with the default chain's credentials); "
+        "default: the default chain's own identity.",
+    ),
+    "roleSessionName": ("kinesis-lake", "Session name of the assumed role (in CloudTrail)."),
+    "stsEndpointUrl": (None, "STS endpoint for roleArn; default: botocore's (the region's)."),
     "startingPosition": (
         "latest",
         "trim_horizon | latest | at_timestamp | a JSON map {shardId: sequenceNumber}.",
@@ -70,11 +78,13 @@ class KinesisSourceOptions:
     stream_name: str
     region_name: str | None
     endpoint_url: str | None
+    role: AssumedRole | None
     starting_position: StartPosition
     per_shard_start: dict[str, StartPosition]
     max_records_per_shard: int
     max_records_per_batch: int | None
     metadata_path: str
+    metadata_path_defaulted: bool
     fail_on_data_loss: bool
     idle_ms: int
     min_call_interval_s: float
@@ -93,6 +103,7 @@ class KinesisSourceOptions:
             stream_name=str(values["streamName"]),
             region_name=values["regionName"] or None,
             endpoint_url=values["endpointUrl"] or None,
+            role=_role(options, values),
             starting_position=start,
             per_shard_start=per_shard,
             max_records_per_shard=_whole_number("maxRecordsPerShard", values),
@@ -100,6 +111,7 @@ class KinesisSourceOptions:
                 None if batch_limit is None else _whole_number("maxRecordsPerBatch", values)
             ),
             metadata_path=str(values["metadataPath"]),
+            metadata_path_defaulted="metadatapath" not in {key.lower() for key in options},
             fail_on_data_loss=_boolean("failOnDataLoss", values),
             idle_ms=_whole_number("idleTimeBetweenReadsMs", values, minimum=0),
             min_call_interval_s=(
@@ -164,6 +176,23 @@ def _shard_number(shard_id: str) -> int | None:
     """The creation number in a Kinesis shard id (shardId-000000000007 -> 7), if any."""
     prefix, _, digits = shard_id.rpartition("-")
     return int(digits) if prefix == "shardId" and digits.isdigit() else None
+
+
+def _role(options: Mapping[str, str], values: Mapping[str, str | None]) -> AssumedRole | None:
+    given = {key.lower() for key in options}
+    if not values["roleArn"]:
+        orphans = [name for name in ("roleSessionName", "stsEndpointUrl") if name.lower() in given]
+        if orphans:
+            raise KinesisOptionError(
+                f"Option {orphans[0]} needs roleArn: set .option('roleArn', "
+                "'arn:aws:iam::<account>:role/<name>') or remove it."
+            )
+        return None
+    return AssumedRole(
+        role_arn=str(values["roleArn"]),
+        session_name=str(values["roleSessionName"]),
+        sts_endpoint_url=values["stsEndpointUrl"] or None,
+    )
 
 
 def _named_values(options: Mapping[str, str]) -> dict[str, str | None]:

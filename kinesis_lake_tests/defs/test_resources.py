@@ -44,3 +44,27 @@ def test_a_session_it_started_is_stopped_at_teardown(tmp_path):
     assert "rows 4" in result.stdout
     assert "after teardown None" in result.stdout
     assert (tmp_path / "logs" / "spark.log").exists()
+
+
+def test_the_kinesis_resource_signs_as_the_role_of_kinesis_role_arn(moto_endpoint, monkeypatch):
+    """The backlog sensor and the freshness check read the stream as the Spark source
+    does: with KINESIS_ROLE_ARN, as that role (its temporary key signs the calls)."""
+    from kinesis_lake.defs.resources import KinesisResource
+    from kinesis_lake.kinesis.fault_proxy import FaultProxy
+
+    proxy = FaultProxy(moto_endpoint.url).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", moto_endpoint.url)  # boto3's own variable
+        resource = KinesisResource(
+            stream_name="any",
+            endpoint_url=proxy.url,
+            region_name="us-east-1",
+            role_arn="arn:aws:iam::123456789012:role/kinesis-lake-sensor",
+        )
+        resource.get_client().list_streams()
+    finally:
+        proxy.stop()
+
+    ((action, key),) = proxy.signed_by
+    assert action == "ListStreams"
+    assert key.startswith("ASIA"), f"signed by {key!r}, not a temporary role key"
