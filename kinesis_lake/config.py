@@ -66,6 +66,9 @@ def setting(
     return field(default=default, metadata=metadata)
 
 
+DEFAULT_NAMESPACE = "kinesis_lake"
+
+
 @dataclass(frozen=True)
 class Settings:
     """The resolved configuration of one kinesis-lake deployment.
@@ -148,7 +151,7 @@ class Settings:
         default="kinesis_lake",
     )
     namespace: str = setting(
-        "KINESIS_LAKE_NAMESPACE", "Iceberg namespace of all tables.", default="kinesis_lake"
+        "KINESIS_LAKE_NAMESPACE", "Iceberg namespace of all tables.", default=DEFAULT_NAMESPACE
     )
     event_schema_path: Path = setting(
         "KINESIS_LAKE_EVENT_SCHEMA",

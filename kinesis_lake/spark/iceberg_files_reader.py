@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
@@ -33,15 +34,24 @@ from kinesis_lake.spark.worker_process import freeze_imported_objects
 class FileTask(InputPartition):
     """One data file to read. ``io_properties`` may hold storage credentials, so they
     are left out of the repr: a task printed in a log or an error report must not carry
-    them (the same rule as ``TableWriteTarget``)."""
+    them (the same rule as ``TableWriteTarget``).
+
+    ``schema_ipc`` is what is read from the file; with a ``row_filter`` (a PyArrow
+    expression over those columns) only matching rows are kept, and ``output`` names the
+    columns returned (the filter may need columns the caller did not ask for).
+    """
 
     path: str
     location: str
     io_properties: dict[str, str] = field(repr=False)
     schema_ipc: bytes = field(repr=False)
+    row_filter: pc.Expression | None = field(default=None, repr=False)
+    output: tuple[str, ...] | None = None
 
 
-class _FilesReader(DataSourceReader):
+class FilesReader(DataSourceReader):
+    """Each task reads one data file, only the columns of its schema, on an executor."""
+
     def __init__(self, tasks: list[FileTask]) -> None:
         self.tasks = tasks
 
@@ -55,8 +65,26 @@ class _FilesReader(DataSourceReader):
         io = load_file_io(task.io_properties, task.location)
         with io.new_input(task.path).open() as stream:
             parquet = pq.ParquetFile(stream)
-            for batch in parquet.iter_batches(batch_size=65_536):
-                yield _project(batch, schema)
+            present = set(parquet.schema_arrow.names)
+            # At least one column, so batches carry the row count when every wanted
+            # column was added after this file was written (read as nulls).
+            columns = [name for name in schema.names if name in present] or [
+                parquet.schema_arrow.names[0]
+            ]
+            for batch in parquet.iter_batches(batch_size=65_536, columns=columns):
+                yield from _kept(_project(batch, schema), task)
+
+
+def _kept(batch: pa.RecordBatch, task: FileTask) -> Iterator[pa.RecordBatch]:
+    if task.row_filter is None and task.output is None:
+        yield batch
+        return
+    kept = pa.Table.from_batches([batch])
+    if task.row_filter is not None:
+        kept = kept.filter(task.row_filter)
+    if task.output is not None:
+        kept = kept.select(list(task.output))
+    yield from kept.to_batches()
 
 
 def _project(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -96,8 +124,8 @@ def read_data_files(
         def schema(self):
             return spark_schema
 
-        def reader(self, schema) -> _FilesReader:
-            return _FilesReader(tasks)
+        def reader(self, schema) -> FilesReader:
+            return FilesReader(tasks)
 
     spark.dataSource.register(_DataFilesSource)
     return spark.read.format(source_name).load()

@@ -61,6 +61,7 @@ from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
+from kinesis_lake.spark.iceberg_table_reader import READ_OPTIONS, TableRead, TableReader, qualified
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,11 @@ class IcebergSinkOptionError(ConfigurationError):
 
 # option name (as users write it) -> (default, description). Spark passes keys in any case.
 OPTIONS: dict[str, tuple[str | None, str]] = {
-    "table": (None, "Table to write, as 'namespace.name' (required; .save(path) works too)."),
+    "table": (
+        None,
+        "Table to write or read, as 'namespace.name' or a name in 'namespace' (required; "
+        ".save(name) and .load(name) work too).",
+    ),
     "catalog": (DEFAULT_CATALOG_NAME, "pyiceberg catalog name."),
     "dataDir": (
         str(default_data_dir()),
@@ -95,6 +100,7 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
 }
 _SUMMARY_PREFIX = "summary."
 """Options ``summary.<key>`` become extra snapshot-summary entries."""
+OPTIONS.update(READ_OPTIONS)
 _KNOWN = {name.lower() for name in OPTIONS} | {"path"}
 
 
@@ -123,11 +129,12 @@ class SinkOptions:
                 f"{', '.join(OPTIONS)} and {_SUMMARY_PREFIX}<key>."
             )
         table = lowered.get("table") or lowered.get("path")
-        if not table or "." not in table:
+        if not table:
             raise IcebergSinkOptionError(
-                "Option 'table' is required and must name a table as 'namespace.name', "
-                f"got {table!r}."
+                "Option 'table' is required: a table as 'namespace.name' or a name in the "
+                "namespace of option 'namespace' (e.g. .load('raw_events'))."
             )
+        table = qualified(table, lowered.get("namespace"))
         batch_id = lowered.get("batchid")
         if batch_id is not None and not batch_id.lstrip("-").isdigit():
             raise IcebergSinkOptionError(f"Option 'batchId'={batch_id!r} must be an integer.")
@@ -174,11 +181,22 @@ class DataFilesWritten(WriterCommitMessage):
 
 
 class IcebergDataSource(DataSource):
-    """Spark data source ``kinesis_lake_iceberg`` (batch and streaming writes)."""
+    """Spark data source ``kinesis_lake_iceberg``: batch and streaming writes, batch reads
+    (:mod:`kinesis_lake.spark.iceberg_table_reader`)."""
 
     @classmethod
     def name(cls) -> str:
         return SINK_NAME
+
+    def _planned_read(self) -> TableRead:
+        options = SinkOptions.parse(dict(self.options))
+        return TableRead.plan(options.load_table(), dict(self.options))
+
+    def schema(self) -> StructType:
+        return self._planned_read().spark_schema
+
+    def reader(self, schema: StructType) -> TableReader:
+        return TableReader(SinkOptions.parse(dict(self.options)).load_table, self._planned_read())
 
     def writer(self, schema: StructType, overwrite: bool) -> IcebergBatchWriter:
         if overwrite:

@@ -6,7 +6,10 @@ Truth comes from outside the code under test: the stream as bare boto3 reads it
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+
+import boto3
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import open_catalog
@@ -69,3 +72,24 @@ def raw_writer_ids(settings: Settings) -> set[str]:
         for snapshot in table.snapshots()
         if snapshot.summary is not None and WRITER_ID in snapshot.summary.additional_properties
     }
+
+
+def assert_athena_can_query(settings: Settings, glue_tables: list[dict]) -> None:
+    """What Athena needs of a Glue table to query it as Iceberg (its documented
+    requirements; Athena itself cannot run here): table parameter ``table_type`` ICEBERG,
+    ``metadata_location`` at an Iceberg format-version 2 metadata file in S3, Parquet data
+    files, and the columns listed in the Glue schema (for the console and DDL tools)."""
+    s3 = boto3.client("s3", region_name=settings.region)
+    catalog = open_catalog(settings.catalog_name, data_dir=settings.data_dir)
+    for glue_table in glue_tables:
+        name = glue_table["Name"]
+        assert glue_table["TableType"] == "EXTERNAL_TABLE", name
+        assert glue_table["Parameters"]["table_type"].upper() == "ICEBERG", name
+        bucket, _, key = glue_table["Parameters"]["metadata_location"][5:].partition("/")
+        metadata = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        assert metadata["format-version"] == 2, name
+        table = catalog.load_table(f"{settings.namespace}.{name}")
+        columns = [c["Name"] for c in glue_table["StorageDescriptor"]["Columns"]]
+        assert columns == [field.name for field in table.schema().fields], name
+        formats = {task.file.file_format.name for task in table.scan().plan_files()}
+        assert formats <= {"PARQUET"}, (name, formats)

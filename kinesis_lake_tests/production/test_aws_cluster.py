@@ -24,6 +24,7 @@ from kinesis_lake_tests.pipeline_helpers import produce, run_cli
 from kinesis_lake_tests.production.cluster import SparkStandaloneCluster
 from kinesis_lake_tests.production.lake_checks import (
     all_tables,
+    assert_athena_can_query,
     assert_derived_tables_add_up,
     assert_raw_is_the_stream_exactly_once,
     data_file_paths,
@@ -78,6 +79,7 @@ def test_aws_profile_on_a_cluster_then_resumed_elsewhere_with_and_without_checkp
     )["TableList"]
     assert {f"{settings.namespace}.{t['Name']}" for t in glue_tables} == set(all_tables(settings))
     assert all(t["Parameters"]["metadata_location"].startswith(warehouse) for t in glue_tables)
+    assert_athena_can_query(settings, glue_tables)
     for table in all_tables(settings):
         assert all(path.startswith(warehouse) for path in data_file_paths(settings, table))
     writers = raw_writer_ids(settings)
