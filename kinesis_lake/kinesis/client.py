@@ -24,7 +24,7 @@ from botocore.credentials import (
     CredentialProvider,
     DeferredRefreshableCredentials,
 )
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 from botocore.utils import parse_timestamp
 
 from kinesis_lake.errors import ConfigurationError
@@ -68,8 +68,8 @@ def kinesis_client(
     milliseconds (botocore loads its service models), which every Spark task paid
     before. boto3 clients are thread-safe and refresh expiring credentials themselves.
 
-    Raises ``ValueError`` when no region can be resolved, because botocore's own error for
-    that (``NoRegionError``) does not say which setting of this project to fix.
+    Raises botocore's ``NoRegionError`` at once when no region can be resolved (botocore
+    raises it only at the first call); each caller names its own setting.
     """
     region = region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     return _shared_client(endpoint_url, region, max_attempts, timeout_s, role)
@@ -89,11 +89,7 @@ def _shared_client(
     session = boto3.session.Session(botocore_session=botocore_session)
     region = region_name or session.region_name
     if not region:
-        raise ValueError(
-            "No AWS region for the Kinesis client: set the AWS_REGION environment variable "
-            "(or AWS_DEFAULT_REGION, or a region in your AWS profile), or set regionName "
-            "in the kinesis-lake Kinesis settings (e.g. regionName=us-east-1)."
-        )
+        raise NoRegionError()
     config = Config(
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
         connect_timeout=timeout_s,

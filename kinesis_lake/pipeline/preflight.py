@@ -23,6 +23,7 @@ from botocore.exceptions import (
     ClientError,
     EndpointConnectionError,
     NoCredentialsError,
+    NoRegionError,
 )
 
 from kinesis_lake.config import Settings
@@ -117,8 +118,11 @@ def check_stream(settings: Settings) -> None:
         )
     except AssumeRoleError as error:
         raise PreflightError(f"KINESIS_ROLE_ARN={settings.role_arn}: {error}") from error
-    except ValueError as error:  # no region (kinesis_client names the settings)
-        raise PreflightError(f"AWS_REGION is unset: {_one_line(error)}") from error
+    except NoRegionError as error:
+        raise PreflightError(
+            "AWS_REGION= (unset): set it (e.g. AWS_REGION=us-east-1), or a region in your AWS "
+            "profile."
+        ) from error
     except EndpointConnectionError as error:
         raise PreflightError(
             f"KINESIS_ENDPOINT_URL={endpoint}: nothing answers there ({_one_line(error)}): "
@@ -126,8 +130,9 @@ def check_stream(settings: Settings) -> None:
         ) from error
     except NoCredentialsError as error:
         raise PreflightError(
-            "No AWS credentials for Kinesis: set AWS_PROFILE or AWS_ACCESS_KEY_ID / "
-            "AWS_SECRET_ACCESS_KEY, or set KINESIS_ENDPOINT_URL for a local endpoint."
+            "No AWS credentials for Kinesis: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (against a local endpoint any placeholder values do, as "
+            "profiles/local.env sets them)."
         ) from error
     except ClientError as error:
         code = error_code(error)

@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import pyarrow as pa
+from botocore.exceptions import NoRegionError
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -173,7 +174,12 @@ class KinesisDataSource(DataSource):
 
 def _check_stream(options: KinesisSourceOptions) -> None:
     """Refuse a stream that does not exist, or a JSON start naming shards it lacks."""
-    client = kinesis_client(options.endpoint_url, options.region_name, role=options.role)
+    try:
+        client = kinesis_client(options.endpoint_url, options.region_name, role=options.role)
+    except NoRegionError:
+        raise KinesisOptionError(
+            "No AWS region: set .option('regionName', 'us-east-1') or AWS_REGION."
+        ) from None
     try:
         describe_stream(client, options.stream_name)
     except StreamNotFoundError as error:

@@ -95,3 +95,39 @@ def test_the_directory_check_creates_nothing(tmp_path):
     check_directories(settings)
 
     assert not (tmp_path / "node").exists()
+
+
+def _without(env: dict[str, str], *names: str) -> dict[str, str]:
+    """``env`` without ``names``, with no credentials file, profile or metadata service to
+    fall back on (so nothing leaves the machine looking for one)."""
+    kept = {k: v for k, v in env.items() if k not in names and k != "AWS_PROFILE"}
+    return {
+        **kept,
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def test_missing_credentials_say_which_variables_and_that_placeholders_do_locally(
+    kinesalite_endpoint, settings_factory
+):
+    env = _without(
+        settings_env(settings_factory(kinesalite_endpoint)),
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    )
+    failed = _ingest(env)
+    assert failed.returncode != 0
+    (line,) = failed.stderr.strip().splitlines()
+    assert line.startswith("kinesis-lake: configuration error: No AWS credentials for Kinesis")
+    assert "AWS_ACCESS_KEY_ID" in line and "placeholder values do" in line
+
+
+def test_no_region_names_aws_region(kinesalite_endpoint, settings_factory):
+    env = _without(
+        settings_env(settings_factory(kinesalite_endpoint)), "AWS_REGION", "AWS_DEFAULT_REGION"
+    )
+    line = _one_line_naming(_ingest(env), "AWS_REGION")
+    assert "regionName" not in line, "the CLI has no regionName option"

@@ -116,3 +116,13 @@ def test_a_defaulted_metadata_path_is_named_when_the_query_starts(moto_endpoint,
     (warning,) = caplog.messages
     assert f"progress records of stream {stream} go to" in warning
     assert source.parsed.metadata_path in warning
+
+
+def test_no_region_names_the_region_option(moto_endpoint, monkeypatch):
+    from kinesis_lake.spark.kinesis_source import KinesisDataSource
+    from kinesis_lake.spark.kinesis_source_options import KinesisOptionError
+
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    with pytest.raises(KinesisOptionError, match=r"set \.option\('regionName'"):
+        KinesisDataSource({"streamName": "any", "endpointUrl": moto_endpoint.url})
