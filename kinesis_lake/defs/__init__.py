@@ -1,10 +1,11 @@
 """The thin Dagster layer: it starts, observes and checks; the pipeline lives elsewhere.
 
 * ``resources``: settings, the Kinesis client and the Spark session, all from env.
-* ``assets``: the stream (external), raw_events, the derived tables, table maintenance.
+* ``assets``: the stream (external), raw_events, the derived tables.
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
-* ``jobs``: the named jobs and the maintenance schedule.
+* ``jobs``: the named jobs; ``maintenance``: the upkeep job (ops, not assets) and its
+  hourly schedule.
 
 ``kinesis_lake.definitions`` puts them together into the one ``dg.Definitions``.
 """

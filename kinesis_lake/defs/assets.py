@@ -1,9 +1,9 @@
-"""The lake as Dagster assets: the stream, the raw table, the derived tables, their upkeep.
+"""The lake as Dagster assets: the stream, the raw table, the derived tables.
 
 Assets only start library code and report what it did: ingestion is
-``kinesis_lake.pipeline.ingest``, the derived tables ``kinesis_lake.pipeline.derive``, upkeep
-``kinesis_lake.pipeline.maintain``. Metadata keys are stable (dashboards, the CLI and
-the README refer to them) and numeric where the UI should plot them.
+``kinesis_lake.pipeline.ingest``, the derived tables ``kinesis_lake.pipeline.derive``.
+Metadata keys are stable (dashboards, the CLI and the README refer to them) and numeric
+where the UI should plot them.
 
 Who runs what:
 
@@ -17,19 +17,19 @@ Who runs what:
 * the declared tables (one asset each, from the declaration file), ``events_quarantine`` and
   ``event_counts_per_minute``: declarative automation, eagerly after every raw update,
   unless a blocking check of raw failed (duplicates).
-* ``*_maintenance``: the hourly maintenance schedule (``jobs.py``).
+* upkeep is not an asset: the ``iceberg_maintenance`` job (``maintenance.py``) records it
+  on each table as an observation.
 """
 
-import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from pydantic import Field
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -39,7 +39,6 @@ from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
     QUARANTINE_TABLE,
-    RAW_TABLE,
     LakeDeclaration,
     TableDeclaration,
 )
@@ -50,8 +49,8 @@ from kinesis_lake.events.tables import (
     quarantine_table_schema,
 )
 from kinesis_lake.iceberg.tables import type_text
-from kinesis_lake.pipeline.lake import open_lake, table_stats
-from kinesis_lake.pipeline.maintain import MaintenancePolicy, consumers, run_maintenance
+from kinesis_lake.kinesis.freshness import StreamFreshness, stream_freshness
+from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
@@ -61,11 +60,9 @@ if TYPE_CHECKING:
 OWNERS = ["team:data-platform"]
 INGESTION_GROUP = "ingestion"
 DERIVED_GROUP = "derived"
-MAINTENANCE_GROUP = "maintenance"
 
 INGESTION_POOL = "kinesis_lake_ingestion"
 DERIVE_POOL = "kinesis_lake_derive"
-MAINTENANCE_POOL = "kinesis_lake_maintenance"
 
 KINESIS_STREAM = DEFAULT_STREAM.stream_asset
 RAW_EVENTS = DEFAULT_STREAM.raw_asset
@@ -78,14 +75,15 @@ changes); the stream's freshness policy fails when those records stop."""
 
 
 def stream_spec(keys: StreamKeys) -> dg.AssetSpec:
-    """A Kinesis stream of the lake, as an external asset the backlog sensor observes."""
+    """A Kinesis stream of the lake: Dagster never writes it, it records its state."""
     return dg.AssetSpec(
         keys.stream_asset,
         description=(
             f"The Kinesis data stream {keys.stream or '(KINESIS_STREAM_NAME)'} ingested into "
-            f"{keys.raw_table}. External: Dagster does not write it; the backlog sensor "
-            "records its shards, retention and oldest unconsumed record as materializations, "
-            "so a stopped sensor shows up as a stale stream."
+            f"{keys.raw_table}. Dagster does not write it: the backlog sensor records its "
+            "shards, retention and oldest unconsumed record as materializations (so a stopped "
+            "sensor shows up as a stale stream), and each ingestion run observes it as it "
+            "starts."
         ),
         group_name=INGESTION_GROUP,
         kinds={"kinesis"},
@@ -95,6 +93,59 @@ def stream_spec(keys: StreamKeys) -> dg.AssetSpec:
             warn_window=STREAM_OBSERVATION_INTERVAL * 2,
         ),
     )
+
+
+def measure_freshness(settings: Settings, kinesis: KinesisResource) -> StreamFreshness:
+    """Freshness of ``settings``' stream (the resource provides the client, not the name:
+    a lake of several streams measures each with one client)."""
+    return stream_freshness(
+        kinesis.get_client(),
+        settings.stream_name,
+        raw_positions(settings).positions,
+        max_lag_minutes=settings.freshness_minutes,
+    )
+
+
+def stream_metadata(fresh: StreamFreshness, positions_snapshot_id: int | None) -> dict[str, Any]:
+    """The stream's state as the sensor and the ingestion run record it (numeric: plotted)."""
+    probe = fresh.probe
+    metadata: dict[str, Any] = {
+        "shards": probe.shards,
+        "shards_with_backlog": len(probe.shards_with_backlog),
+        "retention_hours": probe.retention_hours,
+        "oldest_unconsumed_age_seconds": round(fresh.oldest_unconsumed_age_seconds or 0.0, 3),
+        "retention_used": round(fresh.retention_used, 4),
+        "committed_positions": dg.MetadataValue.json(fresh.positions),
+        "first_unconsumed": dg.MetadataValue.json(dict(probe.first_unconsumed)),
+    }
+    if positions_snapshot_id is not None:
+        metadata["raw_snapshot_id"] = positions_snapshot_id
+    return metadata
+
+
+def stream_asset(keys: StreamKeys) -> dg.AssetsDefinition:
+    """The stream as an observable asset in its ingestion job: the run observes where the
+    stream stands before it drains it, and because the job targets the stream, the UI
+    lists the backlog sensor that launches it among the stream's automations."""
+
+    with warnings.catch_warnings():
+        # Beta in Dagster 1.13 (the documented way to run an observation in a job); the
+        # warning would repeat in every code-server log without telling an operator anything.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        decorator = dg.multi_observable_source_asset(
+            specs=[stream_spec(keys)], name=f"observe_{keys.raw_table}"
+        )
+
+    @decorator
+    def observe(settings: PipelineSettingsResource, kinesis: KinesisResource) -> dg.ObserveResult:
+        lake = keys.lake(settings, kinesis)
+        fresh = measure_freshness(lake, kinesis)
+        return dg.ObserveResult(
+            asset_key=keys.stream_asset,
+            metadata=stream_metadata(fresh, raw_positions(lake).snapshot_id),
+        )
+
+    return observe
 
 
 def table_column_schema(schema: Schema) -> dg.TableSchema:
@@ -176,7 +227,7 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
     return raw
 
 
-kinesis_stream = stream_spec(DEFAULT_STREAM)
+kinesis_stream = stream_asset(DEFAULT_STREAM)
 raw_events = raw_asset(DEFAULT_STREAM)
 
 
@@ -455,89 +506,3 @@ def derived_tables_asset(
             yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 
     return derived_tables
-
-
-# ---- maintenance --------------------------------------------------------------------------
-
-
-class MaintenanceConfig(dg.Config):
-    """How aggressive one upkeep pass is; the defaults suit a table committed every minute."""
-
-    snapshot_max_age_hours: float = Field(
-        default=MaintenancePolicy.snapshot_max_age_hours,
-        description=(
-            "Expire snapshots older than this (time travel reaches this far back). Snapshots "
-            "a downstream table has not processed yet are never expired."
-        ),
-    )
-    retain_last_snapshots: int | None = Field(
-        default=None,
-        description=(
-            "Always keep this many recent snapshots; None: the table's "
-            "history.expire.min-snapshots-to-keep, else 100."
-        ),
-    )
-    orphan_min_age_hours: float = Field(
-        default=MaintenancePolicy.orphan_min_age_hours,
-        description=(
-            "Only delete unreferenced files older than this: a file of a commit still in flight "
-            "is unreferenced too (Iceberg's own default is 3 days)."
-        ),
-    )
-    target_file_size_bytes: int | None = Field(
-        default=None,
-        description="Compaction target; None: the table's write.target-file-size-bytes or 128 MiB.",
-    )
-    min_input_files: int = Field(
-        default=MaintenancePolicy.min_input_files,
-        description="Compact a partition once it has this many small files.",
-    )
-
-    def policy(self) -> MaintenancePolicy:
-        return MaintenancePolicy(**self.model_dump())
-
-
-def _maintenance_asset(table: str, written_by: str) -> dg.AssetsDefinition:
-    """Upkeep of ``table``, after the asset ``written_by`` that writes it (itself, except for
-    an upsert table's tombstones)."""
-    table_key = dg.AssetKey(table)
-    name = f"{table}_maintenance"
-
-    @dg.asset(
-        name=name,
-        deps=[dg.AssetKey(written_by)],
-        group_name=MAINTENANCE_GROUP,
-        kinds={"iceberg"},
-        owners=OWNERS,
-        pool=MAINTENANCE_POOL,
-        description=(
-            f"Upkeep of the {table_key.path[-1]} table: compact small files, expire old "
-            "snapshots (never one a downstream table still needs), delete orphan files. "
-            "Rows never change; files and bytes before/after are recorded."
-        ),
-    )
-    def _maintain(
-        context: dg.AssetExecutionContext,
-        config: MaintenanceConfig,
-        settings: PipelineSettingsResource,
-    ) -> dg.MaterializeResult:
-        done = run_maintenance(settings.settings(), table, config.policy())
-        context.log.info(
-            f"{done.table}: files {done.files_before} -> {done.files_after}, snapshots "
-            f"{done.snapshots_before} -> {done.snapshots_after}, {done.orphans_removed} "
-            "orphans removed"
-        )
-        return dg.MaterializeResult(metadata=dataclasses.asdict(done))
-
-    return _maintain
-
-
-def maintenance_assets(
-    declaration: LakeDeclaration, raw_table: str = RAW_TABLE
-) -> list[dg.AssetsDefinition]:
-    """One upkeep asset per table of the lake, raw, declared and fixed alike."""
-    writers = {spec.tombstones: spec.name for spec in declaration.derived if spec.upsert}
-    return [
-        _maintenance_asset(table, writers.get(table, table))
-        for table in consumers(declaration, raw_table)
-    ]

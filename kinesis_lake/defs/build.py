@@ -5,14 +5,10 @@ from __future__ import annotations
 import dagster as dg
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import (
-    derived_tables_asset,
-    maintenance_assets,
-    raw_asset,
-    stream_spec,
-)
+from kinesis_lake.defs.assets import derived_tables_asset, raw_asset, stream_asset
 from kinesis_lake.defs.checks import all_checks
-from kinesis_lake.defs.jobs import lake_jobs, schedules
+from kinesis_lake.defs.jobs import lake_jobs
+from kinesis_lake.defs.maintenance import maintenance_job, maintenance_schedule
 from kinesis_lake.defs.resources import lake_resources
 from kinesis_lake.defs.sensors import lake_sensors
 from kinesis_lake.defs.streams import stream_keys
@@ -28,17 +24,17 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     """
     declaration = load_declaration(settings.event_schema_path)
     streams = stream_keys(settings, declaration)
-    jobs = lake_jobs(streams)
+    upkeep = maintenance_job(declaration, settings.raw_table_name)
+    jobs = lake_jobs(streams, upkeep)
     return dg.Definitions(
         assets=[
-            *(stream_spec(keys) for keys in streams),
+            *(stream_asset(keys) for keys in streams),
             *(raw_asset(keys) for keys in streams),
             derived_tables_asset(declaration, settings.namespace, streams),
-            *maintenance_assets(declaration, settings.raw_table_name),
         ],
         asset_checks=all_checks(declaration, streams),
         jobs=list(jobs.values()),
-        schedules=schedules,
+        schedules=[maintenance_schedule(upkeep)],
         sensors=lake_sensors(streams, jobs),
         resources=lake_resources(),
     )

@@ -16,7 +16,7 @@ import dagster as dg
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
+from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE, measure_freshness
 from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.defs.streams import StreamKeys
@@ -28,14 +28,14 @@ from kinesis_lake.events.declaration import (
     load_declaration,
 )
 from kinesis_lake.events.derived_tables import DerivedTable
-from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
+from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label
 from kinesis_lake.pipeline.derived_reconciliation import (
     SAMPLED_HISTORY_ROWS,
     reconcile_upsert,
     reconcile_windows,
     sql_table_caught_up,
 )
-from kinesis_lake.pipeline.lake import load_table, open_lake, raw_positions
+from kinesis_lake.pipeline.lake import load_table, open_lake
 from kinesis_lake.pipeline.reconcile import (
     DerivedReconciliation,
     compare_table_schema,
@@ -104,17 +104,6 @@ def freshness_outcome(fresh: StreamFreshness) -> tuple[bool, dict, str]:
             "keeping up or not running: check the backlog sensor and recent raw_events runs."
         )
     return fresh.passed, metadata, description
-
-
-def measure_freshness(settings: Settings, kinesis: KinesisResource) -> StreamFreshness:
-    """Freshness of ``settings``' stream (the resource provides the client, not the name:
-    a lake of several streams measures each with one client)."""
-    return stream_freshness(
-        kinesis.get_client(),
-        settings.stream_name,
-        raw_positions(settings).positions,
-        max_lag_minutes=settings.freshness_minutes,
-    )
 
 
 def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:

@@ -2,10 +2,11 @@
 
 * ``ingest_<raw table>`` (``ingest_raw_events``): a stream's raw table and its checks; what
   the stream's backlog sensor launches.
-* ``kinesis_lake_full``: every asset (ingest, derive, maintenance) and every check, in
-  dependency order; for a manual "bring everything up to date" run.
-* ``iceberg_maintenance``: the maintenance assets, on an hourly schedule: a streaming
-  writer's snapshot history must be expired routinely, or commits slow down.
+* ``kinesis_lake_full``: every asset (ingest, derive) and every check, in dependency
+  order; for a manual "bring everything up to date" run.
+* ``iceberg_maintenance`` (``maintenance.py``): upkeep of every table, on an hourly
+  schedule: a streaming writer's snapshot history must be expired routinely, or commits
+  slow down.
 * ``replay_quarantine``: after a fix of the declaration, move the quarantined records it
   now takes into their tables (``kinesis_lake.pipeline.replay``); launched by hand.
 """
@@ -19,26 +20,23 @@ if TYPE_CHECKING:  # the type define_asset_job returns; dagster does not export 
         UnresolvedAssetJobDefinition,
     )
 
-from kinesis_lake.defs.assets import (
-    DERIVE_POOL,
-    EVENT_COUNTS_PER_MINUTE,
-    EVENTS_QUARANTINE,
-    MAINTENANCE_GROUP,
-)
+from kinesis_lake.defs.assets import DERIVE_POOL, EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 
 FULL_JOB_NAME = "kinesis_lake_full"
-MAINTENANCE_JOB_NAME = "iceberg_maintenance"
 REPLAY_JOB_NAME = "replay_quarantine"
 
 
 def ingest_job_for(keys: StreamKeys) -> "UnresolvedAssetJobDefinition":
-    """What a stream's backlog sensor launches: its raw table and that table's checks."""
+    """What a stream's backlog sensor launches: an observation of the stream, its raw
+    table and that table's checks."""
     return dg.define_asset_job(
         keys.ingest_job_name,
-        selection=dg.AssetSelection.assets(keys.raw_asset),
-        description=f"Drain the stream's backlog into {keys.raw_table}, then run its checks.",
+        selection=dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset),
+        description=(
+            f"Observe the stream, drain its backlog into {keys.raw_table}, then run its checks."
+        ),
     )
 
 
@@ -47,24 +45,7 @@ ingest_job = ingest_job_for(DEFAULT_STREAM)
 full_job = dg.define_asset_job(
     FULL_JOB_NAME,
     selection=dg.AssetSelection.all() - dg.AssetSelection.kind("kinesis"),
-    description="Every asset and check: ingest, derive, maintain.",
-)
-
-maintenance_job = dg.define_asset_job(
-    MAINTENANCE_JOB_NAME,
-    selection=dg.AssetSelection.groups(MAINTENANCE_GROUP),
-    description="Compact, expire snapshots and remove orphan files on every table.",
-)
-
-maintenance_schedule = dg.ScheduleDefinition(
-    name="iceberg_maintenance_hourly",
-    cron_schedule="17 * * * *",
-    target=maintenance_job,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description=(
-        "Hourly upkeep. Snapshot expiry keeps commit latency flat (it grows with history); "
-        "compaction keeps scans fast; orphan removal reclaims files of failed batches."
-    ),
+    description="Every asset and check: ingest, then derive (upkeep is iceberg_maintenance).",
 )
 
 
@@ -122,15 +103,12 @@ def replay_job() -> None:
     replay_quarantined_records()
 
 
-def lake_jobs(streams: list[StreamKeys]) -> dict[str, Any]:
+def lake_jobs(streams: list[StreamKeys], maintenance: dg.JobDefinition) -> dict[str, Any]:
     """Every job by name: an ingest job per stream, and the lake's own."""
     jobs: list[Any] = [
         *(ingest_job_for(keys) for keys in streams),
         full_job,
-        maintenance_job,
+        maintenance,
         replay_job,
     ]
     return {job.name: job for job in jobs}
-
-
-schedules = [maintenance_schedule]

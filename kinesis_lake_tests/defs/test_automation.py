@@ -8,13 +8,6 @@ from kinesis_lake.definitions import defs
 
 RAW = dg.AssetKey("raw_events")
 DERIVED = [dg.AssetKey(n) for n in ("events", "events_quarantine", "event_counts_per_minute")]
-MAINTENANCE_AND_RAW = [
-    RAW,
-    *(
-        dg.AssetKey(f"{n}_maintenance")
-        for n in ("raw_events", "events", "events_quarantine", "event_counts_per_minute")
-    ),
-]
 
 
 def _raw_ingested(instance: dg.DagsterInstance, *, duplicates_check_passed: bool = True) -> None:
@@ -28,7 +21,7 @@ def _raw_ingested(instance: dg.DagsterInstance, *, duplicates_check_passed: bool
 
 
 def _requested(result) -> set[dg.AssetKey]:
-    return {key for key in [RAW, *DERIVED, *MAINTENANCE_AND_RAW] if result.get_num_requested(key)}
+    return {key for key in [RAW, *DERIVED] if result.get_num_requested(key)}
 
 
 def test_derived_tables_are_requested_after_a_checked_raw_materialization(instance):
@@ -45,7 +38,7 @@ def test_derived_tables_are_requested_after_a_checked_raw_materialization(instan
     assert _requested(third) == set()
 
 
-def test_raw_and_maintenance_are_never_auto_materialized(instance):
+def test_raw_is_never_auto_materialized(instance):
     _raw_ingested(instance)
     for key in DERIVED:
         instance.report_runless_asset_event(dg.AssetMaterialization(key))
@@ -53,7 +46,7 @@ def test_raw_and_maintenance_are_never_auto_materialized(instance):
     for _ in range(2):
         result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
         cursor = result.cursor
-        assert not _requested(result) & set(MAINTENANCE_AND_RAW)
+        assert RAW not in _requested(result)
 
 
 def test_a_failed_blocking_check_on_raw_holds_the_derived_tables(instance):

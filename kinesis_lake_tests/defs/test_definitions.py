@@ -28,11 +28,8 @@ ASSETS = {
     "events",
     "events_quarantine",
     "event_counts_per_minute",
-    "raw_events_maintenance",
-    "events_maintenance",
-    "events_quarantine_maintenance",
-    "event_counts_per_minute_maintenance",
 }
+"""No maintenance: "Materialize all" takes every asset, and upkeep is not data."""
 CHECKS = {
     "raw_events:fresh_relative_to_stream",
     "raw_events:ingestion_advances",
@@ -91,6 +88,14 @@ def test_names_the_cli_and_readme_refer_to():
     assert sensors["kinesis_backlog_sensor"].minimum_interval_seconds == 30
     schedules = {s.name for s in defs.schedules}
     assert schedules == {"iceberg_maintenance_hourly"}
+    upkeep = defs.resolve_job_def("iceberg_maintenance")
+    assert sorted(node.name for node in upkeep.nodes) == [
+        "maintain_event_counts_per_minute",
+        "maintain_events",
+        "maintain_events_quarantine",
+        "maintain_raw_events",
+    ]
+    assert upkeep.asset_layer.executable_asset_keys == set()
 
 
 def test_assets_carry_pools_kinds_groups_and_automation():
@@ -120,7 +125,10 @@ def test_assets_carry_pools_kinds_groups_and_automation():
 def test_jobs_select_what_their_names_say():
     defs = _defs()
     ingest = defs.resolve_job_def("ingest_raw_events")
-    assert {k.to_user_string() for k in ingest.asset_layer.selected_asset_keys} == {"raw_events"}
+    assert {k.to_user_string() for k in ingest.asset_layer.selected_asset_keys} == {
+        "kinesis_stream",  # observed as the run starts
+        "raw_events",
+    }
     full = defs.resolve_job_def("kinesis_lake_full")
     assert {k.to_user_string() for k in full.asset_layer.selected_asset_keys} == ASSETS - {
         "kinesis_stream"
@@ -264,7 +272,9 @@ def test_each_declared_table_is_an_asset_with_its_schema_and_checks(
 
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert {"page_views", "purchases", "page_views_maintenance"} <= keys
+    assert {"page_views", "purchases"} <= keys
+    upkeep = {node.name for node in defs.resolve_job_def("iceberg_maintenance").nodes}
+    assert {"maintain_page_views", "maintain_purchases"} <= upkeep
     assert "events" not in keys
     views = graph.get(dg.AssetKey("page_views"))
     assert views.owners == ["team:data-platform"] and views.kinds == {"spark", "iceberg"}
@@ -362,7 +372,8 @@ def test_each_declared_stream_has_its_own_assets_job_sensor_and_checks(
     assert sensors["kinesis_backlog_raw_orders"].job_name == "ingest_raw_orders"
     ingest = defs.resolve_job_def("ingest_raw_web_clicks")
     assert {k.to_user_string() for k in ingest.asset_layer.selected_asset_keys} == {
-        "raw_web_clicks"
+        "kinesis_web_clicks",
+        "raw_web_clicks",
     }
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert {
@@ -371,3 +382,25 @@ def test_each_declared_stream_has_its_own_assets_job_sensor_and_checks(
         "events_quarantine:reconciles_with_raw_orders",
         "events_quarantine:reconciles_with_raw_web_clicks",
     } <= checks
+
+
+_AUTOMATIONS = """
+query { assetNodes { assetKey { path } targetingInstigators { ... on Sensor { name } } } }
+"""
+
+
+def test_the_ui_lists_the_backlog_sensor_as_the_streams_automation(instance):
+    """The stream's page said "No automations found" although the backlog sensor records
+    it: the UI lists a sensor on an asset only when the sensor's target includes it."""
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    definitions = str(REPO_ROOT / "kinesis_lake" / "definitions.py")
+    with define_out_of_process_context(definitions, "defs", instance) as context:
+        answer = execute_dagster_graphql(context, _AUTOMATIONS)
+
+    automations = {
+        "/".join(node["assetKey"]["path"]): {s["name"] for s in node["targetingInstigators"]}
+        for node in answer.data["assetNodes"]
+    }
+    assert automations["kinesis_stream"] == {"kinesis_backlog_sensor"}
+    assert automations["raw_events"] == {"kinesis_backlog_sensor"}

@@ -12,8 +12,9 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.defs.assets import derived_tables_asset, maintenance_assets, raw_events
+from kinesis_lake.defs.assets import derived_tables_asset, raw_events
 from kinesis_lake.defs.checks import all_checks
+from kinesis_lake.defs.maintenance import maintenance_job
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.data_files import table_arrow_schema
@@ -123,13 +124,21 @@ def test_a_second_row_for_a_key_fails_both_upsert_checks(deployment):
     assert "ann: table 9/" in (recomputation.description or "")
 
 
-def test_tombstones_are_maintained_after_the_upsert_table_that_writes_them(tmp_path):
-    """The demo's first run failed: the tombstones' upkeep ran before any refresh had
-    created them, since it waited for an asset of that name, which nothing produces."""
+def test_the_upsert_tables_and_their_tombstones_are_maintained(
+    deployment, kinesalite_endpoint, tmp_path, monkeypatch
+):
+    """Every table, tombstones included, gets an upkeep observation; before any refresh
+    created a table, its upkeep finds nothing to do (the demo's first run once failed on
+    the tombstones there)."""
     (tmp_path / "lake.yaml").write_text(DECLARATION)
-    declaration = load_declaration(tmp_path / "lake.yaml")
-    upkeep = {a.key.to_user_string(): a for a in maintenance_assets(declaration)}
+    job = maintenance_job(load_declaration(tmp_path / "lake.yaml"))
+    empty = make_lake(monkeypatch, tmp_path / "empty", kinesalite_endpoint.url)
 
-    tombstones = upkeep["user_profiles_tombstones_maintenance"]
-    assert set(tombstones.dependency_keys) == {dg.AssetKey("user_profiles")}
-    assert "user_profiles_maintenance" in upkeep and "emails_maintenance" in upkeep
+    nothing_yet = job.execute_in_process(resources=empty.resources, raise_on_error=False)
+    monkeypatch.undo()
+    done = job.execute_in_process(resources=deployment.lake.resources, raise_on_error=False)
+
+    assert nothing_yet.success and done.success
+    assert nothing_yet.get_asset_observation_events() == []
+    observed = {e.asset_key.to_user_string() for e in done.get_asset_observation_events()}
+    assert {"user_profiles", "user_profiles_tombstones", "emails", "raw_events"} <= observed

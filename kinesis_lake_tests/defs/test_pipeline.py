@@ -25,14 +25,14 @@ from pyiceberg.expressions import And, EqualTo
 from kinesis_lake.defs.assets import (
     EVENT_COUNTS_PER_MINUTE,
     EVENTS_QUARANTINE,
+    KINESIS_STREAM,
     RAW_EVENTS,
-    MaintenanceConfig,
     derived_tables_asset,
     kinesis_stream,
-    maintenance_assets,
     raw_events,
 )
 from kinesis_lake.defs.checks import all_checks
+from kinesis_lake.defs.maintenance import MaintenanceConfig, maintenance_job
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import load_declaration
@@ -48,12 +48,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 DECLARATION = load_declaration(REPO_ROOT / "schemas" / "events.yaml")
 EVENTS = dg.AssetKey("events")
-MAINTENANCE = maintenance_assets(DECLARATION)
+MAINTENANCE = maintenance_job(DECLARATION)
 ALL_DEFS = [
     kinesis_stream,
     raw_events,
     derived_tables_asset(DECLARATION, "kinesis_lake", [DEFAULT_STREAM]),
-    *MAINTENANCE,
     *all_checks(DECLARATION, [DEFAULT_STREAM]),
 ]
 PIPELINE = dg.AssetSelection.assets(RAW_EVENTS, EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
@@ -395,12 +394,20 @@ def test_sensor_ingestion_and_automation_close_the_loop(pipeline):
     assert request.tags["kinesis_lake/backlog_shards"]
     assert request.run_key == backlog_run_key(lake.settings.stream_name, positions)
 
-    # What the daemon launches for the request: the ingest job (raw_events + its checks).
+    # What the daemon launches for the request: the ingest job (an observation of the
+    # stream, raw_events, its checks).
     ingested = materialize(
-        lake, instance, dg.AssetSelection.assets(RAW_EVENTS), tags=dict(request.tags)
+        lake,
+        instance,
+        dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
+        tags=dict(request.tags),
     )
     assert ingested.success and failed_checks(ingested) == []
     assert metadata(ingested, RAW_EVENTS)["rows_added"] == 40
+    (observed,) = ingested.get_asset_observation_events()
+    assert observed.asset_key == KINESIS_STREAM
+    stream_state = observed.event_specific_data.asset_observation.metadata
+    assert stream_state["shards_with_backlog"].value >= 1  # observed before it drained
 
     drained = _tick(lake, instance, cursor=busy.cursor)
     assert drained.run_requests == [] and "No backlog" in drained.skip_reason.skip_message
@@ -460,15 +467,20 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     aggressive = MaintenanceConfig(
         snapshot_max_age_hours=0, retain_last_snapshots=1, orphan_min_age_hours=0
     )
-    result = materialize(
-        lake,
-        instance,
-        dg.AssetSelection.groups("maintenance"),
-        run_config=dg.RunConfig(ops={asset.op.name: aggressive for asset in MAINTENANCE}),
+    result = MAINTENANCE.execute_in_process(
+        run_config=dg.RunConfig(ops={node.name: aggressive for node in MAINTENANCE.nodes}),
+        resources=lake.resources,
+        instance=instance,
+        raise_on_error=False,
     )
     assert result.success
 
-    raw = metadata(result, dg.AssetKey("raw_events_maintenance"))
+    observed = {e.asset_key: e for e in result.get_asset_observation_events()}
+    assert set(observed) == {dg.AssetKey(t.split(".")[-1]) for t in tables}
+    raw = {
+        k: v.value
+        for k, v in observed[RAW_EVENTS].event_specific_data.asset_observation.metadata.items()
+    }
     assert set(raw) == {
         "table",
         "files_before",
@@ -511,4 +523,5 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
 
 
 def test_stream_observation_freshness_window_is_three_intervals():
-    assert kinesis_stream.freshness_policy.fail_window.to_timedelta() == timedelta(minutes=15)
+    (spec,) = kinesis_stream.specs
+    assert spec.freshness_policy.fail_window.to_timedelta() == timedelta(minutes=15)

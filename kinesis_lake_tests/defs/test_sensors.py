@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
@@ -338,3 +339,51 @@ def test_each_declared_stream_has_a_sensor_that_watches_only_its_own_stream(
     assert sensors[busy].job_name == "ingest_raw_b"
     observed = {e.asset_key.to_user_string() for e in results[busy].asset_events}
     assert observed == {"kinesis_b", "raw_b"}  # the stream's state and raw_b's freshness
+
+
+_CHECK_FOR_LATEST = """
+query { assetNodes(assetKeys: [{path: ["raw_events"]}]) { assetChecksOrError {
+  ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } } } }
+"""
+
+
+def test_a_tick_during_an_ingestion_run_leaves_the_runs_freshness_verdict_current(lake, instance):
+    """The UI showed fresh_relative_to_stream "Not evaluated" while its history listed
+    passes: the run plans its checks when it starts, the sensor recorded a verdict
+    mid-run (a newer record), the run's materialization came after that verdict, and
+    Dagster shows a check's newest record only if it follows the newest materialization.
+    Here a stand-in for the ingestion asset lets the sensor tick mid-run, as the daemon
+    does, and the UI's own GraphQL query says whether the check has a current verdict."""
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    produce(lake.settings, 10, seed=5)
+
+    @dg.asset(name="raw_events")
+    def ingestion_stand_in() -> dg.MaterializeResult:
+        for event in tick(lake, instance).asset_events:
+            instance.report_runless_asset_event(event)  # what the daemon does with a tick
+        return dg.MaterializeResult()
+
+    @dg.asset_check(asset=ingestion_stand_in, name="fresh_relative_to_stream")
+    def fresh_in_the_run() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=True)
+
+    stand_in_job = dg.define_asset_job("ingest_raw_events", selection=[ingestion_stand_in])
+    ran = (
+        dg.Definitions(
+            assets=[ingestion_stand_in], asset_checks=[fresh_in_the_run], jobs=[stand_in_job]
+        )
+        .resolve_job_def(stand_in_job.name)
+        .execute_in_process(instance=instance)
+    )
+    assert ran.success
+
+    definitions = str(Path(__file__).resolve().parents[2] / "kinesis_lake" / "definitions.py")
+    with define_out_of_process_context(definitions, "defs", instance) as context:
+        answer = execute_dagster_graphql(context, _CHECK_FOR_LATEST)
+    (node,) = answer.data["assetNodes"]
+    latest = {
+        check["name"]: check["executionForLatestMaterialization"]
+        for check in node["assetChecksOrError"]["checks"]
+    }
+    assert latest["fresh_relative_to_stream"] == {"status": "SUCCEEDED"}
