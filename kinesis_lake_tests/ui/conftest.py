@@ -33,6 +33,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+BACKLOG_SENSOR = "kinesis_backlog_sensor"
 SERVER_START_SECONDS = 300
 """``dagster dev`` loads the code location in a subprocess: slow on a busy 2-core machine."""
 
@@ -105,13 +106,16 @@ def lake_settings(tmp_path: Path, kinesalite_endpoint, monkeypatch) -> Settings:
 
 @pytest.fixture
 def dagster_ui(lake_settings: Settings, tmp_path: Path) -> Iterator[DagsterDevServer]:
-    """``dagster dev`` over the lake, sensors and schedules stopped (see the test)."""
+    """``dagster dev`` over the lake, sensors and schedules stopped (see the test) once the
+    backlog sensor has ticked."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
     server = DagsterDevServer(dict(os.environ), home, tmp_path / "dagster-dev.log")
     try:
         server.wait_until_serving(SERVER_START_SECONDS)
+        # One tick first (the stream is empty: a skip whose reason the UI must show).
+        server.wait_for_a_tick(BACKLOG_SENSOR, SERVER_START_SECONDS)
         server.stop_sensors_and_schedules()
         yield server
     finally:

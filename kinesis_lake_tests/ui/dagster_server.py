@@ -61,6 +61,18 @@ mutation StopSchedule($id: String!) {
   }
 }
 """
+_SENSOR_TICKS = """
+query SensorTicks($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    ... on Sensor { sensorState { ticks(limit: 20) { status skipReason } } }
+  }
+}
+"""
+_REPOSITORIES = """
+query Repositories {
+  repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } }
+}
+"""
 _RUNS = """
 query Runs {
   runsOrError(limit: 50) {
@@ -152,6 +164,29 @@ class DagsterDevServer:
                 assert result["stopRunningSchedule"]["scheduleState"]["status"] == "STOPPED"
                 stopped.append(schedule["name"])
         return stopped
+
+    def repository(self) -> tuple[str, str]:
+        """(repository name, code location name) of the workspace's one repository."""
+        (node,) = self.graphql(_REPOSITORIES)["repositoriesOrError"]["nodes"]
+        return node["name"], node["location"]["name"]
+
+    def sensor_ticks(self, sensor: str) -> list[dict[str, str | None]]:
+        """The sensor's latest ticks as the UI lists them: status and skip reason."""
+        repository, location = self.repository()
+        selector = {
+            "repositoryName": repository,
+            "repositoryLocationName": location,
+            "sensorName": sensor,
+        }
+        found = self.graphql(_SENSOR_TICKS, {"selector": selector})["sensorOrError"]
+        return found["sensorState"]["ticks"]
+
+    def wait_for_a_tick(self, sensor: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.sensor_ticks(sensor):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{sensor} did not tick within {timeout_s} s")
+            time.sleep(2)
 
     def runs(self) -> list[dict[str, str]]:
         return self.graphql(_RUNS)["runsOrError"]["results"]
