@@ -1,6 +1,5 @@
-"""The soak, short: two simulated rounds of 20 hours with a split, then a merge and a
-deliberate loss, through kills, ambiguous commits and racing maintenance (the month-long
-run is ``scripts/soak.py`` with its defaults)."""
+"""The soak, short: three simulated rounds of 20 hours with a split, a merge and a
+deliberate loss, through kills, ambiguous commits and racing maintenance."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ def test_a_short_soak_loses_and_duplicates_nothing_and_reports_the_deliberate_lo
         [
             sys.executable,
             str(REPO_ROOT / "scripts" / "soak.py"),
-            *("--days", "2", "--split-day", "1", "--merge-day", "2", "--loss-day", "2"),
+            *("--days", "3", "--split-day", "1", "--merge-day", "2", "--loss-day", "3"),
             *("--records-per-day", "150", "--seed", "7"),
         ],
         capture_output=True,
