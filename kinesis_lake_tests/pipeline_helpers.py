@@ -78,9 +78,16 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 def run_cli(settings: Settings, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``kinesis-lake`` in a new process: a new JVM, a new Spark session."""
+    return run_cli_with(settings_env(settings), *args, timeout=timeout)
+
+
+def run_cli_with(
+    env: dict[str, str], *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """``run_cli`` in exactly the environment ``env`` (settings a Settings cannot hold)."""
     return subprocess.run(
         [sys.executable, "-m", "kinesis_lake.cli", *args],
-        env=settings_env(settings),
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

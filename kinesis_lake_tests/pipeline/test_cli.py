@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.pipeline.ingest import run_ingestion
-from kinesis_lake_tests.pipeline_helpers import produce, run_cli, settings_env
+from kinesis_lake_tests.pipeline_helpers import produce, run_cli, run_cli_with, settings_env
 
 
 def test_history_and_time_travel_queries(spark, kinesalite_endpoint, settings_factory):
@@ -50,14 +47,7 @@ def test_history_and_time_travel_queries(spark, kinesalite_endpoint, settings_fa
 def test_bad_configuration_fails_fast_naming_the_setting(kinesalite_endpoint, settings_factory):
     settings = settings_factory(kinesalite_endpoint)
     env = {**settings_env(settings), "KINESIS_STARTING_POSITION": "yesterday"}
-    failed = subprocess.run(
-        [sys.executable, "-m", "kinesis_lake.cli", "ingest"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    failed = run_cli_with(env, "ingest", timeout=120)
     assert failed.returncode != 0
     assert "KINESIS_STARTING_POSITION='yesterday'" in failed.stderr
     assert "trim_horizon, latest, at_timestamp" in failed.stderr
@@ -72,14 +62,7 @@ def test_a_bad_starting_timestamp_fails_before_spark_naming_the_setting(
         "KINESIS_STARTING_POSITION": "at_timestamp",
         "KINESIS_STARTING_TIMESTAMP": "yesterday",
     }
-    failed = subprocess.run(
-        [sys.executable, "-m", "kinesis_lake.cli", "ingest"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    failed = run_cli_with(env, "ingest", timeout=120)
     assert failed.stderr.strip().splitlines() == [
         "kinesis-lake: configuration error: KINESIS_STARTING_TIMESTAMP='yesterday' is neither "
         "ISO-8601 (2026-01-31T12:00:00Z) nor epoch milliseconds."

@@ -8,24 +8,16 @@ Spark's streaming machinery: the line must still be our message, not 40 lines of
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.iceberg.helpers import ingest
-from kinesis_lake_tests.pipeline_helpers import produce, settings_env
+from kinesis_lake_tests.pipeline_helpers import produce, run_cli_with, settings_env
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kinesis_lake.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    return run_cli_with(env, *args)
 
 
 def test_a_configuration_error_is_one_line_and_debug_shows_the_trace(

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.pipeline.preflight import check_directories
-from kinesis_lake_tests.pipeline_helpers import produce, settings_env
+from kinesis_lake_tests.pipeline_helpers import produce, run_cli_with, settings_env
 
 
 def _ingest(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kinesis_lake.cli", "ingest", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    return run_cli_with(env, "ingest", *args)
 
 
 def _one_line_naming(failed: subprocess.CompletedProcess, variable: str) -> str:
