@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import pyarrow as pa
+import pyspark
 from botocore.exceptions import NoRegionError
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -113,6 +114,7 @@ from kinesis_lake.spark.kinesis_source_options import (
     check_against_stream,
 )
 from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.spark_version import require_spark
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 KINESIS_ARROW_SCHEMA = pa.schema(
@@ -148,6 +150,7 @@ class KinesisDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
+        require_spark(pyspark.__version__)
         self.parsed = KinesisSourceOptions.parse(options)
         _check_stream(self.parsed)
 

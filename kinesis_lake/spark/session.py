@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.spark.iceberg_sink import IcebergDataSource
 from kinesis_lake.spark.kinesis_source import KinesisDataSource
+from kinesis_lake.spark.spark_version import require_spark
 
 LOOPBACK = "127.0.0.1"
 
@@ -149,7 +150,9 @@ def driver_address_conf() -> dict[str, str]:
 
 
 def _register(spark: SparkSession) -> SparkSession:
-    """Register explicitly too: auto-registration needs the package on sys.path at import."""
+    """Register explicitly too: auto-registration needs the package on sys.path at import.
+    The JVM's Spark is checked here: the pyspark package may be newer than the cluster."""
+    require_spark(spark.version)
     spark.dataSource.register(KinesisDataSource)
     spark.dataSource.register(IcebergDataSource)
     return spark
