@@ -1,8 +1,10 @@
 """Look at the lake: SQL over its tables, snapshot history, printable results.
 
 For people and checks (the CLI, Dagster asset checks, tests), not for heavy analytics:
-:func:`run_sql` reads each table the query names into memory through pyiceberg and lets
-DuckDB run the SQL over it. Big queries belong in Spark.
+:func:`run_sql` gives DuckDB each table the query names as a PyArrow dataset over the
+snapshot's data files (planned by pyiceberg), so DuckDB reads only the columns the query
+uses and skips row groups its filters rule out, instead of the whole table in memory.
+Big queries belong in Spark.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as pa_dataset
 from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -168,15 +172,47 @@ def _named_tables(sql: str) -> set[str]:
     return names
 
 
-def _read(table: Table, *, snapshot_id: int | None, as_of_ms: int | None) -> pa.Table:
+def _read(
+    table: Table, *, snapshot_id: int | None, as_of_ms: int | None
+) -> pa.Table | pa_dataset.Dataset:
     if as_of_ms is not None:
         snapshot = table.snapshot_as_of_timestamp(as_of_ms)
         if snapshot is None:
             return table_arrow_schema(table.schema()).empty_table()
-        return table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+        return _snapshot_dataset(table, snapshot.snapshot_id)
     if snapshot_id is not None and table.snapshot_by_id(snapshot_id):
+        return _snapshot_dataset(table, snapshot_id)
+    current = table.current_snapshot()
+    if current is None:
+        return table_arrow_schema(table.schema()).empty_table()
+    return _snapshot_dataset(table, current.snapshot_id)
+
+
+def _snapshot_dataset(table: Table, snapshot_id: int) -> pa.Table | pa_dataset.Dataset:
+    """The snapshot's data files as one dataset in the table's schema; pyiceberg's own
+    full read where a dataset cannot stand for the table: a schema that evolved (files
+    are matched by field id there, a dataset matches by name and cannot add a field
+    inside a struct), delete files, or a FileIO that is not PyArrow's."""
+    tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
+    if (
+        len(table.schemas()) > 1
+        or not isinstance(table.io, PyArrowFileIO)
+        or any(t.delete_files for t in tasks)
+    ):
         return table.scan(snapshot_id=snapshot_id).to_arrow()
-    return table.scan().to_arrow()
+    arrow_schema = table_arrow_schema(table.schema())
+    if not tasks:
+        return arrow_schema.empty_table()
+    scheme, netloc, _ = PyArrowFileIO.parse_location(tasks[0].file.file_path)
+    paths = [
+        PyArrowFileIO.parse_location(task.file.file_path, table.io.properties)[2] for task in tasks
+    ]
+    return pa_dataset.dataset(
+        paths,
+        schema=arrow_schema,
+        format="parquet",
+        filesystem=table.io.fs_by_scheme(scheme, netloc),
+    )
 
 
 def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
