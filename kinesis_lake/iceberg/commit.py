@@ -42,6 +42,7 @@ from pyiceberg.utils.properties import property_as_bool
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.data_files import data_files_of
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ def _commit_batch(
         if keys.POSITIONS in snapshot_properties:
             properties[keys.POSITIONS] = snapshot_properties[keys.POSITIONS]
         view = fail_fast(table)
-        tx = view.transaction()
+        tx = MetadataReusingTransaction(view)
         stage(tx, snapshot_properties)
         tx.set_properties(properties)
         try:

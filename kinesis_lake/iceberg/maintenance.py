@@ -35,6 +35,7 @@ from kinesis_lake.iceberg.data_files import (
     write_data_files,
 )
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ def _rewrite_partition(
     summary = {keys.OPERATION: keys.COMPACTION}
     for attempt in range(1, DEFAULT_MAX_ATTEMPTS + 1):
         report.commit_attempts += 1
-        tx = (view := fail_fast(table)).transaction()
+        tx = MetadataReusingTransaction(view := fail_fast(table))
         try:
             # The overwrite checks that every old file is still live in the new base.
             with tx.update_snapshot(snapshot_properties=summary).overwrite() as rewrite:
