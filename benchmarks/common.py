@@ -129,7 +129,7 @@ class Sizes:
             upsert_updates=20,
             upsert_rounds=3,
             upsert_file_bytes=64 * 1024,
-            commits=max(20, int(300 * min(scale * 4, 1.0))),
+            commits=max(20, int(1_000 * min(scale * 4, 1.0))),
             commit_expire_every=50,
             freshness_seconds=max(15.0, 30 * min(scale * 4, 1.0)),
             freshness_warmup_seconds=10.0,
