@@ -79,10 +79,10 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     expiries: list[dict[str, Any]] = []
     for batch_id in range(commits):
-        paths = [
-            path
+        files = [
+            file
             for shard in range(FILES_PER_COMMIT)
-            for path in write_data_files(
+            for file in write_data_files(
                 target, [_batch(shard, batch_id)], file_prefix=f"b{batch_id}-s{shard}"
             )
         ]
@@ -98,7 +98,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         cpu = time.process_time()
         commit_files(
             table,
-            paths,
+            files,
             writer_id="bench-writer",
             batch_id=batch_id,
             summary={POSITIONS: json.dumps(positions, sort_keys=True)},

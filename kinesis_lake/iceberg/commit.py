@@ -40,7 +40,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.utils.properties import property_as_bool
 
 from kinesis_lake.iceberg import summary as keys
-from kinesis_lake.iceberg.data_files import data_files_of
+from kinesis_lake.iceberg.data_files import WrittenFile, data_files_of
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
 from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
@@ -82,7 +82,7 @@ def last_committed_batch(table: Table, writer_id: str) -> int | None:
 
 def commit_files(
     table: Table,
-    paths: list[str],
+    files: list[WrittenFile],
     *,
     writer_id: str,
     batch_id: int,
@@ -92,10 +92,10 @@ def commit_files(
 ) -> CommitOutcome:
     """Add Parquet data files written elsewhere (Spark executors) as batch ``batch_id``.
 
-    Files must match the table schema and hold one partition value each with column
-    statistics, as :func:`kinesis_lake.iceberg.data_files.write_data_files` writes them.
+    ``files`` are what :func:`kinesis_lake.iceberg.data_files.write_data_files` returned:
+    their footers and partition values travel with them, so the commit opens none of them.
 
-    An empty ``paths`` still moves the watermark, in a metadata-only commit with no
+    An empty ``files`` still moves the watermark, in a metadata-only commit with no
     snapshot: "batch N is done, with no rows" must be durable too, or a replay of batch N
     that happens to read rows (Kinesis reads are capped by time, so a replay may see
     records the first run did not) would commit them while the next batch, which started
@@ -105,23 +105,17 @@ def commit_files(
     watermark said the batch is new: it returns summary entries derived from that base
     (merged with ``summary``) or raises to refuse the batch.
 
-    The duplicate-file check of ``add_files`` is off: it reads every manifest of the table
-    on every commit, and the watermark already makes a batch idempotent. Callers must name
-    files uniquely per task attempt (``write_data_files`` refuses to overwrite a file).
+    No duplicate-file check (pyiceberg's ``add_files`` reads every manifest of the table
+    for it): the watermark already makes a batch idempotent, and callers name files
+    uniquely per task attempt (``write_data_files`` refuses to overwrite a file).
     """
 
     def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
-        if not paths:
+        if not files:
             return
         metadata = tx.table_metadata
-        if all(field.transform.preserves_order for field in metadata.spec().fields):
-            tx.add_files(
-                paths, snapshot_properties=snapshot_properties, check_duplicate_files=False
-            )
-            return
-        # add_files infers partitions from statistics, which a bucket hash defeats: the
-        # same append, with the partitions computed (data_files_of).
         if metadata.name_mapping() is None:
+            # What add_files records too: readers of files without field ids need it.
             mapping = metadata.schema().name_mapping.model_dump_json()
             tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
         update = tx.update_snapshot(snapshot_properties=snapshot_properties)
@@ -131,7 +125,7 @@ def commit_files(
             TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
         )
         with update.merge_append() if merge else update.fast_append() as append:
-            for data_file in data_files_of(table.io, metadata, paths):
+            for data_file in data_files_of(metadata, files):
                 append.append_data_file(data_file)
 
     outcome = _commit_batch(
@@ -144,7 +138,7 @@ def commit_files(
         max_attempts=max_attempts,
     )
     if outcome.committed:
-        outcome.files = len(paths)
+        outcome.files = len(files)
     return outcome
 
 

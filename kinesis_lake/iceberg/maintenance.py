@@ -213,10 +213,11 @@ def _rewrite_partition(
     table: Table, target: TableWriteTarget, tasks: list[FileScanTask], report: MaintenanceReport
 ) -> None:
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    new_paths = write_data_files(
+    written = write_data_files(
         target, scan.to_record_batches(tasks), file_prefix=f"compact-{uuid.uuid4().hex}"
     )
-    new_files = data_files_of(table.io, table.metadata, new_paths)
+    new_paths = [file.path for file in written]
+    new_files = data_files_of(table.metadata, written)
     rows_in = sum(task.file.record_count for task in tasks)
     rows_out = sum(data_file.record_count for data_file in new_files)
     if rows_in != rows_out:

@@ -5,7 +5,8 @@ because no Iceberg Spark runtime jar can be had here:
 
 * ``write`` runs in each executor task: it turns the task's Arrow batches into Parquet
   data files under the table location (one partition value per file, with column
-  statistics) and returns their paths. Nothing is visible yet.
+  statistics) and returns them described (path, size, Parquet footer, partition values),
+  so the driver commits them without opening them. Nothing is visible yet.
 * ``commit`` runs once per micro-batch on the driver: it adds every task's files to the
   table in ONE Iceberg transaction that also records ``(writer id, batch id)``
   (:func:`kinesis_lake.iceberg.commit.commit_files`). A batch id the writer already
@@ -58,7 +59,7 @@ from pyspark.sql.types import StructType
 from kinesis_lake.errors import ConfigurationError, IngestionError
 from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, default_data_dir, open_catalog
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
-from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
 from kinesis_lake.spark.iceberg_table_reader import READ_OPTIONS, TableRead, TableReader, qualified
@@ -170,14 +171,18 @@ class SinkOptions:
 
 @dataclass
 class DataFilesWritten(WriterCommitMessage):
-    """What one task wrote: file paths (not yet in the table) and where they belong."""
+    """What one task wrote: data files (not yet in the table) and where they belong."""
 
-    paths: list[str]
+    files: list[WrittenFile]
     rows: int
     query_id: str | None
     batch_id: int | None
     positions: dict[str, str] = field(default_factory=dict)
     first_positions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> list[str]:
+        return [file.path for file in self.files]
 
 
 class IcebergDataSource(DataSource):
@@ -244,13 +249,14 @@ class _FileWritingTask:
             tracker(_with_batch_id(batch, self.options.batch_id_column, batch_id))
             for batch in batches
         )
-        paths = write_data_files(self.target, aligned, file_prefix=prefix)
+        files = write_data_files(self.target, aligned, file_prefix=prefix)
         return DataFilesWritten(
-            paths, tracker.rows, query_id, batch_id, tracker.positions, tracker.first_positions
+            files, tracker.rows, query_id, batch_id, tracker.positions, tracker.first_positions
         )
 
     def _commit(self, messages: list, batch_id: int, writer_id: str | None) -> CommitOutcome | None:
         written = [m for m in messages if isinstance(m, DataFilesWritten)]
+        files = [f for m in written for f in m.files]
         paths = [p for m in written for p in m.paths]
         writer = writer_id or next((m.query_id for m in written if m.query_id), None)
         if writer is None:
@@ -269,7 +275,7 @@ class _FileWritingTask:
         prepare = positions_on if self.options.position_columns is not None else None
         try:
             outcome = commit_files(
-                table, paths, writer_id=writer, batch_id=batch_id, summary=summary, prepare=prepare
+                table, files, writer_id=writer, batch_id=batch_id, summary=summary, prepare=prepare
             )
         except OverlappingPositionsError:
             delete_unreferenced(table, paths)

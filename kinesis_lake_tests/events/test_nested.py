@@ -86,10 +86,10 @@ def test_nested_objects_and_arrays_round_trip_through_an_iceberg_table(catalog):
         catalog, "lake.clicks", schema, partition_spec=parsed_partition_spec(schema)
     )
     # As the Spark sink writes: our Parquet writer, then a commit of the files.
-    paths = write_data_files(
+    written = write_data_files(
         TableWriteTarget.from_table(table), parsed.to_batches(), file_prefix="t"
     )
-    commit_files(table, paths, writer_id="test", batch_id=0)
+    commit_files(table, written, writer_id="test", batch_id=0)
 
     rows = {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
     full = rows["a"]
@@ -100,7 +100,7 @@ def test_nested_objects_and_arrays_round_trip_through_an_iceberg_table(catalog):
     assert (rows["b"]["context"], rows["b"]["tags"]) == (None, [])
     # The file keeps a missing list as null (what Spark and Iceberg Java read); pyiceberg
     # 0.12's scan turns a null list of structs into [] on the way out.
-    (path,) = paths
+    (path,) = [file.path for file in written]
     assert pq.read_table(path.removeprefix("file://")).column("items").to_pylist()[1] is None
     assert type_text(table.schema().find_field("items").field_type) == (
         "list<struct<sku: required string, price: decimal(9, 2), seen: timestamptz>>"

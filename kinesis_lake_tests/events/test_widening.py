@@ -50,12 +50,12 @@ def _write(table, schema: EventSchema, *records: dict) -> None:
         raw_table([json.dumps(r).encode() for r in records]), schema, now=NOW
     )
     assert quarantine.num_rows == 0, quarantine.to_pylist()
-    paths = write_data_files(
+    written = write_data_files(
         TableWriteTarget.from_table(table),
         parsed.to_batches(),
         file_prefix=f"t{len(table.metadata.snapshots)}",
     )
-    commit_files(table, paths, writer_id="test", batch_id=len(table.metadata.snapshots))
+    commit_files(table, written, writer_id="test", batch_id=len(table.metadata.snapshots))
 
 
 @pytest.fixture

@@ -60,12 +60,12 @@ def ingest(
 ) -> CommitOutcome:
     """What the Spark sink does for one micro-batch: write files, then commit them."""
     target = TableWriteTarget.from_table(table)
-    paths = write_data_files(
+    written = write_data_files(
         target,
         [raw_batch(keys, day=day, batch_id=batch_id)],
         file_prefix=f"{writer_id}-{batch_id}-{uuid.uuid4().hex[:8]}",
     )
-    return commit_files(table, paths, writer_id=writer_id, batch_id=batch_id, summary=summary)
+    return commit_files(table, written, writer_id=writer_id, batch_id=batch_id, summary=summary)
 
 
 def keys_of(table: Table) -> list[int]:

@@ -48,12 +48,12 @@ def test_files_land_in_the_buckets_pyiceberg_computes_and_filters_find_every_row
     theirs = catalog.create_table("lake.theirs", SCHEMA, partition_spec=SPEC)
 
     for batch in range(2):
-        paths = write_data_files(
+        written = write_data_files(
             TableWriteTarget.from_table(ours),
             _rows(batch * 100).to_batches(),
             file_prefix=f"b{batch}",
         )
-        commit_files(ours, paths, writer_id="w", batch_id=batch)
+        commit_files(ours, written, writer_id="w", batch_id=batch)
         theirs.append(_rows(batch * 100))
 
     assert _partitions(ours) == _partitions(theirs)

@@ -20,13 +20,13 @@ from kinesis_lake.iceberg.commit import (
     last_committed_batch,
     watermark_property,
 )
-from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.retry import fail_fast
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake_tests.iceberg.helpers import RAW, RacingCatalog, ingest, keys_of, raw_batch
 
 
-def _write(table: Table, keys: range, prefix: str) -> list[str]:
+def _write(table: Table, keys: range, prefix: str) -> list[WrittenFile]:
     return write_data_files(
         TableWriteTarget.from_table(table), [raw_batch(keys)], file_prefix=prefix
     )
@@ -261,3 +261,26 @@ def test_a_commit_replays_the_table_metadata_once_per_staged_change(
     # One rebuild per distinct number of staged updates (a staged change only grows them).
     assert len(rebuilds) == len(set(rebuilds)), rebuilds
     assert keys_of(raw) == list(range(40))
+
+
+def test_a_commit_never_opens_the_data_files_it_adds(raw: Table) -> None:
+    """Executors describe the files they wrote (size, Parquet footer, partition); the
+    driver commits those descriptions. Reading every footer back made the commit of a
+    500-shard micro-batch 1.4 s of 1.7 (benchmark 9), and on S3 it is a GET per file on
+    the driver. The files are made unreadable while the commit runs to prove it."""
+    written = _write(raw, range(10), "a") + _write(raw, range(10, 25), "b")
+    paths = [Path(file.path.removeprefix("file://")) for file in written]
+    contents = {path: path.read_bytes() for path in paths}
+    for path in paths:
+        path.write_bytes(b"not parquet")
+
+    outcome = commit_files(raw, written, writer_id="w", batch_id=0)
+
+    for path, content in contents.items():
+        path.write_bytes(content)
+    assert (outcome.committed, outcome.files, outcome.rows) == (True, 2, 25)
+    assert keys_of(raw) == list(range(25))
+    entries = {task.file.file_path: task.file for task in raw.scan().plan_files()}
+    assert {f.path: f.size_bytes for f in written} == {
+        p: e.file_size_in_bytes for p, e in entries.items()
+    }

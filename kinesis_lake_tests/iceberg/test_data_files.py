@@ -30,8 +30,9 @@ def test_rows_spanning_three_days_become_three_single_partition_files(raw: Table
     batch = pa.concat_batches([*days, raw_batch(range(80, 100), day=2)])
     target = TableWriteTarget.from_table(raw)
 
-    paths = write_data_files(target, [batch], file_prefix="t-0")
-    outcome = commit_files(raw, paths, writer_id="w", batch_id=0)
+    written = write_data_files(target, [batch], file_prefix="t-0")
+    outcome = commit_files(raw, written, writer_id="w", batch_id=0)
+    paths = [file.path for file in written]
 
     assert len(paths) == 3
     assert all(p.startswith(f"{target.location}/data/") for p in paths)
@@ -54,7 +55,8 @@ def test_rows_spanning_three_days_become_three_single_partition_files(raw: Table
 
 def test_files_carry_statistics_zstd_and_microsecond_timestamps(raw: Table) -> None:
     target = TableWriteTarget.from_table(raw)
-    (path,) = write_data_files(target, [raw_batch(range(10))], file_prefix="t-0")
+    (written,) = write_data_files(target, [raw_batch(range(10))], file_prefix="t-0")
+    path = written.path
 
     metadata = pq.read_metadata(_local(path))
     columns = [metadata.row_group(0).column(i) for i in range(metadata.num_columns)]
@@ -63,17 +65,21 @@ def test_files_carry_statistics_zstd_and_microsecond_timestamps(raw: Table) -> N
     arrow = pq.read_schema(_local(path))
     assert arrow.field("approximate_arrival_timestamp").type == pa.timestamp("us", tz="UTC")
     assert arrow.field("stream_name").metadata[b"PARQUET:field_id"] == b"1"
+    # What the writer reports is what is on disk: the commit trusts it without reading.
+    assert written.size_bytes == _local(path).stat().st_size
+    assert written.footer.to_dict()["row_groups"] == metadata.to_dict()["row_groups"]
+    assert pickle.loads(pickle.dumps(written)).footer.num_rows == 10
 
 
 def test_files_roll_over_at_the_target_size(raw: Table) -> None:
     target = dataclasses.replace(TableWriteTarget.from_table(raw), target_file_size_bytes=4096)
     batches = [raw_batch(range(i * 200, (i + 1) * 200)) for i in range(10)]
 
-    paths = write_data_files(target, batches, file_prefix="t-0")
-    commit_files(raw, paths, writer_id="w", batch_id=0)
+    written = write_data_files(target, batches, file_prefix="t-0")
+    commit_files(raw, written, writer_id="w", batch_id=0)
 
-    assert len(paths) > 2
-    assert len({_local(p).parent for p in paths}) == 1
+    assert len(written) > 2
+    assert len({_local(f.path).parent for f in written}) == 1
     assert keys_of(raw) == list(range(2000))
 
 
@@ -104,8 +110,8 @@ def test_batches_are_matched_to_the_table_schema(raw: Table) -> None:
         [batch.column(n) for n in reversed(batch.schema.names) if n != "source_error"],
         names=[n for n in reversed(batch.schema.names) if n != "source_error"],
     )
-    (path,) = write_data_files(target, [loose], file_prefix="t-0")
-    assert pq.read_schema(_local(path)).names == batch.schema.names
+    (written,) = write_data_files(target, [loose], file_prefix="t-0")
+    assert pq.read_schema(_local(written.path)).names == batch.schema.names
 
     with_null = loose.set_column(0, "batch_id", pa.array([1, None, 3], pa.int64()))
     with pytest.raises(ValueError, match="'batch_id' has 1 null"):
@@ -137,7 +143,7 @@ def test_target_pickles_small_and_keeps_secrets_out_of_repr(raw: Table) -> None:
 
 def test_delete_files_is_idempotent(raw: Table) -> None:
     target = TableWriteTarget.from_table(raw)
-    paths = write_data_files(target, [raw_batch(range(3))], file_prefix="t-0")
+    paths = [f.path for f in write_data_files(target, [raw_batch(range(3))], file_prefix="t-0")]
 
     delete_files(target.io_properties, target.location, paths)
     delete_files(target.io_properties, target.location, paths)
@@ -148,5 +154,5 @@ def test_delete_files_is_idempotent(raw: Table) -> None:
 def test_file_names_hold_no_character_hadoop_paths_refuse(raw: Table) -> None:
     """Iceberg Java failed on ``derive:r-1-...parquet`` ("Relative path in absolute URI")."""
     target = TableWriteTarget.from_table(raw)
-    (path,) = write_data_files(target, [raw_batch([1])], file_prefix="derive:raw events/1")
-    assert path.rsplit("/", 1)[1] == "derive-raw-events-1-00000.parquet"
+    (written,) = write_data_files(target, [raw_batch([1])], file_prefix="derive:raw events/1")
+    assert written.path.rsplit("/", 1)[1] == "derive-raw-events-1-00000.parquet"

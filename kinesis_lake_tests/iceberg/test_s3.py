@@ -74,5 +74,5 @@ def test_ingest_compact_and_clean_an_s3_table(
         for info in s3.get_file_info(FileSelector(f"lake/{tmp_path.name}", recursive=True))
         if info.is_file
     }
-    assert not set(stray) & left
+    assert not {file.path for file in stray} & left
     assert {task.file.file_path for task in table.scan().plan_files()} <= left
