@@ -6,8 +6,8 @@ Each commit therefore sets a table property
 ``kinesis-lake.writer.<writer id>.last-batch-id`` IN THE SAME TRANSACTION as its data, and
 a batch id at or below that watermark is skipped. Table properties survive snapshot
 expiry, unlike snapshot summaries, so the answer to "did writer W commit batch N" never
-ages out. Snapshot summaries still carry writer id, batch id and the caller's keys (for
-example source positions) as history.
+ages out. Snapshot summaries still carry writer id, batch id and the caller's keys as
+history.
 
 Conflicts with other writers are retried here, by rebuilding the transaction on fresh
 metadata after re-checking the watermark (see :mod:`kinesis_lake.iceberg.retry`). Any
@@ -18,8 +18,11 @@ Whatever the caller derives from the table it commits to (the merged source posi
 the stale-checkpoint guard of the Iceberg sink) is computed by its ``prepare`` callback
 on the refreshed base of EVERY attempt: decided once on a table loaded before the loop,
 it would not see a commit that won the race, and two writers could both pass the guard.
-Source positions are also kept in a table property written in the same transaction, so
-they survive snapshot expiry whatever snapshots maintenance writes.
+Source positions (every shard's, merged) go to a table property written in the same
+transaction, and only there: they survive snapshot expiry whatever snapshots maintenance
+writes, and the metadata holds them once. Copied into every snapshot's summary too, they
+made a 500-shard table's metadata 4.7 MB at 100 retained snapshots, written and read back
+by every commit (50 MB at 5,000 shards).
 
 Precondition: batch ids of one writer grow, and one live process commits per writer id
 at a time (Spark's checkpoint guarantees both for a streaming query).
@@ -222,7 +225,7 @@ def _commit_batch(
         }
         properties = {watermark_property(writer_id): str(batch_id)}
         if keys.POSITIONS in snapshot_properties:
-            properties[keys.POSITIONS] = snapshot_properties[keys.POSITIONS]
+            properties[keys.POSITIONS] = snapshot_properties.pop(keys.POSITIONS)
         view = fail_fast(table)
         tx = MetadataReusingTransaction(view)
         stage(tx, snapshot_properties)

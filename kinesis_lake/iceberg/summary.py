@@ -21,8 +21,9 @@ COMPACTION = "compaction"
 
 # The last committed sequence number of every shard, as JSON {shard id: sequence number}:
 # the table itself says how far the stream has been committed (see the Iceberg sink).
-# Written both into the committing snapshot's summary (history) and, in the same
-# transaction, into the table property of the same name, which no expiry removes.
+# Written with each commit's data into the table property of this name, which no expiry
+# removes. Tables written before 2026-11 also carry it in snapshot summaries, read only
+# when the property is absent.
 POSITIONS = "kinesis-lake.positions"
 
 

@@ -96,16 +96,26 @@ def table_stats(table: Table) -> TableStats:
 
 @dataclass(frozen=True)
 class CommittedPositions:
-    """Where the raw table says ingestion has committed each shard to."""
+    """Where the raw table says ingestion has committed each shard to, and the snapshot
+    whose rows those positions describe."""
 
     positions: dict[str, str]
     snapshot_id: int | None
 
 
 def committed_positions(table: Table | None) -> CommittedPositions:
-    """{shard id: last committed sequence number} from table metadata alone (no scan)."""
+    """{shard id: last committed sequence number} from table metadata alone (no scan).
+
+    The property moves with every commit's data, so it describes the current snapshot;
+    a table written before the property existed has them in its newest summary instead.
+    """
     if table is None:
         return CommittedPositions({}, None)
+    if POSITIONS in table.properties:
+        current = table.current_snapshot()
+        return CommittedPositions(
+            table_positions(table), current.snapshot_id if current is not None else None
+        )
     found = latest_summary_value(table, POSITIONS)
     return CommittedPositions(table_positions(table), found[1].snapshot_id if found else None)
 

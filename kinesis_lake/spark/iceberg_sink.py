@@ -25,7 +25,7 @@ replays), and a restarted query is the same writer.
 
 With ``positionColumns=shard_id,sequence_number`` each task also reports the highest
 sequence number it wrote per shard, and the commit stores the merged map of every shard's
-last committed position in the snapshot summary (``kinesis-lake.positions``), atomically
+last committed position in the table property ``kinesis-lake.positions``, atomically
 with the data. That is what the Iceberg Kafka Connect sink does with Kafka offsets: the
 table itself says how far the stream has been committed, so a backlog sensor or a
 reconciliation check needs no scan and no side store. It is also where a query with no
