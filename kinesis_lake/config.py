@@ -117,6 +117,13 @@ class Settings:
         "many user records it holds).",
         default=100_000,
     )
+    max_write_tasks: int = setting(
+        "KINESIS_LAKE_MAX_WRITE_TASKS",
+        "At most this many tasks write each micro-batch (so at most this many data files per "
+        "partition value per commit): shard reads are coalesced into them. 0: one task per "
+        "shard, the most read parallelism; set it for streams of hundreds of shards.",
+        default=0,
+    )
     fail_on_data_loss: bool = setting(
         "KINESIS_LAKE_FAIL_ON_DATA_LOSS",
         "true: stop ingestion when records expired (retention) before they were read, naming "
@@ -216,6 +223,11 @@ class Settings:
             raise SettingsError(
                 "KINESIS_MAX_RECORDS_PER_SHARD must be >= 1 (default 100000), "
                 f"got {self.max_records_per_shard}."
+            )
+        if self.max_write_tasks < 0:
+            raise SettingsError(
+                "KINESIS_LAKE_MAX_WRITE_TASKS must be >= 0 (0, the default, writes from one "
+                f"task per shard), got {self.max_write_tasks}."
             )
         if self.endpoint_kind not in ENDPOINT_KINDS:
             raise SettingsError(

@@ -129,10 +129,13 @@ def start_ingestion_query(
         reader = reader.option("roleArn", settings.role_arn)
     if settings.endpoint_url:
         reader = reader.option("endpointUrl", settings.endpoint_url)
+    records = reader.load().withColumn("ingested_at", F.current_timestamp())
+    if settings.max_write_tasks:
+        # A narrow coalesce: each task reads its shards one after another and writes them
+        # together, so a commit holds files per task, not per shard. No shuffle.
+        records = records.coalesce(settings.max_write_tasks)
     writer = (
-        reader.load()
-        .withColumn("ingested_at", F.current_timestamp())
-        .writeStream.format(SINK_NAME)
+        records.writeStream.format(SINK_NAME)
         .queryName(f"ingest_{settings.namespace}_raw_events")
         .option("table", settings.raw_table)
         .option("catalog", settings.catalog_name)

@@ -10,6 +10,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 
 
@@ -94,3 +95,28 @@ def test_a_lost_checkpoint_resumes_after_the_tables_committed_positions(
     keys = raw_keys(settings)
     assert len(keys) == len(set(keys)) == 410
     assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+
+
+def test_max_write_tasks_bounds_the_data_files_of_a_commit(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Every shard is a read task; without a bound, each also writes a file per micro-batch,
+    so a 500-shard stream commits ~500 small files every trigger (benchmark 9). With
+    KINESIS_LAKE_MAX_WRITE_TASKS the shard reads are coalesced into that many tasks,
+    each writing one file per partition value, and every record still lands once."""
+    settings = settings_factory(kinesalite_endpoint, shard_count=6, max_write_tasks=2)
+    produce(settings, 600, seed=7)
+
+    result = run_ingestion(spark, settings)
+
+    keys = raw_keys(settings)
+    assert result.rows == 600 == len(set(keys)) == len(keys)
+    assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+    assert len({shard for shard, _, _ in keys}) == 6
+    table = open_lake(settings).load_table(settings.raw_table)
+    added = [
+        int(snapshot.summary.additional_properties["added-data-files"])
+        for snapshot in table.snapshots()
+    ]
+    # produce() stamps one day, so each of the two tasks writes one file per batch.
+    assert added and max(added) <= 2, added
