@@ -24,10 +24,12 @@ from pathlib import Path
 
 import boto3
 import pytest
+from s3fs import S3FileSystem
 
 from kinesis_lake.pipeline.ingest import checkpoint_location
 from kinesis_lake.spark.shard_progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
+from kinesis_lake_tests.production.slow_s3 import SlowS3Proxy
 from kinesis_lake_tests.spark.test_kinesis_offsets import outcome
 
 RUN = "run-1"
@@ -122,3 +124,30 @@ def test_ingestion_with_progress_in_s3_and_the_checkpoint_on_local_disk(
     keys = raw_keys(settings)
     assert len(keys) == len(set(keys)) == 200
     assert {(shard, sequence) for shard, sequence, _ in keys} == stream_truth(settings)
+
+
+def test_the_driver_reads_an_epochs_progress_records_together_not_one_by_one(
+    moto_endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning a micro-batch reads the previous epoch's record of every shard. One GET
+    after another, 500 shards on S3 (tens of ms each) cost the driver seconds per
+    micro-batch, 5,000 shards over a minute; the proxy gives each request S3's latency
+    and counts how many the store keeps in flight."""
+    with SlowS3Proxy(moto_endpoint.url) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        S3FileSystem.clear_instance_cache()  # an earlier test's instance talks to moto
+        bucket = f"state-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        root = f"s3://{bucket}/progress"
+        writer = ShardProgressStore(root)
+        shards = [f"shardId-{n:012d}" for n in range(24)]
+        for shard in shards[:-4]:  # four shards read nothing this epoch: no record
+            writer.save(RUN, 7, ProgressRecord(outcome(shard, "42")))
+        proxy.reset()
+
+        found = ShardProgressStore(root).load_epoch(RUN, 7, shards)
+        S3FileSystem.clear_instance_cache()  # the proxy is gone: let no later test use it
+
+    assert sorted(found) == shards[:-4]
+    assert {r.outcome.last_sequence_number for r in found.values()} == {"42"}
+    assert proxy.max_in_flight > 1, f"{proxy.requests} requests, one at a time"
