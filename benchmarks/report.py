@@ -28,6 +28,7 @@ ORDER = (
     ("memory", "6. Driver memory"),
     ("scale_out", "7. Scale-out"),
     ("upsert_refresh", "8. Upsert refresh"),
+    ("many_shards", "9. Many shards"),
 )
 
 
@@ -227,6 +228,15 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             measured = (
                 f"p50 {_fmt(result['p50_s'])} s, p95 {_fmt(result['p95_s'])} s, "
                 f"p99 {_fmt(result['p99_s'])} s (trigger {result['trigger']})"
+            )
+        if name == "many_shards":
+            measured += (
+                f" (driver ms per micro-batch {result['driver_ms']}); data files per "
+                "commit "
+                + ", ".join(
+                    f"{run['data_files_per_commit']:g} at {shards}"
+                    for shards, run in result["runs"].items()
+                )
             )
         when = (result.get("environment") or environment).get("timestamp", "")[11:19]
         rows.append(
@@ -506,7 +516,57 @@ def _scale_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _many_shards_section(result: dict[str, Any]) -> list[str]:
+    runs, commits = result["runs"], result["commits"]
+    shards = list(runs)
+    lines = [
+        f"Streams of {' and '.join(str(n) for n in result['shards'])} shards, "
+        f"{result['records_per_shard_per_batch']} records per shard per micro-batch, drained "
+        "by `run_ingestion` (warm `local[2]`).",
+        "",
+        "| per micro-batch (median) | "
+        + " | ".join(n.replace(",", " shards,") if "," in n else f"{n} shards" for n in shards)
+        + " |",
+        "|---|" + "---|" * len(shards),
+    ]
+    phases = list(runs[shards[0]]["median_ms"])
+    for phase in phases:
+        lines.append(
+            f"| {phase} ms | "
+            + " | ".join(_fmt(float(runs[n]["median_ms"][phase]), 0) for n in shards)
+            + " |"
+        )
+    rows = (
+        ("driver phases ms", lambda n: _fmt(runs[n]["driver_phases_ms"], 0)),
+        (
+            "sink commit_files ms (timed apart)",
+            lambda n: _fmt(commits[n]["commit_s_median"] * 1000, 0),
+        ),
+        ("**driver time ms**", lambda n: f"**{_fmt(result['driver_ms'][n], 0)}**"),
+        ("writer tasks", lambda n: _fmt(runs[n]["write_tasks"])),
+        ("data files per commit", lambda n: _fmt(runs[n]["data_files_per_commit"], 1)),
+        ("offset-log entry bytes", lambda n: _fmt(runs[n]["offset_log_entry_bytes"])),
+        ("progress records per batch", lambda n: _fmt(runs[n]["progress_records_per_batch"], 0)),
+        ("progress-record bytes per batch", lambda n: _fmt(runs[n]["progress_bytes_per_batch"])),
+        ("source status.json bytes", lambda n: _fmt(runs[n]["status_bytes"])),
+        (
+            "table metadata JSON bytes (100 snapshots)",
+            lambda n: _fmt(commits[n]["metadata_json_bytes"]),
+        ),
+    )
+    for label, value in rows:
+        lines.append(f"| {label} | " + " | ".join(value(n) for n in shards) + " |")
+    lines += [
+        "",
+        f"Ratio driver time **{_fmt(result['ratio'])}**, addBatch "
+        f"{_fmt(result['ratio_add_batch'])}. {result['notes']}",
+        "",
+    ]
+    return lines
+
+
 _SECTIONS = {
+    "many_shards": _many_shards_section,
     "ingest_vs_read_ceiling": _ingest_section,
     "ingest_vs_hand_written": _hand_written_section,
     "freshness": _freshness_section,

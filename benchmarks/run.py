@@ -45,6 +45,7 @@ BENCHMARKS = (
     "freshness",
     "derive_refresh",
     "upsert_refresh",
+    "many_shards",
     "scale_out",
     "memory",
     "commit_cost",

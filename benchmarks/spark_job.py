@@ -140,6 +140,29 @@ def _table_shape(settings: Settings, table_name: str) -> dict[str, int]:
     }
 
 
+def _storage(settings: Settings) -> dict[str, int]:
+    """What the run left beside the table: Spark's checkpoint and the source's progress
+    records (one JSON per shard per epoch), in files and bytes."""
+    from kinesis_lake.pipeline.ingest import checkpoint_location, source_metadata_path
+
+    def files(root: str, pattern: str = "*") -> list[Path]:
+        return [p for p in Path(root).rglob(pattern) if p.is_file()]
+
+    checkpoint = files(checkpoint_location(settings))
+    offsets = [p for p in checkpoint if p.parent.name == "offsets" and p.name.isdigit()]
+    progress = [p for p in files(source_metadata_path(settings), "*.json")]
+    records = [p for p in progress if p.name != "status.json"]
+    return {
+        "checkpoint_files": len(checkpoint),
+        "checkpoint_bytes": sum(p.stat().st_size for p in checkpoint),
+        "offset_log_entries": len(offsets),
+        "largest_offset_log_entry_bytes": max((p.stat().st_size for p in offsets), default=0),
+        "progress_records": len(records),
+        "progress_record_bytes": sum(p.stat().st_size for p in records),
+        "status_bytes": sum(p.stat().st_size for p in progress if p.name == "status.json"),
+    }
+
+
 def _recorder(spark: Any, *, announce: bool = False) -> ProgressRecorder:
     recorder = ProgressRecorder(announce=announce)
     spark.streams.addListener(recorder)
@@ -174,6 +197,8 @@ def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
             overrides: dict[str, Any] = {}
             if args.max_records_per_shard:
                 overrides["max_records_per_shard"] = args.max_records_per_shard
+            if args.max_write_tasks:
+                overrides["max_write_tasks"] = args.max_write_tasks
             if label == "warmup":
                 # A small stream of its own: starts the Python workers and the query
                 # machinery once, so the measured runs see the steady state.
@@ -192,6 +217,7 @@ def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
                     "batches": result.batches,
                     "progress": progress,
                     "table": _table_shape(settings, settings.raw_table),
+                    "storage": _storage(settings),
                 }
             )
             emit("BENCH_EVENT", {"run": label, "rows": result.rows, "seconds": round(wall, 2)})
@@ -576,6 +602,7 @@ _DEFAULTS: dict[str, Any] = {
     "runs": "warm",
     "warmup_stream": "",
     "max_records_per_shard": 0,
+    "max_write_tasks": 0,
     "trigger": "1 second",
     "stop_file": "",
     "max_seconds": 600.0,

@@ -1,0 +1,198 @@
+"""Benchmark 9: many shards, by simulation: what a micro-batch costs the driver at 500 shards.
+
+On-demand streams reach hundreds or thousands of shards, and every shard is a task, a
+progress record and (today) a data file per micro-batch. Two kinesalite streams, of
+``SMALL_SHARDS`` and ``ctx.sizes.many_shards`` shards, hold the same number of records
+per shard (random partition keys spread them), and ``run_ingestion`` drains each in
+``BATCHES`` micro-batches of the same records per shard (``maxRecordsPerShard``), in
+the shared warm ``local[2]`` worker.
+
+Per micro-batch with rows, from Spark's progress: the driver's own phases (``latestOffset``
+= ListShards, the previous epoch's progress records and the read plan; ``getBatch``,
+``queryPlanning``, ``walCommit``, ``commitOffsets``) and ``addBatch`` (the tasks and the
+sink's commit). The sink's commit is also timed apart, in this process: ``commit_files``
+of one file per shard with the positions of every shard, as the sink commits a
+micro-batch, on a table with a streaming table's retained history (100 snapshots).
+Also reported: tasks and data files per commit, the checkpoint's offset-log entry and
+the progress records' bytes per micro-batch, and the table metadata's size.
+
+Headline: driver time per micro-batch (driver phases + commit) at many shards / at
+``SMALL_SHARDS``; target <= 3.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from benchmarks.common import REGION, BenchContext, load_now, ratio, verdict
+
+NAME = "many_shards"
+SPARK_MASTERS: tuple[str, ...] = ("local[2]",)
+TARGET = 3.0
+SMALL_SHARDS = 4
+BATCHES = 3
+RECORDS_PER_SHARD_PER_BATCH = 8
+COMMITS_TIMED = 5
+HISTORY_COMMITS = 150
+WRITE_TASKS = 8
+DRIVER_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
+
+
+def _produce(ctx: BenchContext, shards: int) -> str:
+    """A stream of ``shards`` shards with about the same records in each."""
+    from kinesis_lake.kinesis.client import kinesis_client
+    from kinesis_lake.kinesis.producer import put_records, sample_events
+    from kinesis_lake.kinesis.streams import ensure_stream
+
+    name = f"bench-shards-{shards}-{uuid.uuid4().hex[:6]}"
+    client = kinesis_client(ctx.endpoint_url, REGION, max_attempts=3)
+    ensure_stream(client, name, shards)
+    count = shards * RECORDS_PER_SHARD_PER_BATCH * BATCHES
+    events = [(uuid.uuid4().hex, data) for _, data in sample_events(count, seed=11, start_ms=0)]
+    sent = put_records(client, name, events).sent
+    if sent != count:
+        raise RuntimeError(f"produced {sent} of {count} records into {name}")
+    return name
+
+
+def _ingest(ctx: BenchContext, stream: str, shards: int, write_tasks: int) -> dict[str, Any]:
+    label = f"shards_{shards}_tasks_{write_tasks}"
+    call = ctx.spark("local[2]").call(
+        "ingest",
+        {
+            "stream": stream,
+            "endpoint": ctx.endpoint_url,
+            "data_dir": str(ctx.scratch(f"many-shards-{label}")),
+            "namespace": label,
+            "runs": "run",
+            "max_records_per_shard": RECORDS_PER_SHARD_PER_BATCH,
+            "max_write_tasks": write_tasks,
+        },
+        timeout_s=1800,
+    )
+    run = call.result["runs"][-1]
+    batches = [p for p in run["progress"] if p["numInputRows"] > 0]
+    if not batches:
+        raise RuntimeError(f"the {shards}-shard run read no rows")
+
+    def phase(name: str) -> float:
+        return median(p["durationMs"].get(name, 0) for p in batches)
+
+    phases = {name: phase(name) for name in (*DRIVER_PHASES, "addBatch", "triggerExecution")}
+    storage = run["storage"]
+    return {
+        "shards": shards,
+        "write_tasks": write_tasks or shards,
+        "rows": run["rows"],
+        "micro_batches": len(batches),
+        "median_ms": phases,
+        "driver_phases_ms": round(sum(phases[name] for name in DRIVER_PHASES), 1),
+        "data_files_per_commit": round(run["table"]["data_files"] / len(batches), 1),
+        "offset_log_entry_bytes": storage["largest_offset_log_entry_bytes"],
+        "progress_records_per_batch": round(storage["progress_records"] / len(batches), 1),
+        "progress_bytes_per_batch": round(storage["progress_record_bytes"] / len(batches)),
+        "status_bytes": storage["status_bytes"],
+        "checkpoint_bytes": storage["checkpoint_bytes"],
+        "seconds": run["seconds"],
+    }
+
+
+def _commit_cost(ctx: BenchContext, shards: int, files_per_commit: int) -> dict[str, Any]:
+    """The sink's commit of one micro-batch, with a streaming table's history behind it.
+
+    First ``HISTORY_COMMITS`` commits of one file each (the positions of every shard move
+    each time, routine expiry keeps the raw table's 100 snapshots), then
+    ``COMMITS_TIMED`` commits of ``files_per_commit`` small files, timed from the table load.
+    """
+    from benchmarks.commit_cost import _batch
+    from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+    from kinesis_lake.iceberg.commit import commit_files
+    from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
+    from kinesis_lake.iceberg.maintenance import expire_snapshots
+    from kinesis_lake.iceberg.raw_table import ensure_raw_table
+    from kinesis_lake.iceberg.summary import POSITIONS
+
+    scratch = ctx.scratch(f"many-shards-commit-{shards}-{files_per_commit}")
+    catalog = open_catalog("kinesis_lake", data_dir=scratch)
+    ensure_namespace(catalog, "shards")
+    table = ensure_raw_table(catalog, "shards.raw_events")
+    target = TableWriteTarget.from_table(table)
+    one_row = _batch(0, 0).slice(0, 1)
+    seconds: list[float] = []
+    for batch_id in range(HISTORY_COMMITS + COMMITS_TIMED):
+        timed = batch_id >= HISTORY_COMMITS
+        files = [
+            file
+            for shard in range(files_per_commit if timed else 1)
+            for file in write_data_files(target, [one_row], file_prefix=f"b{batch_id}-s{shard}")
+        ]
+        positions = {f"shardId-{s:012d}": str(10**50 + batch_id) for s in range(shards)}
+        started = time.perf_counter()
+        table = catalog.load_table("shards.raw_events")
+        commit_files(
+            table,
+            files,
+            writer_id="bench",
+            batch_id=batch_id,
+            summary={POSITIONS: json.dumps(positions, sort_keys=True)},
+        )
+        if timed:
+            seconds.append(time.perf_counter() - started)
+        elif (batch_id + 1) % 50 == 0:
+            expire_snapshots(table, older_than_ms=int(time.time() * 1000), retain_last=100)
+    return {
+        "shards": shards,
+        "files_per_commit": files_per_commit,
+        "history_commits": HISTORY_COMMITS,
+        "snapshots": len(table.metadata.snapshots),
+        "commit_s_median": round(median(seconds), 4),
+        "metadata_json_bytes": Path(table.metadata_location.removeprefix("file://")).stat().st_size,
+    }
+
+
+def run(ctx: BenchContext) -> dict[str, Any]:
+    many = ctx.sizes.many_shards
+    # (shards, write tasks): 0 is the default, one writer task per shard.
+    configs = ((SMALL_SHARDS, 0), (many, 0), (many, WRITE_TASKS))
+    streams = {shards: _produce(ctx, shards) for shards in (SMALL_SHARDS, many)}
+    runs: dict[str, dict[str, Any]] = {}
+    commits: dict[str, dict[str, Any]] = {}
+    driver: dict[str, float] = {}
+    for shards, write_tasks in configs:
+        key = f"{shards}" if not write_tasks else f"{shards}, {write_tasks} write tasks"
+        runs[key] = _ingest(ctx, streams[shards], shards, write_tasks)
+        commits[key] = _commit_cost(ctx, shards, write_tasks or shards)
+        driver[key] = round(
+            runs[key]["driver_phases_ms"] + commits[key]["commit_s_median"] * 1000, 1
+        )
+    small, large, bounded = (runs[key] for key in runs)
+    keys = list(runs)
+    headline = ratio(driver[keys[1]], driver[keys[0]])
+    return {
+        "shards": [SMALL_SHARDS, many],
+        "records_per_shard_per_batch": RECORDS_PER_SHARD_PER_BATCH,
+        "runs": runs,
+        "commits": commits,
+        "driver_ms": driver,
+        "ratio": headline,
+        "ratio_bounded": ratio(driver[keys[2]], driver[keys[0]]),
+        "ratio_add_batch": ratio(large["median_ms"]["addBatch"], small["median_ms"]["addBatch"]),
+        "target": f"<= {TARGET}",
+        "verdict": verdict(headline, TARGET, at_least=False),
+        "load_average": load_now(),
+        "notes": (
+            "driver time per micro-batch = Spark's driver phases (median over micro-batches "
+            "with rows) + the sink's commit_files timed apart (as many files as writer "
+            f"tasks, on a table holding 100 snapshots); {many} vs {SMALL_SHARDS} shards, same "
+            "records per shard per micro-batch. The headline ratio is the default "
+            f"configuration; with KINESIS_LAKE_MAX_WRITE_TASKS={WRITE_TASKS} it is "
+            f"{ratio(driver[keys[2]], driver[keys[0]])} and a commit holds "
+            f"{bounded['data_files_per_commit']:g} files instead of "
+            f"{large['data_files_per_commit']:g}."
+        ),
+    }
