@@ -38,7 +38,7 @@ from benchmarks.common import (
 
 NAME = "freshness"
 SPARK_MASTERS = ("local[2]",)
-TARGET_P99_S = 3.0
+TARGET_P99_S = 1.0
 POLL_S = 0.1
 TICK_S = 0.1
 MAX_RUN_S = 1800.0
