@@ -188,7 +188,7 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
         name=POSITIONS_CHECK,
         description=(
             "Per shard, the highest sequence number in the table equals the position the sink "
-            "committed with it (snapshot summary kinesis-lake.positions): no rows beyond what "
+            "committed with it (table property kinesis-lake.positions): no rows beyond what "
             "was committed, no committed records missing."
         ),
     )

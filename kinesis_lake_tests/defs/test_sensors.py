@@ -1,8 +1,9 @@
 """The backlog sensor against a real local Kinesis endpoint and a real Iceberg catalog.
 
 Committed positions are written the way the Iceberg sink writes them (rows appended with
-``kinesis-lake.positions`` in the snapshot summary), so these tests need no Spark; the
-end-to-end tests in ``test_pipeline.py`` drive the same sensor with real ingestion runs.
+the table property ``kinesis-lake.positions`` in the same transaction), so these tests
+need no Spark; the end-to-end tests in ``test_pipeline.py`` drive the same sensor with
+real ingestion runs.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:
         ],
         schema=RAW_ARROW_SCHEMA,
     )
-    table.append(rows, snapshot_properties={POSITIONS: json.dumps(positions)})
+    with table.transaction() as transaction:
+        transaction.append(rows)
+        transaction.set_properties({POSITIONS: json.dumps(positions)})
     return positions
 
 
