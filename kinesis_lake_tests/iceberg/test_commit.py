@@ -284,3 +284,32 @@ def test_a_commit_never_opens_the_data_files_it_adds(raw: Table) -> None:
     assert {f.path: f.size_bytes for f in written} == {
         p: e.file_size_in_bytes for p, e in entries.items()
     }
+
+
+def test_positions_of_a_table_written_before_the_property_existed_are_still_read(
+    raw: Table,
+) -> None:
+    """Tables ingested by older versions hold the positions only in snapshot summaries;
+    the first commit of this version writes the property, which is read from then on."""
+    import json
+
+    from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
+
+    old = {"shardId-000000000000": "41"}
+    raw.append(
+        pa.Table.from_batches([raw_batch(range(3))]),
+        snapshot_properties={POSITIONS: json.dumps(old)},
+    )
+    assert POSITIONS not in raw.properties
+    assert committed_positions(raw) == old
+
+    newer = {"shardId-000000000000": "42", "shardId-000000000001": "7"}
+    commit_files(
+        raw,
+        _write(raw, range(3, 6), "n"),
+        writer_id="w",
+        batch_id=0,
+        summary={POSITIONS: json.dumps(newer)},
+    )
+    assert committed_positions(raw) == newer
+    assert POSITIONS not in raw.current_snapshot().summary.additional_properties
