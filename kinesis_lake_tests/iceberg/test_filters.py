@@ -33,3 +33,18 @@ def test_a_filter_on_many_keys_plans_only_the_files_that_can_hold_them(catalog: 
     assert len(list(table.scan(row_filter=any_of("key", wanted)).plan_files())) == 1
     rows = table.scan(row_filter=any_of("key", wanted)).to_arrow()
     assert sorted(rows.column("key").to_pylist()) == wanted
+
+
+def test_a_filter_on_a_hundred_thousand_keys_deletes_them(catalog: Catalog):
+    """An upsert's first refresh touches every key of its source: 100k keys are 500 ``In``
+    chunks, which a left-deep ``Or`` chain nests past Python's recursion limit when
+    pyiceberg binds it (the refresh died with RecursionError, every retry alike)."""
+    schema = Schema(NestedField(1, "key", StringType(), required=True))
+    table = ensure_table(catalog, "lake.many_keys", schema)
+    arrow = pa.schema([pa.field("key", pa.string(), nullable=False)])
+    keys = [f"k{i:06d}" for i in range(100_000)]
+    table.append(pa.table({"key": [*keys, "kept"]}, schema=arrow))
+
+    table.delete(any_of("key", keys))
+
+    assert table.scan().to_arrow().column("key").to_pylist() == ["kept"]
