@@ -29,7 +29,7 @@ from benchmarks.common import (
 NAME = "memory"
 SPARK_MASTERS: tuple[str, ...] = ()  # its own CLI processes
 TARGET = 1.3
-_INGESTED = re.compile(r"ingested (\d+) rows in (\d+) micro-batches \(([\d,.]+) rows/s\)")
+_INGESTED = re.compile(r"ingested (\d+) rows from \S+ in (\d+) micro-batches \(([\d,.]+) rows/s\)")
 
 
 def cli_ingest(ctx: BenchContext, records: int) -> dict[str, Any]:
