@@ -59,7 +59,9 @@ class FilesReader(DataSourceReader):
         return list(self.tasks)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        task: FileTask = partition  # type: ignore[assignment]
+        if not isinstance(partition, FileTask):
+            return  # nothing planned: Spark still reads one empty partition
+        task = partition
         freeze_imported_objects()
         schema = pa.ipc.read_schema(pa.py_buffer(task.schema_ipc))
         io = load_file_io(task.io_properties, task.location)

@@ -194,8 +194,14 @@ class IcebergDataSource(DataSource):
         return SINK_NAME
 
     def _planned_read(self) -> TableRead:
-        options = SinkOptions.parse(dict(self.options))
-        return TableRead.plan(options.load_table(), dict(self.options))
+        """Planned once, when Spark asks for the schema at ``load``: Spark pickles this
+        instance after ``schema()`` and plans every action of the frame from that copy, so
+        the frame's rows keep the snapshot and columns its schema was given."""
+        planned: TableRead | None = getattr(self, "_read", None)
+        if planned is None:
+            options = SinkOptions.parse(dict(self.options))
+            planned = self._read = TableRead.plan(options.load_table(), dict(self.options))
+        return planned
 
     def schema(self) -> StructType:
         return self._planned_read().spark_schema

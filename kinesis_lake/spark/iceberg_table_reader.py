@@ -3,12 +3,13 @@ Spark DataFrame, read on the executors, without the Iceberg Spark runtime.
 
 The driver plans with pyiceberg, as Iceberg's own Spark reader plans with the Java
 library: the snapshot (current, ``snapshot-id`` or ``as-of-timestamp``, Iceberg's option
-names), the columns (``columns``), and the data files whose partitions and column
-statistics can hold rows matching the filters Spark pushes down
-(``spark.sql.python.filterPushdown.enabled``, which kinesis-lake's sessions set). Spark
-still applies every filter to the rows read: pushed filters only prune files. Each file is
-one task of :class:`kinesis_lake.spark.iceberg_files_reader.FilesReader`, the reader the
-derived-table refreshes use for the files appended since their last run.
+names), the columns (``columns``), and, with a ``filter`` option (an Iceberg row filter),
+only the data files whose partitions and column statistics can hold matching rows; the
+executors then drop the rows of those files that do not match. Filters written in Spark
+(``.where``) are applied by Spark after the read and prune nothing (see
+:class:`TableReader`). Each file is one task of
+:class:`kinesis_lake.spark.iceberg_files_reader.FilesReader`, the reader the derived-table
+refreshes use for the files appended since their last run.
 
 PySpark's Python data sources get no column pruning from Spark, so ``.select`` after
 ``load`` still reads every column: name the columns with ``columns`` to read only those.
@@ -131,8 +132,10 @@ class TableRead:
         target = TableWriteTarget.from_table(table)
         schema_ipc = self.read_schema.serialize().to_pybytes()
         filtering = self.row_filter != "True"
+        schema = table.schema()
         row_filter = (
-            expression_to_pyarrow(bind(table.schema(), parse(self.row_filter), True))
+            # With the schema, fields inside structs are named by their full path.
+            expression_to_pyarrow(bind(schema, parse(self.row_filter), True), schema)
             if filtering
             else None
         )

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
+from pyiceberg.types import StringType
 
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
+from kinesis_lake.iceberg.tables import ensure_table_for_arrow
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
 from kinesis_lake_tests.iceberg.helpers import ingest
 
@@ -116,3 +119,51 @@ def test_rows_of_a_kept_file_that_miss_the_filter_are_not_returned(spark, raw, d
 def test_bad_read_options_fail_naming_the_option(spark, raw, data_dir, options, message):
     with pytest.raises(Exception, match=message):
         _reader(spark, data_dir, **options).load(f"{NAMESPACE}.raw_events").collect()
+
+
+def test_an_empty_table_and_a_filter_that_prunes_every_file_read_as_no_rows(spark, raw, data_dir):
+    """Spark hands a reader with no partitions one empty partition to read; the reader
+    took it for a file task and the read failed instead of returning no rows."""
+    ensure_raw_table(open_catalog(data_dir=data_dir), f"{NAMESPACE}.never_written")
+    empty = _reader(spark, data_dir).load(f"{NAMESPACE}.never_written")
+    before_any = "approximate_arrival_timestamp < '2001-01-01T00:00:00+00:00'"
+    pruned = _reader(spark, data_dir, filter=before_any)
+
+    assert empty.collect() == []
+    assert pruned.load(f"{NAMESPACE}.raw_events").collect() == []
+
+
+def test_a_filter_on_a_nested_field(spark, data_dir):
+    """The row filter names a field inside a struct: PyArrow needs its full path."""
+    catalog = open_catalog(data_dir=data_dir)
+    ensure_namespace(catalog, NAMESPACE)
+    nested = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("device", pa.struct([pa.field("kind", pa.string())])),
+        ]
+    )
+    table = ensure_table_for_arrow(catalog, f"{NAMESPACE}.devices", nested)
+    table.append(
+        pa.table(
+            {"id": [1, 2, 3], "device": [{"kind": "phone"}, {"kind": "tv"}, {"kind": "phone"}]},
+            schema=nested,
+        )
+    )
+
+    phones = _reader(spark, data_dir, filter="device.kind = 'phone'").load(f"{NAMESPACE}.devices")
+
+    assert sorted(row.id for row in phones.collect()) == [1, 3]
+
+
+def test_a_loaded_frame_keeps_the_snapshot_and_columns_it_was_loaded_with(spark, raw, data_dir):
+    """Spark fixes a frame's columns at ``load``; the reader planned again at each action,
+    so a column added in between made the rows disagree with the frame's schema."""
+    frame = _reader(spark, data_dir).load(f"{NAMESPACE}.raw_events")
+    with raw.update_schema() as update:
+        update.add_column("added_later", StringType())
+    ingest(raw, "w", 3, list(range(120, 160)), day=3)
+
+    assert "added_later" not in frame.columns
+    assert frame.count() == 120
+    assert len(frame.collect()) == 120
