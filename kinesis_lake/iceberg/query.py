@@ -45,8 +45,9 @@ def run_sql(
 ) -> pa.Table:
     """Run DuckDB ``sql`` over the tables of ``namespace``, optionally in the past.
 
-    Each table of the namespace that the query names is read into memory and is a view
-    under its short name and under ``<namespace>.<name>``. Time travel:
+    Each table of the namespace that the query names is a view, under its short name and
+    under ``<namespace>.<name>``, that DuckDB scans lazily (see the module docstring). Time
+    travel:
 
     * ``as_of_ms`` reads every table as it was at that time (epoch milliseconds); a table
       without data yet reads as empty.

@@ -47,8 +47,8 @@ READ_OPTIONS: dict[str, tuple[str | None, str]] = {
     "columns": (None, "Reads: comma-separated top-level columns to read (default all)."),
     "filter": (
         None,
-        "Reads: an Iceberg row filter (pyiceberg syntax) that prunes partitions and files; "
-        "rows of a kept file that do not match are not removed: filter them in Spark too.",
+        "Reads: an Iceberg row filter (pyiceberg syntax): only matching rows are read, from "
+        "only the partitions and files whose statistics can hold them.",
     ),
     "namespace": (
         None,
