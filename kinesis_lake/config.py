@@ -262,7 +262,7 @@ class Settings:
     @property
     def assumed_role(self) -> AssumedRole | None:
         """The role every Kinesis client of the lake signs as, if one is configured."""
-        return AssumedRole(self.role_arn) if self.role_arn else None
+        return lake_role(self.role_arn) if self.role_arn else None
 
     @property
     def raw_table(self) -> str:
@@ -391,3 +391,8 @@ def load_profile(path: str | Path, *, override: bool = False) -> None:
         key, value = line.split("=", 1)
         if override or key.strip() not in os.environ:
             os.environ[key.strip()] = value.strip()
+
+
+def lake_role(role_arn: str) -> AssumedRole:
+    """``role_arn`` as the lake's settings configure it: errors name KINESIS_ROLE_ARN."""
+    return AssumedRole(role_arn, setting="KINESIS_ROLE_ARN", sts_setting="AWS_ENDPOINT_URL_STS")

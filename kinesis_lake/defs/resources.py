@@ -12,6 +12,7 @@ them. Nothing in this module puts them in metadata or logs.
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from collections.abc import Mapping
@@ -32,9 +33,10 @@ from kinesis_lake.config import (
     Settings,
     SettingsError,
     SettingSpec,
+    lake_role,
     parse_setting,
 )
-from kinesis_lake.kinesis.client import AssumedRole, assume_role
+from kinesis_lake.kinesis.client import KinesisClient, assume_role
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,10 +148,12 @@ class KinesisResource(ResourceWithBoto3Configuration):
     """The stream this deployment ingests, and a boto3 client for cheap calls on it.
 
     Used by the backlog sensor and the freshness check (ListShards, GetShardIterator,
-    GetRecords with Limit=1). The Spark source builds its own clients on the executors
-    from ``Settings`` (endpoint and region), with boto3's default credential chain;
-    keep this resource's stream, endpoint and region equal to those settings (both
-    default from the same variables, and :meth:`require_same_stream` enforces it).
+    GetRecords with Limit=1). Spark's source builds its own clients on the executors from
+    ``Settings`` (endpoint, region, ``KINESIS_ROLE_ARN``) with boto3's default chain; keep
+    this resource's stream, endpoint and region equal to those settings (both default
+    from the same variables, and :meth:`require_same_stream` enforces it). Credentials
+    set on the resource (profile or keys) replace the default chain here only; with
+    ``role_arn`` they are who assumes the role, and the calls are signed as the role.
     """
 
     stream_name: str = _setting_field("stream_name")
@@ -174,32 +178,22 @@ class KinesisResource(ResourceWithBoto3Configuration):
             env,
         )
 
-    def get_client(self):
-        """A Kinesis client; credentials come from the fields if set, else boto3's chain,
-        and sign as ``role_arn`` when it is set (as the Spark source does)."""
-        botocore_session = botocore.session.get_session()
-        if self.role_arn:
-            assume_role(botocore_session, AssumedRole(self.role_arn), self.region_name)
-        session = boto3.session.Session(
-            botocore_session=botocore_session,
+    def get_client(self) -> KinesisClient:
+        """The client of this configuration, built once per process: sensors build the
+        resource every tick, and a role would otherwise be assumed (an STS call) each time."""
+        return _resource_client(
+            role_arn=self.role_arn,
+            region_name=self.region_name,
+            endpoint_url=self.endpoint_url,
             profile_name=self.profile_name,
             aws_access_key_id=self.aws_access_key_id,
             aws_secret_access_key=self.aws_secret_access_key,
             aws_session_token=self.aws_session_token,
-        )
-        config = construct_boto_client_retry_config(self.max_attempts).merge(
-            BotocoreConfig(
-                connect_timeout=self.connect_timeout_seconds,
-                read_timeout=self.read_timeout_seconds,
-            )
-        )
-        return session.client(
-            "kinesis",
-            region_name=self.region_name,
-            endpoint_url=self.endpoint_url,
             use_ssl=self.use_ssl,
             verify=self.verify,
-            config=config,
+            max_attempts=self.max_attempts,
+            connect_timeout=self.connect_timeout_seconds,
+            read_timeout=self.read_timeout_seconds,
         )
 
     def require_same_stream(self, settings: Settings) -> None:
@@ -216,6 +210,42 @@ class KinesisResource(ResourceWithBoto3Configuration):
                 f"pipeline settings target {theirs[0]!r} at {theirs[1] or 'AWS'}: configure "
                 "both from KINESIS_STREAM_NAME / KINESIS_ENDPOINT_URL."
             )
+
+
+@functools.lru_cache(maxsize=8)
+def _resource_client(
+    *,
+    role_arn: str | None,
+    region_name: str | None,
+    endpoint_url: str | None,
+    profile_name: str | None,
+    aws_access_key_id: str | None,
+    aws_secret_access_key: str | None,
+    aws_session_token: str | None,
+    use_ssl: bool,
+    verify: bool | str | None,
+    max_attempts: int,
+    connect_timeout: float,
+    read_timeout: float,
+) -> KinesisClient:
+    own = botocore.session.Session(profile=profile_name)
+    if aws_access_key_id:
+        own.set_credentials(aws_access_key_id, aws_secret_access_key, aws_session_token)
+    signing = own
+    if role_arn:
+        signing = botocore.session.get_session()
+        assume_role(signing, lake_role(role_arn), region_name, source=own)
+    config = construct_boto_client_retry_config(max_attempts).merge(
+        BotocoreConfig(connect_timeout=connect_timeout, read_timeout=read_timeout)
+    )
+    return boto3.session.Session(botocore_session=signing).client(
+        "kinesis",
+        region_name=region_name,
+        endpoint_url=endpoint_url,
+        use_ssl=use_ssl,
+        verify=verify,
+        config=config,
+    )
 
 
 class SparkResource(LazyPySparkResource):

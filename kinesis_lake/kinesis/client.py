@@ -36,12 +36,31 @@ KinesisClient: TypeAlias = BaseClient
 
 @dataclass(frozen=True)
 class AssumedRole:
-    """An IAM role to read the stream as (cross-account streams, least privilege)."""
+    """An IAM role to read the stream as (cross-account streams, least privilege).
+
+    ``setting`` and ``sts_setting`` are what the caller's user configured them with (the
+    Spark source's options by default, ``KINESIS_ROLE_ARN`` for the lake's settings), so
+    an error names what the reader can change.
+    """
 
     role_arn: str
     session_name: str = "kinesis-lake"
     sts_endpoint_url: str | None = None
     """None: botocore's resolution (the region's STS endpoint, or AWS_ENDPOINT_URL_STS)."""
+    setting: str = "roleArn"
+    sts_setting: str = "stsEndpointUrl"
+
+    def error(self, reason: str) -> AssumeRoleError:
+        if self.sts_endpoint_url:
+            where = f"{self.sts_setting}={self.sts_endpoint_url}"
+        elif os.environ.get("AWS_ENDPOINT_URL_STS"):
+            where = f"AWS_ENDPOINT_URL_STS={os.environ['AWS_ENDPOINT_URL_STS']}"
+        else:
+            where = "the region's STS endpoint"
+        return AssumeRoleError(
+            f"{self.setting}={self.role_arn}: could not assume the role through {where}: "
+            f"{' '.join(reason.split())}"
+        )
 
 
 class AssumeRoleError(ConfigurationError):
@@ -99,25 +118,47 @@ def _shared_client(
     return session.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
-def assume_role(session: botocore.session.Session, role: AssumedRole, region: str | None) -> None:
-    """Make ``session`` sign as ``role``: the first credentials are fetched now, so a role
-    that cannot be assumed fails here, naming the options, not on some later call."""
-    source = botocore.session.get_session()
+#: STS is called on the driver as a query starts and by sensor ticks, whose budget is a
+#: minute: short timeouts and one retry, not botocore's default 60 s reads retried 4 times.
+_STS_CONFIG = Config(
+    connect_timeout=5, read_timeout=10, retries={"total_max_attempts": 2, "mode": "standard"}
+)
+
+
+def assume_role(
+    session: botocore.session.Session,
+    role: AssumedRole,
+    region: str | None,
+    *,
+    source: botocore.session.Session | None = None,
+) -> None:
+    """Make ``session`` sign as ``role``, assumed with ``source``'s credentials (default:
+    boto3's default chain). The first credentials are fetched now, so a role that cannot
+    be assumed fails here, naming the caller's settings, not on some later call."""
+    source = source or botocore.session.get_session()
+    source_credentials = source.get_credentials()
+    if source_credentials is None:
+        raise role.error(
+            "no AWS credentials to call STS with: set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, to an identity the role trusts"
+        )
     fetcher = AssumeRoleCredentialFetcher(
         client_creator=functools.partial(
-            source.create_client, region_name=region, endpoint_url=role.sts_endpoint_url
+            source.create_client,
+            region_name=region,
+            endpoint_url=role.sts_endpoint_url,
+            config=_STS_CONFIG,
         ),
-        source_credentials=source.get_credentials(),
+        source_credentials=source_credentials,
         role_arn=role.role_arn,
         extra_args={"RoleSessionName": role.session_name},
     )
     try:
         fetcher.fetch_credentials()
     except (BotoCoreError, ClientError) as error:
-        where = f"stsEndpointUrl={role.sts_endpoint_url}" if role.sts_endpoint_url else "STS"
-        raise AssumeRoleError(
-            f"Could not assume roleArn={role.role_arn} through {where}: {error}. Check the "
-            "role's trust policy allows this caller, and the STS endpoint."
+        raise role.error(
+            f"{error}. Check that the role's trust policy allows this caller and that the "
+            "endpoint answers."
         ) from error
     credentials = DeferredRefreshableCredentials(
         refresh_using=fetcher.fetch_credentials, method=_RoleProvider.METHOD

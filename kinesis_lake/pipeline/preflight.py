@@ -117,7 +117,7 @@ def check_stream(settings: Settings) -> None:
             rng=random.Random(),
         )
     except AssumeRoleError as error:
-        raise PreflightError(f"KINESIS_ROLE_ARN={settings.role_arn}: {error}") from error
+        raise PreflightError(str(error)) from error  # it names KINESIS_ROLE_ARN
     except NoRegionError as error:
         raise PreflightError(
             "AWS_REGION= (unset): set it (e.g. AWS_REGION=us-east-1), or a region in your AWS "

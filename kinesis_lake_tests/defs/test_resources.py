@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from kinesis_lake.defs.resources import SparkResource
 
@@ -68,3 +69,63 @@ def test_the_kinesis_resource_signs_as_the_role_of_kinesis_role_arn(moto_endpoin
     ((action, key),) = proxy.signed_by
     assert action == "ListStreams"
     assert key.startswith("ASIA"), f"signed by {key!r}, not a temporary role key"
+
+
+ROLE = "arn:aws:iam::123456789012:role/kinesis-lake-sensor"
+
+
+def test_keys_set_on_the_kinesis_resource_assume_the_role_and_the_client_is_reused(
+    moto_endpoint, monkeypatch
+):
+    """Keys given to the resource are who assumes KINESIS_ROLE_ARN: they replaced the role
+    (every call was signed with them). And a sensor builds the resource every tick: the
+    role is assumed once per configuration, not once per tick."""
+    from kinesis_lake.defs.resources import KinesisResource
+    from kinesis_lake.kinesis.fault_proxy import FaultProxy
+
+    kinesis = FaultProxy(moto_endpoint.url).start()
+    sts = FaultProxy(moto_endpoint.url).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.url)
+        for _tick in range(2):
+            KinesisResource(
+                stream_name="any",
+                endpoint_url=kinesis.url,
+                region_name="us-east-1",
+                role_arn=ROLE,
+                aws_access_key_id="AKIARESOURCESOWNKEY1",
+                aws_secret_access_key="its-secret",
+            ).get_client().list_streams()
+    finally:
+        kinesis.stop()
+        sts.stop()
+
+    (((action, key), calls),) = kinesis.signed_by.items()
+    assert action == "ListStreams" and calls == 2
+    assert key.startswith("ASIA"), f"signed by {key!r}, not a temporary role key"
+    assert {key for _, key in sts.signed_by} == {"AKIARESOURCESOWNKEY1"}
+    assert sum(sts.signed_by.values()) == 1
+
+
+def test_a_role_with_no_credentials_to_assume_it_says_which_variables(moto_endpoint, monkeypatch):
+    """With no credentials anywhere, assuming the role failed with an AttributeError."""
+    from kinesis_lake.defs.resources import KinesisResource
+    from kinesis_lake.kinesis.client import AssumeRoleError
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", moto_endpoint.url)
+    resource = KinesisResource(
+        stream_name="any", endpoint_url=moto_endpoint.url, region_name="us-east-1", role_arn=ROLE
+    )
+
+    with pytest.raises(AssumeRoleError) as failure:
+        resource.get_client()
+
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith(f"KINESIS_ROLE_ARN={ROLE}: ")
+    assert "AWS_ACCESS_KEY_ID" in message and "AWS_PROFILE" in message

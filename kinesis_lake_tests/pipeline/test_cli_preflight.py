@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import pytest
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import open_catalog
-from kinesis_lake.pipeline.preflight import check_directories
+from kinesis_lake.pipeline.preflight import PreflightError, check_directories, check_stream
 from kinesis_lake_tests.pipeline_helpers import produce, run_cli_with, settings_env
 
 
@@ -123,3 +128,52 @@ def test_no_region_names_aws_region(kinesalite_endpoint, settings_factory):
     )
     line = _one_line_naming(_ingest(env), "AWS_REGION")
     assert "regionName" not in line, "the CLI has no regionName option"
+
+
+class _FailingSts(ThreadingHTTPServer):
+    """An STS endpoint that answers every call 503 and counts them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                owner.calls += 1
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def test_a_failing_sts_fails_the_preflight_in_one_line_naming_the_lake_s_settings(
+    kinesalite_endpoint, settings_factory, monkeypatch
+):
+    """The message named the Spark source's options (roleArn, stsEndpointUrl) under
+    KINESIS_ROLE_ARN, and botocore retried STS behind our back (a sensor tick's budget)."""
+    role = "arn:aws:iam::123456789012:role/reader"
+    sts = _FailingSts()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.url)
+        settings = replace(settings_factory(kinesalite_endpoint), role_arn=role)
+        with pytest.raises(PreflightError) as failure:
+            check_stream(settings)
+    finally:
+        sts.shutdown()
+
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith(f"KINESIS_ROLE_ARN={role}: ")
+    assert f"AWS_ENDPOINT_URL_STS={sts.url}" in message
+    assert "roleArn" not in message and "stsEndpointUrl" not in message
+    assert sts.calls <= 2

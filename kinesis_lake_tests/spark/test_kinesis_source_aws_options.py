@@ -92,8 +92,8 @@ def test_an_unreachable_sts_endpoint_fails_naming_the_role_options(spark, moto_e
         run_source(spark, options, tmp_path / "checkpoint")
 
     message = str(failure.value)
-    assert f"Could not assume roleArn={ROLE_ARN}" in message
-    assert "stsEndpointUrl=http://127.0.0.1:9" in message
+    assert f"roleArn={ROLE_ARN}: could not assume the role" in message
+    assert "through stsEndpointUrl=http://127.0.0.1:9" in message
 
 
 def test_role_options_without_a_role_are_refused(spark, moto_endpoint, tmp_path):
