@@ -79,6 +79,7 @@ class Sizes:
     upsert_file_bytes: int
     commits: int
     many_shards: int
+    dagster_seconds: float
     commit_expire_every: int
     freshness_seconds: float
     freshness_warmup_seconds: float
@@ -112,6 +113,7 @@ class Sizes:
                 upsert_file_bytes=256 * 1024,
                 commits=max(20, int(1_000 * min(scale, 1.0))),
                 many_shards=max(8, int(500 * min(scale, 1.0))),
+                dagster_seconds=max(60.0, 300 * min(scale, 1.0)),
                 commit_expire_every=50,
                 freshness_seconds=max(20.0, 120 * min(scale * 4, 1.0)),
                 freshness_warmup_seconds=15.0,
@@ -133,6 +135,7 @@ class Sizes:
             upsert_file_bytes=64 * 1024,
             commits=max(20, int(1_000 * min(scale * 4, 1.0))),
             many_shards=max(8, int(500 * min(scale * 4, 1.0))),
+            dagster_seconds=max(60.0, 150 * min(scale * 4, 1.0)),
             commit_expire_every=50,
             freshness_seconds=max(15.0, 30 * min(scale * 4, 1.0)),
             freshness_warmup_seconds=10.0,

@@ -23,6 +23,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ TICK_S = 0.1
 MAX_RUN_S = 1800.0
 
 
-class _Producer:
+class Producer:
     """Sends ``rate`` records/s in ticks of ``TICK_S``; each payload carries its send time."""
 
     def __init__(self, endpoint_url: str, stream: str, rate: int, max_seconds: float) -> None:
@@ -92,7 +93,7 @@ class _Producer:
             self.stopped.set()
 
 
-class _Poller:
+class Poller:
     """Notes when each raw-table snapshot first becomes visible to a fresh table load."""
 
     def __init__(self, data_dir: Path, table_name: str) -> None:
@@ -125,7 +126,51 @@ class _Poller:
             self._stop.wait(POLL_S)
 
 
-def _stats(values: list[float]) -> dict[str, float | int | None]:
+@dataclass(frozen=True)
+class RecordLatency:
+    sent_s: float
+    seen_s: float  # first poll that showed the record's snapshot - sent
+    committed_s: float  # the snapshot's commit timestamp - sent
+
+
+@dataclass(frozen=True)
+class Visibility:
+    records: list[RecordLatency]
+    unseen: int  # rows whose snapshot no poll saw
+
+
+def visibility(table: Any, poller: Poller) -> Visibility:
+    """Every committed row matched to the first poll that showed its snapshot.
+
+    Rows find their snapshot through ``batch_id`` (one writer per table). Two commits
+    within one poll: the row became visible when the poller saw the later snapshot.
+    """
+    by_batch: dict[int, tuple[int, int]] = {}
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        batch = summary.get("kinesis-lake.batch-id") if summary else None
+        if batch is not None:
+            by_batch[int(batch)] = (snapshot.snapshot_id, snapshot.timestamp_ms)
+    rows = table.scan(selected_fields=("batch_id", "data")).to_arrow()
+    records: list[RecordLatency] = []
+    unseen = 0
+    for batch_id, data in zip(
+        rows.column("batch_id").to_pylist(), rows.column("data").to_pylist(), strict=True
+    ):
+        sent_s = json.loads(data)["sent_ms"] / 1000
+        snapshot_id, committed_ms = by_batch[batch_id]
+        seen = poller.first_seen.get(snapshot_id)
+        if seen is None:
+            later = [t for s, t in poller.first_seen.items() if s != snapshot_id]
+            seen = min((t for t in later if t * 1000 >= committed_ms), default=None)
+            if seen is None:
+                unseen += 1
+                continue
+        records.append(RecordLatency(sent_s, seen - sent_s, committed_ms / 1000 - sent_s))
+    return Visibility(records, unseen)
+
+
+def stats(values: list[float]) -> dict[str, float | int | None]:
     def r(v: float | None) -> float | None:
         return None if v is None else round(v, 3)
 
@@ -158,8 +203,8 @@ def measure(
     namespace = "fresh"
     table_name = f"{namespace}.raw_events"
     stop_file = data_dir / "STOP"
-    producer = _Producer(ctx.endpoint_url, stream, sizes.freshness_rate, max_seconds=MAX_RUN_S)
-    poller = _Poller(data_dir, table_name)
+    producer = Producer(ctx.endpoint_url, stream, sizes.freshness_rate, max_seconds=MAX_RUN_S)
+    poller = Poller(data_dir, table_name)
     threads: list[threading.Thread] = []
 
     first_batch = threading.Event()
@@ -225,36 +270,12 @@ def measure(
         raise RuntimeError(f"producer failed: {producer.error!r}")
 
     table = open_catalog("kinesis_lake", data_dir=data_dir).load_table(table_name)
-    by_batch: dict[int, tuple[int, int]] = {}
-    for snapshot in table.metadata.snapshots:
-        summary = snapshot.summary
-        batch = summary.get("kinesis-lake.batch-id") if summary else None
-        if batch is not None:
-            by_batch[int(batch)] = (snapshot.snapshot_id, snapshot.timestamp_ms)
-    rows = table.scan(selected_fields=("batch_id", "data")).to_arrow()
     warm_from = timeline.get("producer_started", 0.0) + sizes.freshness_warmup_seconds
-    observed_warm: list[float] = []
-    observed_cold: list[float] = []
-    commit_warm: list[float] = []
-    unseen = 0
-    for batch_id, data in zip(
-        rows.column("batch_id").to_pylist(), rows.column("data").to_pylist(), strict=True
-    ):
-        sent_s = json.loads(data)["sent_ms"] / 1000
-        snapshot_id, committed_ms = by_batch[batch_id]
-        seen = poller.first_seen.get(snapshot_id)
-        if seen is None:
-            # Two commits within one poll: visible when the poller saw a later snapshot.
-            later = [t for s, t in poller.first_seen.items() if s != snapshot_id]
-            seen = min((t for t in later if t * 1000 >= committed_ms), default=None)
-            if seen is None:
-                unseen += 1
-                continue
-        if sent_s >= warm_from:
-            observed_warm.append(seen - sent_s)
-            commit_warm.append(committed_ms / 1000 - sent_s)
-        else:
-            observed_cold.append(seen - sent_s)
+    seen = visibility(table, poller)
+    observed_warm = [v.seen_s for v in seen.records if v.sent_s >= warm_from]
+    observed_cold = [v.seen_s for v in seen.records if v.sent_s < warm_from]
+    commit_warm = [v.committed_s for v in seen.records if v.sent_s >= warm_from]
+    unseen = seen.unseen
     # CPU per micro-batch in the steady state, from the cumulative CPU readings taken at
     # each progress event: machine-load-independent cost of one trigger.
     progress_events = [e for e in call.events if "progress" in e]
@@ -266,18 +287,18 @@ def measure(
     batches = call.result["progress"]
     moving = [p for p in batches if p["numInputRows"] > 0]
     durations = sorted(p["durationMs"].get("triggerExecution", 0) / 1000 for p in moving[1:])
-    warm = _stats(observed_warm)
+    warm = stats(observed_warm)
     return {
         "trigger": trigger,
         "rate_records_per_second": sizes.freshness_rate,
         "sent": producer.sent,
-        "committed": rows.num_rows,
+        "committed": len(seen.records) + unseen,
         "producer_late_ticks": producer.late_ticks,
         "warmup_seconds": sizes.freshness_warmup_seconds,
         "measured_seconds": sizes.freshness_seconds,
         "latency_s": warm,
-        "commit_latency_s": _stats(commit_warm),
-        "warmup_latency_s": _stats(observed_cold),
+        "commit_latency_s": stats(commit_warm),
+        "warmup_latency_s": stats(observed_cold),
         "first_batch_s": round(timeline["first_batch_done"] - timeline["query_started"], 2)
         if "first_batch_done" in timeline and "query_started" in timeline
         else None,

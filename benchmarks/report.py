@@ -29,6 +29,7 @@ ORDER = (
     ("scale_out", "7. Scale-out"),
     ("upsert_refresh", "8. Upsert refresh"),
     ("many_shards", "9. Many shards"),
+    ("dagster_mode", "10. Dagster mode latency"),
 )
 
 
@@ -208,12 +209,14 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
         "|---|---|---|---|---|---|",
     ]
     for name, title in ORDER:
+        number, _, title = title.partition(". ")
         result = results.get(name)
         if result is None:
-            rows.append(f"| {title[0]} | {title[3:]} | not run | | |")
+            rows.append(f"| {number} | {title} | not run | | |")
             continue
         if "error" in result:
-            rows.append(f"| {title[0]} | {title[3:]} | error: {result['error'][:80]} | | error |")
+            first_line = " ".join(result["error"][:80].split())
+            rows.append(f"| {number} | {title} | error: {first_line} | | error |")
             continue
         measured = f"ratio {_fmt(result.get('ratio'))}"
         if name == "ingest_vs_hand_written":
@@ -229,6 +232,12 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             measured += (
                 f"; end to end (whole process) {_fmt(whole)} "
                 f"({result['end_to_end_target']}: {result['end_to_end_verdict']})"
+            )
+        if name == "dagster_mode":
+            measured = (
+                f"p50 {_fmt(result['p50_s'])} s, p99 {_fmt(result['p99_s'])} s; "
+                f"{result['runs']} runs, each {_fmt(result['run_duration_s_median'])} s "
+                "(median)"
             )
         if name == "freshness":
             measured = (
@@ -246,7 +255,7 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             )
         when = (result.get("environment") or environment).get("timestamp", "")[11:19]
         rows.append(
-            f"| {title[0]} | {title[3:]} | {measured} | {result.get('target')} | "
+            f"| {number} | {title} | {measured} | {result.get('target')} | "
             f"{result.get('verdict')} | {when}, {_fmt(result.get('duration_s'), 0)} s |"
         )
     return rows
@@ -571,7 +580,23 @@ def _many_shards_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
+    latency = result["latency_s"]
+    return [
+        "| records | p50 | p95 | p99 | max | runs | queued (median) | run (median) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {_fmt(result['visible'])} of {_fmt(result['sent'])} | {_fmt(latency['p50'])} s | "
+        f"{_fmt(latency['p95'])} s | {_fmt(latency['p99'])} s | {_fmt(latency['max'])} s | "
+        f"{result['runs']} ({', '.join(result['run_statuses'])}) | "
+        f"{_fmt(result['run_queued_s_median'])} s | {_fmt(result['run_duration_s_median'])} s |",
+        "",
+        result["notes"],
+        "",
+    ]
+
+
 _SECTIONS = {
+    "dagster_mode": _dagster_mode_section,
     "many_shards": _many_shards_section,
     "ingest_vs_read_ceiling": _ingest_section,
     "ingest_vs_hand_written": _hand_written_section,
@@ -648,9 +673,9 @@ def _runs_note(results: dict[str, Any]) -> list[str]:
     """Say so when the results on disk come from more than one invocation."""
     starts = sorted(
         {
-            (r.get("environment") or {}).get("timestamp", "?")
+            r["environment"]["timestamp"]
             for r in results.values()
-            if isinstance(r, dict)
+            if isinstance(r, dict) and "timestamp" in (r.get("environment") or {})
         }
     )
     if len(starts) <= 1:

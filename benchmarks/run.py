@@ -49,6 +49,7 @@ BENCHMARKS = (
     "scale_out",
     "memory",
     "commit_cost",
+    "dagster_mode",
 )
 
 
