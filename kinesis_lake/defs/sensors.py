@@ -86,19 +86,26 @@ class BacklogCursor:
 
 def ingestion_in_progress(
     instance: dg.DagsterInstance, keys: StreamKeys = DEFAULT_STREAM
-) -> dg.DagsterRun | None:
+) -> dg.RunRecord | None:
     """A queued or running run that will write the stream's raw table, if any."""
     raw = keys.raw_asset
     for record in instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS), limit=200):
         run = record.dagster_run
         selection = run.asset_selection
-        if run.job_name in (keys.ingest_job_name, FULL_JOB_NAME) and (
-            not selection or raw in selection  # none or empty: the whole job
-        ):
-            return run
+        # No asset selection, or an empty one without a check selection (how an
+        # in-process execution records it), is the whole job; an empty one with checks
+        # selected is a run of the job's checks only (launched from the UI): no writes.
+        whole_job = selection is None or (not selection and run.asset_check_selection is None)
+        if whole_job and run.job_name in (keys.ingest_job_name, FULL_JOB_NAME):
+            return record
         if selection is not None and raw in selection:
-            return run
+            return record
     return None
+
+
+def _in_progress_for_s(record: dg.RunRecord) -> float:
+    started = record.start_time or record.create_timestamp.timestamp()
+    return time.time() - started
 
 
 def _stall_verdict(
@@ -200,13 +207,18 @@ def _tick(
         cursor.observed_at_ms is None
         or now_ms - cursor.observed_at_ms >= STREAM_OBSERVATION_INTERVAL.total_seconds() * 1000
     )
-    running = ingestion_in_progress(context.instance, keys)
+    in_progress = ingestion_in_progress(context.instance, keys)
+    running = in_progress.dagster_run if in_progress is not None else None
     if due or state != cursor.stream_state:
         events = stream_observation(fresh, committed.snapshot_id, keys)
-        if running is not None:
-            # The run evaluates the check itself, after its materialization. A verdict
-            # recorded now would be newer than the check the run planned at its start
-            # and older than its materialization: Dagster would show "Not evaluated".
+        # The run evaluates the check itself, after its materialization. A verdict
+        # recorded now would be newer than the check the run planned at its start and
+        # older than its materialization: Dagster would show "Not evaluated". Unless the
+        # lake is stale and the run has been going for longer than the freshness budget:
+        # a run that hangs must not keep the check passing.
+        if in_progress is not None and (
+            fresh.passed or _in_progress_for_s(in_progress) <= lake.freshness_minutes * 60
+        ):
             events = [e for e in events if not isinstance(e, dg.AssetCheckEvaluation)]
         cursor.observed_at_ms, cursor.stream_state = now_ms, state
 

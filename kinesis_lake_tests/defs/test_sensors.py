@@ -390,3 +390,50 @@ def test_a_tick_during_an_ingestion_run_leaves_the_runs_freshness_verdict_curren
         for check in node["assetChecksOrError"]["checks"]
     }
     assert latest["fresh_relative_to_stream"] == {"status": "SUCCEEDED"}
+
+
+def _freshness_verdicts(result) -> list[dg.AssetCheckEvaluation]:
+    return [
+        e
+        for e in result.asset_events
+        if isinstance(e, dg.AssetCheckEvaluation) and e.check_name == "fresh_relative_to_stream"
+    ]
+
+
+def test_a_run_stuck_past_the_freshness_budget_does_not_hide_a_stale_verdict(
+    lake, instance, monkeypatch
+):
+    """A run in progress evaluates freshness itself when it ends, so the sensor held its
+    verdict back; a run that never ends (a hung JVM, a lost worker) kept the check
+    passing for as long as it hung. Past the freshness budget a stale verdict is shown."""
+    produce(lake.settings, 5, seed=8)
+    time.sleep(1.1)  # older than the allowed 0 minutes
+    strict = lake.rebuild(monkeypatch, KINESIS_LAKE_FRESHNESS_MINUTES="0")
+    instance.add_run(
+        dg.DagsterRun(job_name="ingest_raw_events", status=dg.DagsterRunStatus.STARTED)
+    )
+    time.sleep(0.1)  # the run is older than the budget of 0 minutes
+
+    result = tick(strict, instance)
+
+    assert result.run_requests == []  # still one run at a time
+    (verdict,) = _freshness_verdicts(result)
+    assert not verdict.passed
+
+
+def test_a_run_of_the_ingestion_job_s_checks_only_does_not_hold_ingestion_back(lake, instance):
+    """Re-running a check from the UI launches the ingestion job with no assets selected;
+    the sensor took it for a whole-job run that writes raw_events and waited for it."""
+    produce(lake.settings, 10, seed=9)
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="ingest_raw_events",
+            status=dg.DagsterRunStatus.STARTED,
+            asset_selection=frozenset(),
+            asset_check_selection=frozenset(
+                {dg.AssetCheckKey(dg.AssetKey("raw_events"), "fresh_relative_to_stream")}
+            ),
+        )
+    )
+
+    assert len(tick(lake, instance).run_requests) == 1
