@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from botocore.exceptions import BotoCoreError, ClientError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
+from kinesis_lake.errors import KinesisLakeError
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
     QUARANTINE_TABLE,
@@ -137,9 +139,23 @@ def stream_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         )
 
     @decorator
-    def observe(settings: PipelineSettingsResource, kinesis: KinesisResource) -> dg.ObserveResult:
+    def observe(
+        context: dg.AssetExecutionContext,
+        settings: PipelineSettingsResource,
+        kinesis: KinesisResource,
+    ) -> dg.ObserveResult:
         lake = keys.lake(settings, kinesis)
-        fresh = measure_freshness(lake, kinesis)
+        try:
+            fresh = measure_freshness(lake, kinesis)
+        except (KinesisLakeError, BotoCoreError, ClientError) as error:
+            # The ingestion after it depends on this step: a failed look at the stream
+            # must not skip the run that drains it (which fails on its own if Kinesis is
+            # really down). Recorded, so the UI shows why this observation is empty.
+            reason = " ".join(f"{type(error).__name__}: {error}".split())
+            context.log.warning(f"Could not observe {lake.stream_name}: {reason}")
+            return dg.ObserveResult(
+                asset_key=keys.stream_asset, metadata={"observation_error": reason}
+            )
         return dg.ObserveResult(
             asset_key=keys.stream_asset,
             metadata=stream_metadata(fresh, raw_positions(lake).snapshot_id),
