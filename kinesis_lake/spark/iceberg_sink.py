@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table import Table
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -81,7 +83,8 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
     "table": (
         None,
         "Table to write or read, as 'namespace.name' or a name in 'namespace' (required; "
-        ".save(name) and .load(name) work too).",
+        ".save(name) and .load(name) work too). Writes refuse a bare name without option "
+        "'namespace': its namespace would come from the planning process's environment.",
     ),
     "catalog": (DEFAULT_CATALOG_NAME, "pyiceberg catalog name."),
     "dataDir": (
@@ -115,6 +118,8 @@ class SinkOptions:
     batch_id: int | None
     position_columns: tuple[str, str] | None = None
     summary: dict[str, str] = field(default_factory=dict)
+    namespace_from: str | None = None
+    """Where a bare table name's namespace came from; None when the name was qualified."""
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SinkOptions:
@@ -135,7 +140,7 @@ class SinkOptions:
                 "Option 'table' is required: a table as 'namespace.name' or a name in the "
                 "namespace of option 'namespace' (e.g. .load('raw_events'))."
             )
-        table = qualified(table, lowered.get("namespace"))
+        table, namespace_from = qualified(table, lowered.get("namespace"))
         batch_id = lowered.get("batchid")
         if batch_id is not None and not batch_id.lstrip("-").isdigit():
             raise IcebergSinkOptionError(f"Option 'batchId'={batch_id!r} must be an integer.")
@@ -163,10 +168,35 @@ class SinkOptions:
                 for key, value in options.items()
                 if key.lower().startswith(_SUMMARY_PREFIX)
             },
+            namespace_from=namespace_from,
         )
 
-    def load_table(self):
-        return open_catalog(self.catalog, data_dir=self.data_dir).load_table(self.table)
+    def load_table(self) -> Table:
+        catalog = open_catalog(self.catalog, data_dir=self.data_dir)
+        try:
+            return catalog.load_table(self.table)
+        except NoSuchTableError:
+            namespace = self.table.rsplit(".", 1)[0]
+            try:
+                names = sorted(".".join(t) for t in catalog.list_tables(namespace))
+            except NoSuchNamespaceError:
+                names = []
+            looked = f" (a bare name, read in {self.namespace_from})" if self.namespace_from else ""
+            raise IcebergSinkOptionError(
+                f"No table {self.table}{looked} in catalog {self.catalog}; "
+                + (f"it has: {', '.join(names)}." if names else f"{namespace} has no tables.")
+            ) from None
+
+    def load_table_to_write(self) -> Table:
+        """Writes take no namespace from the environment: the same job planned on another
+        machine would write into another namespace."""
+        if self.namespace_from not in (None, "option 'namespace'"):
+            bare = self.table.rsplit(".", 1)[1]
+            raise IcebergSinkOptionError(
+                f"Writes name their namespace: {bare!r} would go to {self.table} (from "
+                f"{self.namespace_from}); write 'namespace.{bare}' or set option 'namespace'."
+            )
+        return self.load_table()
 
 
 @dataclass
@@ -220,11 +250,15 @@ class IcebergDataSource(DataSource):
                 "Batch writes need options 'writerId' and 'batchId': they make the commit "
                 "idempotent (a second write under the same ids is skipped)."
             )
-        return IcebergBatchWriter(options, TableWriteTarget.from_table(options.load_table()))
+        return IcebergBatchWriter(
+            options, TableWriteTarget.from_table(options.load_table_to_write())
+        )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> IcebergStreamWriter:
         options = SinkOptions.parse(dict(self.options))
-        return IcebergStreamWriter(options, TableWriteTarget.from_table(options.load_table()))
+        return IcebergStreamWriter(
+            options, TableWriteTarget.from_table(options.load_table_to_write())
+        )
 
 
 class _FileWritingTask:

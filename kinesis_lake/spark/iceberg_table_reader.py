@@ -62,11 +62,16 @@ class TableReadError(ConfigurationError):
     """A read option names a snapshot, time or column the table does not have."""
 
 
-def qualified(name: str, namespace: str | None) -> str:
-    """``raw_events`` -> ``<namespace>.raw_events``; a qualified name stays as it is."""
+def qualified(name: str, namespace: str | None) -> tuple[str, str | None]:
+    """``raw_events`` -> ``<namespace>.raw_events``, and where that namespace came from
+    (None for a name that was qualified already)."""
     if "." in name:
-        return name
-    return f"{namespace or os.environ.get('KINESIS_LAKE_NAMESPACE') or DEFAULT_NAMESPACE}.{name}"
+        return name, None
+    if namespace:
+        return f"{namespace}.{name}", "option 'namespace'"
+    if os.environ.get("KINESIS_LAKE_NAMESPACE"):
+        return f"{os.environ['KINESIS_LAKE_NAMESPACE']}.{name}", "KINESIS_LAKE_NAMESPACE"
+    return f"{DEFAULT_NAMESPACE}.{name}", "the default namespace"
 
 
 @dataclass(frozen=True)

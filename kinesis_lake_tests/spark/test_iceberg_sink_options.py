@@ -46,3 +46,34 @@ def test_a_spark_write_with_a_misspelt_option_fails_naming_it(spark, tmp_path: P
             .mode("append")
             .save()
         )
+
+
+def test_a_write_to_a_bare_table_name_is_refused_unless_the_namespace_is_given(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare name took its namespace from the environment of whichever process planned
+    the write, so the same job could write into another namespace on another machine."""
+    monkeypatch.delenv("KINESIS_LAKE_NAMESPACE", raising=False)
+    frame = spark.range(1)
+    writer = (
+        frame.write.format(SINK_NAME)
+        .option("dataDir", str(tmp_path))
+        .option("writerId", "w")
+        .option("batchId", "0")
+        .mode("append")
+    )
+    with pytest.raises(Exception, match=r"'raw' would go to kinesis_lake\.raw") as failure:
+        writer.option("table", "raw").save()
+    assert "option 'namespace'" in str(failure.value)
+
+
+def test_reading_a_missing_table_names_the_namespace_it_looked_in(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KINESIS_LAKE_NAMESPACE", raising=False)
+    reader = spark.read.format(SINK_NAME).option("dataDir", str(tmp_path))
+    with pytest.raises(
+        Exception, match=r"No table kinesis_lake\.nope \(a bare name, read in"
+    ) as failure:
+        reader.load("nope")
+    assert "the default namespace" in str(failure.value)
