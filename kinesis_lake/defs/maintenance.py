@@ -58,8 +58,10 @@ class MaintenanceConfig(dg.Config):
         return MaintenancePolicy(**self.model_dump())
 
 
-def maintenance_op(table: str) -> dg.OpDefinition:
-    """Upkeep of ``table``; nothing to do while the table does not exist yet."""
+def maintenance_op(table: str, owner: str | None = None) -> dg.OpDefinition:
+    """Upkeep of ``table``; nothing to do while the table does not exist yet. A table
+    that is no asset of its own (an upsert table's tombstones) is reported on its
+    ``owner``'s asset, its numbers prefixed ``tombstones_``."""
 
     @dg.op(
         name=f"maintain_{table}",
@@ -85,10 +87,13 @@ def maintenance_op(table: str) -> dg.OpDefinition:
             f"{done.snapshots_before} -> {done.snapshots_after}, {done.orphans_removed} "
             "orphans removed"
         )
+        metadata = dataclasses.asdict(done)
+        if owner is not None:
+            metadata = {f"tombstones_{key}": value for key, value in metadata.items()}
         yield dg.AssetObservation(
-            asset_key=dg.AssetKey(table),
-            description="maintenance: compaction, snapshot expiry, orphan removal",
-            metadata=dataclasses.asdict(done),
+            asset_key=dg.AssetKey(owner or table),
+            description=f"maintenance of {table}: compaction, snapshot expiry, orphan removal",
+            metadata=metadata,
         )
 
     return maintain
@@ -96,7 +101,8 @@ def maintenance_op(table: str) -> dg.OpDefinition:
 
 def maintenance_job(declaration: LakeDeclaration, raw_table: str = RAW_TABLE) -> dg.JobDefinition:
     """One upkeep op per table of the lake (raw, declared, fixed and tombstones alike)."""
-    ops = [maintenance_op(table) for table in consumers(declaration, raw_table)]
+    owners = {spec.tombstones: spec.name for spec in declaration.derived if spec.upsert}
+    ops = [maintenance_op(table, owners.get(table)) for table in consumers(declaration, raw_table)]
 
     @dg.job(
         name=MAINTENANCE_JOB_NAME,
