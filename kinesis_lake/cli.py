@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_lake.config import Settings, load_profile, settings_markdown
+from kinesis_lake.config import SPARK_CONNECT_PORT, Settings, load_profile, settings_markdown
 from kinesis_lake.errors import ConfigurationError, KinesisLakeError, TableError
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 
@@ -89,6 +89,28 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
         pass
     finally:
         endpoint.stop()
+
+
+def cmd_connect_server(args: argparse.Namespace) -> None:
+    from kinesis_lake.spark.connect_server import ConnectServer
+    from kinesis_lake.spark.session import is_connect
+
+    settings = _settings()
+    master = args.master or (
+        "local[2]" if is_connect(settings.spark_master) else settings.spark_master
+    )
+    server = ConnectServer(port=args.port, master=master, log_dir=settings.log_dir)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        print(
+            f"Spark Connect server ({master}) on {server.url}: set SPARK_MASTER={server.url} "
+            f"(Ctrl-C to stop; log {server.log_file})",
+            flush=True,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            while not stop.wait(1):
+                pass
 
 
 def cmd_produce(args: argparse.Namespace) -> None:
@@ -426,6 +448,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="which endpoint; default: KINESIS_LAKE_ENDPOINT_KIND",
     )
     endpoint.add_argument("--in-memory", action="store_true", help="keep nothing on disk")
+
+    connect = _command(
+        commands,
+        "connect-server",
+        "run a long-lived Spark that commands and runs attach to (SPARK_MASTER=sc://...)",
+        cmd_connect_server,
+    )
+    connect.add_argument("--port", type=int, default=SPARK_CONNECT_PORT, help="port to serve on")
+    connect.add_argument(
+        "--master", default=None, help="the server's Spark master; default: SPARK_MASTER"
+    )
 
     produce = _command(commands, "produce", "send generated JSON events", cmd_produce)
     produce.add_argument("--count", type=int, required=True, help="how many records to send")

@@ -69,6 +69,10 @@ def setting(
 DEFAULT_NAMESPACE = "kinesis_lake"
 
 
+SPARK_CONNECT_PORT = 15002
+"""Spark Connect's own default port (``kinesis-lake connect-server``, ``make dev``)."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """The resolved configuration of one kinesis-lake deployment.

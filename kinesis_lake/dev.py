@@ -1,7 +1,10 @@
-"""``make dev``: the local Kinesis endpoint plus ``dagster dev``, until Ctrl-C.
+"""``make dev``: the local Kinesis endpoint, a Spark Connect server and ``dagster dev``,
+until Ctrl-C.
 
 The endpoint keeps its data under ``.data/dev/kinesis`` and Dagster its runs under
-``.data/dev/dagster_home``, so stopping and starting again picks up where it was.
+``.data/dev/dagster_home``, so stopping and starting again picks up where it was. Runs and
+commands attach to the Connect server (``SPARK_MASTER=sc://127.0.0.1:15002``) instead of
+starting a JVM each; a ``SPARK_MASTER`` set beforehand is used as it is, with no server.
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def session_commands(endpoint_url: str, data_dir: Path) -> str:
-    """The commands that reach this session's stream and lake from another shell: the
-    CLI's own default data directory is another lake."""
+def session_commands(endpoint_url: str, data_dir: Path, spark_master: str | None = None) -> str:
+    """The commands that reach this session's stream and lake (and Spark) from another
+    shell: the CLI's own default data directory is another lake."""
     lake = f"KINESIS_ENDPOINT_URL={endpoint_url} KINESIS_LAKE_DATA_DIR={data_dir}"
+    if spark_master:
+        lake += f" SPARK_MASTER={spark_master}"
     cli = ".venv/bin/kinesis-lake --profile profiles/local.env"
     return "\n".join(
         [
@@ -55,7 +61,7 @@ def run_dev(port: int = 3000) -> None:
         os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto"),
         port=LOCAL_ENDPOINT_PORT,
     )
-    with endpoint:
+    with endpoint, _spark_for_runs(data_dir):
         os.environ["KINESIS_ENDPOINT_URL"] = endpoint.url
         settings = Settings.from_env()
         ensure_stream(
@@ -67,10 +73,24 @@ def run_dev(port: int = 3000) -> None:
             f"{endpoint.kind} Kinesis endpoint on {endpoint.url}, stream '{settings.stream_name}'"
         )
         print(f"Dagster UI:   http://127.0.0.1:{port}")
-        print(session_commands(endpoint.url, data_dir))
+        print(f"Spark:        {os.environ.get('SPARK_MASTER')}")
+        print(session_commands(endpoint.url, data_dir, os.environ.get("SPARK_MASTER")))
         env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
         with contextlib.suppress(KeyboardInterrupt):
             subprocess.run(dagster_dev_command(port), env=env, cwd=REPO_ROOT, check=False)
+
+
+@contextlib.contextmanager
+def _spark_for_runs(data_dir: Path) -> Iterator[None]:
+    """A Connect server for this session's runs, unless SPARK_MASTER was set already."""
+    if os.environ.get("SPARK_MASTER"):
+        yield
+        return
+    from kinesis_lake.spark.connect_server import ConnectServer
+
+    with ConnectServer(log_dir=data_dir / "logs") as server:
+        os.environ["SPARK_MASTER"] = server.url
+        yield
 
 
 def dagster_dev_command(port: int) -> list[str]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import fsspec
 from pyiceberg.table.snapshots import ancestors_of
@@ -185,7 +186,7 @@ class _BatchFollower:
 
     def poll(self) -> None:
         for progress in self._query.recentProgress:
-            if progress["batchId"] > self._reported and progress["numInputRows"] > 0:
+            if progress["batchId"] > self._reported and input_rows(progress) > 0:
                 self._reported = progress["batchId"]
                 self.batches += 1
                 if self._on_batch is not None:
@@ -289,7 +290,7 @@ def _batch_report(settings: Settings, progress: dict) -> BatchReport:
     )
     return BatchReport(
         batch_id=progress["batchId"],
-        rows=progress["numInputRows"],
+        rows=input_rows(progress),
         seconds=progress.get("durationMs", {}).get("triggerExecution", 0) / 1000,
         raw_rows_total=total,
         snapshot_id=snapshot_id,
@@ -332,6 +333,15 @@ def _raw_rows(settings: Settings) -> int:
     return _raw_table_state(settings)[0]
 
 
+def input_rows(progress: Mapping[str, Any]) -> int:
+    """A micro-batch's input rows: over Spark Connect the progress leaves the total unset
+    and counts them per source only."""
+    total = progress.get("numInputRows")
+    if total is None:
+        total = sum(source.get("numInputRows") or 0 for source in progress.get("sources") or ())
+    return int(total)
+
+
 def _summarise(
     settings: Settings,
     progresses: Sequence[dict],
@@ -342,7 +352,7 @@ def _summarise(
 ) -> IngestResult:
     """Rows come from the table itself: Spark keeps only recent progress entries (100 by
     default), which is also why a long continuous run passes the ``batches`` it counted."""
-    moving = [p for p in progresses if p["numInputRows"] > 0]
+    moving = [p for p in progresses if input_rows(p) > 0]
     status = source_status(settings, progresses[-1]) if progresses else {}
     lags = _lag_by_shard(status)
     total, snapshot_id = _raw_table_state(settings)

@@ -60,15 +60,17 @@ def build_spark_session(
     With ``log_dir``, a JVM this call starts writes its log to ``spark_log_file(log_dir)``
     instead of the terminal: commands print the pipeline's story, and the log is there
     (and named by the CLI) when a run fails.
+
+    A ``master`` of ``sc://host:port`` attaches to a Spark Connect server
+    (:mod:`kinesis_lake.spark.connect_server`) instead: no JVM starts here, and the
+    pinned settings are the server's (it was started with them).
     """
+    if is_connect(master):
+        return _connect(master, conf or {})
     merged = {**driver_address_conf(), **BASE_CONF, **(conf or {})}
     if log_dir is not None:
         merged = _logging_to_file(merged, Path(log_dir))
-    if merged.get("spark.speculation", "false").lower() == "true":
-        raise SparkConfigError(
-            "spark.speculation=true is not supported: two attempts of one Kinesis read "
-            "task must never run at once. Remove the setting."
-        )
+    _refuse_speculation(merged)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     active = SparkSession.getActiveSession()
@@ -84,6 +86,30 @@ def build_spark_session(
         return _register(builder.getOrCreate())
     with _jvm_stderr_to(spark_log_file(log_dir)):
         return _register(builder.getOrCreate())
+
+
+def _refuse_speculation(conf: Mapping[str, str]) -> None:
+    if conf.get("spark.speculation", "false").lower() == "true":
+        raise SparkConfigError(
+            "spark.speculation=true is not supported: two attempts of one Kinesis read "
+            "task must never run at once. Remove the setting."
+        )
+
+
+def is_connect(master: str) -> bool:
+    """``master`` is a Spark Connect URL, not a cluster manager's."""
+    return master.startswith("sc://")
+
+
+def _connect(url: str, conf: Mapping[str, str]) -> SparkSession:
+    _refuse_speculation(conf)
+    builder = SparkSession.builder.remote(url)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    # The data sources are the server's own (Spark's pyspark_* auto-registration there).
+    require_spark(session.version)
+    return session
 
 
 def spark_log_file(log_dir: str | Path) -> Path:

@@ -96,10 +96,10 @@ def test_a_profile_is_found_in_the_repository_from_any_directory(lake, tmp_path)
 
 
 def test_make_dev_hands_out_commands_on_its_own_lake():
-    text = session_commands("http://127.0.0.1:4567", Path("/repo/.data/dev"))
+    text = session_commands("http://127.0.0.1:4567", Path("/repo/.data/dev"), "sc://127.0.0.1:1")
     assert (
         "export KINESIS_ENDPOINT_URL=http://127.0.0.1:4567 KINESIS_LAKE_DATA_DIR=/repo/.data/dev"
-        in text
+        " SPARK_MASTER=sc://127.0.0.1:1" in text
     )
     for command in ("produce", "query", "history", "check"):
         assert f"--profile profiles/local.env {command}" in text

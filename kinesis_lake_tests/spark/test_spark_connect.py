@@ -1,0 +1,122 @@
+"""Spark Connect: commands and Dagster runs attach to a long-lived Spark (``sc://``)
+instead of starting a JVM each; the data sources run in the server. Each client runs in a
+process of its own: a process that has made a Connect session is in Connect mode
+everywhere, which the suite's shared local session must not be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake.spark.session import spark_log_file
+from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
+from kinesis_lake_tests.pipeline_helpers import (
+    assert_reconciled,
+    produce,
+    run_cli_with,
+    settings_env,
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    port: int
+
+    def serving(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 1):
+            return True
+        return False
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory) -> Iterator[Server]:
+    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM."""
+    port = _free_port()
+    env = {**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(tmp_path_factory.mktemp("c"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kinesis_lake.cli", "connect-server", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    announced = process.stdout.readline()  # printed once the server serves
+    server = Server(f"sc://127.0.0.1:{port}", port)
+    try:
+        assert f"SPARK_MASTER={server.url}" in announced, announced
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
+    assert process.returncode == 0
+    assert not server.serving()  # the server stopped with the command
+
+
+def _without_java(env: dict[str, str]) -> dict[str, str]:
+    """A client that could not start a JVM if it tried."""
+    return {**env, "JAVA_HOME": "/nonexistent/jdk", "SPARK_HOME": "/nonexistent/spark"}
+
+
+def test_the_cli_ingests_exactly_once_through_spark_connect_without_a_jvm(
+    connect_server, kinesalite_endpoint, settings_factory
+):
+    settings = settings_factory(kinesalite_endpoint)
+    env = _without_java({**settings_env(settings), "SPARK_MASTER": connect_server.url})
+    produce(settings, 300, malformed_every=25, seed=21)
+
+    first = run_cli_with(env, "ingest")
+    produce(settings, 200, seed=22)
+    second = run_cli_with(env, "ingest", "--derive")  # the derived tables' refresh too
+
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "ingested 300 rows" in first.stdout and "ingested 200 rows" in second.stdout
+    rows = open_catalog(data_dir=settings.data_dir).load_table(settings.raw_table).scan()
+    keys = rows.to_arrow().select(["shard_id", "sequence_number", "sub_sequence_number"])
+    assert keys.num_rows == 500 == len(set(zip(*keys.to_pydict().values(), strict=True)))
+    assert not spark_log_file(settings.log_dir).exists()  # no local JVM logged anything
+    assert_reconciled(settings, ("events",))  # the default declaration's one table
+
+
+SESSION_AND_TEARDOWN = """
+import sys
+import dagster as dg
+from kinesis_lake.defs.resources import SparkResource
+from pyspark.sql.connect.session import SparkSession as ConnectSession
+with dg.build_resources({"spark": SparkResource(master=sys.argv[1])}) as resources:
+    session = resources.spark.session
+    assert isinstance(session, ConnectSession), type(session)
+    print("rows", session.range(5).count())
+"""
+
+
+def test_the_dagster_spark_resource_attaches_to_the_server(connect_server, tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, "-c", SESSION_AND_TEARDOWN, connect_server.url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=_without_java({**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(tmp_path)}),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rows 5" in result.stdout
+    # Teardown released the session only: the server still serves.
+    assert connect_server.serving()
