@@ -179,6 +179,13 @@ class Settings:
         "Raw table is stale when the stream has unconsumed data older than this.",
         default=15,
     )
+    sensor_interval_seconds: int = setting(
+        "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS",
+        "How often the backlog sensor looks for records to ingest (Dagster's minimum "
+        "interval). Lower it, with runs attached to a Spark Connect server, for seconds "
+        "from put to table.",
+        default=30,
+    )
     quarantine_warn_ratio: float = setting(
         "KINESIS_LAKE_QUARANTINE_WARN_RATIO",
         "Quarantined / raw ratio above which the quarantine check warns.",
@@ -227,6 +234,11 @@ class Settings:
             raise SettingsError(
                 "KINESIS_MAX_RECORDS_PER_SHARD must be >= 1 (default 100000), "
                 f"got {self.max_records_per_shard}."
+            )
+        if self.sensor_interval_seconds < 1:
+            raise SettingsError(
+                "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1 (default 30), "
+                f"got {self.sensor_interval_seconds}."
             )
         if self.max_write_tasks < 0:
             raise SettingsError(

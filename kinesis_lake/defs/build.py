@@ -35,6 +35,6 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         asset_checks=all_checks(declaration, streams),
         jobs=list(jobs.values()),
         schedules=[maintenance_schedule(upkeep)],
-        sensors=lake_sensors(streams, jobs),
+        sensors=lake_sensors(streams, jobs, settings.sensor_interval_seconds),
         resources=lake_resources(),
     )

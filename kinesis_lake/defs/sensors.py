@@ -159,13 +159,15 @@ def stream_observation(
     ]
 
 
-def backlog_sensor(keys: StreamKeys, job: "UnresolvedAssetJobDefinition") -> dg.SensorDefinition:
+def backlog_sensor(
+    keys: StreamKeys, job: "UnresolvedAssetJobDefinition", interval_s: int = 30
+) -> dg.SensorDefinition:
     """The backlog sensor of one stream: it launches ``job`` (the stream's ingestion)."""
 
     @dg.sensor(
         name=keys.sensor_name,
         job=job,
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             f"Launches {job.name} when the Kinesis stream holds records past the "
@@ -282,9 +284,11 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 
-def lake_sensors(streams: list[StreamKeys], jobs: dict[str, Any]) -> list[dg.SensorDefinition]:
+def lake_sensors(
+    streams: list[StreamKeys], jobs: dict[str, Any], interval_s: int = 30
+) -> list[dg.SensorDefinition]:
     """A backlog sensor per stream (launching its ingest job) and the automation sensor."""
     return [
-        *(backlog_sensor(keys, jobs[keys.ingest_job_name]) for keys in streams),
+        *(backlog_sensor(keys, jobs[keys.ingest_job_name], interval_s) for keys in streams),
         automation_sensor,
     ]

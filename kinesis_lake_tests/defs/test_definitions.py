@@ -404,3 +404,14 @@ def test_the_ui_lists_the_backlog_sensor_as_the_streams_automation(instance):
     }
     assert automations["kinesis_stream"] == {"kinesis_backlog_sensor"}
     assert automations["raw_events"] == {"kinesis_backlog_sensor"}
+
+
+def test_the_backlog_sensor_ticks_as_often_as_configured(monkeypatch):
+    """Its 30 s interval alone put ~15 s between a record and its run on average: a lake
+    that wants seconds of latency (with runs attached to a Connect server) sets it lower."""
+    monkeypatch.setenv("KINESIS_LAKE_SENSOR_INTERVAL_SECONDS", "5")
+    sensor = _defs().get_sensor_def("kinesis_backlog_sensor")
+    assert sensor.minimum_interval_seconds == 5
+
+    with pytest.raises(SettingsError, match="KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1"):
+        Settings(sensor_interval_seconds=0)
