@@ -234,10 +234,9 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
                 f"({result['end_to_end_target']}: {result['end_to_end_verdict']})"
             )
         if name == "dagster_mode":
-            measured = (
-                f"p50 {_fmt(result['p50_s'])} s, p99 {_fmt(result['p99_s'])} s; "
-                f"{result['runs']} runs, each {_fmt(result['run_duration_s_median'])} s "
-                "(median)"
+            measured = "; ".join(
+                f"{label}: p50 {_fmt(v['p50_s'])} s, p99 {_fmt(v['p99_s'])} s"
+                for label, v in result["variants"].items()
             )
         if name == "freshness":
             measured = (
@@ -581,18 +580,27 @@ def _many_shards_section(result: dict[str, Any]) -> list[str]:
 
 
 def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
-    latency = result["latency_s"]
-    return [
-        "| records | p50 | p95 | p99 | max | runs | queued (median) | run (median) |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {_fmt(result['visible'])} of {_fmt(result['sent'])} | {_fmt(latency['p50'])} s | "
-        f"{_fmt(latency['p95'])} s | {_fmt(latency['p99'])} s | {_fmt(latency['max'])} s | "
-        f"{result['runs']} ({', '.join(result['run_statuses'])}) | "
-        f"{_fmt(result['run_queued_s_median'])} s | {_fmt(result['run_duration_s_median'])} s |",
-        "",
-        result["notes"],
-        "",
+    lines = [
+        "| variant | sensor every | records | p50 | p95 | p99 | max | runs | queued "
+        "(median) | start to first step | run (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    steps = []
+    for label, v in result["variants"].items():
+        latency = v["latency_s"]
+        lines.append(
+            f"| {label} | {v['sensor_interval_s']} s | {_fmt(v['visible'])} of "
+            f"{_fmt(v['sent'])} | {_fmt(latency['p50'])} s | {_fmt(latency['p95'])} s | "
+            f"{_fmt(latency['p99'])} s | {_fmt(latency['max'])} s | {v['runs']} | "
+            f"{_fmt(v['run_queued_s_median'])} s | "
+            f"{_fmt(v['run_start_to_first_step_s_median'])} s | "
+            f"{_fmt(v['run_duration_s_median'])} s |"
+        )
+        steps.append(
+            f"{label}: "
+            + ", ".join(f"`{k}` {_fmt(t)} s" for k, t in v["step_seconds_median"].items())
+        )
+    return [*lines, "", "Median step durations: " + "; ".join(steps) + ".", "", result["notes"], ""]
 
 
 _SECTIONS = {
