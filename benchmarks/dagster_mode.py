@@ -117,6 +117,8 @@ def _measure(ctx: BenchContext, label: str, extra_env: dict[str, str]) -> dict[s
         "KINESIS_LAKE_DATA_DIR": str(data_dir),
         "KINESIS_SHARD_COUNT": str(SHARDS),
         "AWS_REGION": REGION,
+        # A stream per variant: the second must not ingest the first one's records.
+        "KINESIS_STREAM_NAME": f"dagster-mode-{label.replace('_', '-')}",
         **extra_env,
     }
     settings = Settings.from_env(env)
@@ -148,6 +150,11 @@ def _measure(ctx: BenchContext, label: str, extra_env: dict[str, str]) -> dict[s
 
     table = open_catalog(settings.catalog_name, data_dir=data_dir).load_table(settings.raw_table)
     seen = visibility(table, poller)
+    if poller.rows_visible > producer.sent:
+        raise RuntimeError(
+            f"{poller.rows_visible} rows visible of {producer.sent} sent: the table holds "
+            "records this measurement did not send"
+        )
     latency = stats([record.seen_s for record in seen.records])
     ingest_runs = [r for r in runs if r["startTime"] and r["endTime"]]
     queued = [r["startTime"] - r["creationTime"] for r in ingest_runs if r["creationTime"]]
