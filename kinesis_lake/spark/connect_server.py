@@ -28,9 +28,14 @@ from types import TracebackType
 import pyspark
 
 from kinesis_lake.config import SPARK_CONNECT_PORT
+from kinesis_lake.errors import KinesisLakeError
 from kinesis_lake.spark.session import BASE_CONF, LOOPBACK, driver_address_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+class ConnectServerError(KinesisLakeError):
+    """The server could not start; the message says where to look or what to do."""
 
 
 def server_command(master: str, port: int, conf: Mapping[str, str] | None = None) -> list[str]:
@@ -98,6 +103,11 @@ class ConnectServer:
             return False
 
     def __enter__(self) -> ConnectServer:
+        if self.serving():  # it would fail to bind, and the port would answer anyway
+            raise ConnectServerError(
+                f"Spark Connect: port {self.port} is already in use (another server?): stop "
+                f"what serves it, or use it with SPARK_MASTER={self.url}."
+            )
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self._process = subprocess.Popen(
@@ -111,8 +121,8 @@ class ConnectServer:
         while not self.serving():
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(
-                    f"The Spark Connect server did not start on port {self.port}: see "
+                raise ConnectServerError(
+                    f"Spark Connect: the server did not start on port {self.port}: see "
                     f"{self.log_file}."
                 )
             time.sleep(0.5)

@@ -120,3 +120,23 @@ def test_the_dagster_spark_resource_attaches_to_the_server(connect_server, tmp_p
     assert "rows 5" in result.stdout
     # Teardown released the session only: the server still serves.
     assert connect_server.serving()
+
+
+def test_a_port_already_served_is_refused_in_one_line_before_any_jvm_starts(tmp_path: Path):
+    """A second ``make dev`` (or a server left over) holds the port: the new server could
+    not bind, yet the port answered, so the caller took the other process for its own."""
+    from kinesis_lake.errors import KinesisLakeError
+    from kinesis_lake.spark.connect_server import ConnectServer
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = ConnectServer(port=port, log_dir=tmp_path / "logs")
+        with pytest.raises(KinesisLakeError) as refused:
+            server.__enter__()
+
+    message = str(refused.value)
+    assert "\n" not in message and f"port {port} is already in use" in message
+    assert f"SPARK_MASTER=sc://127.0.0.1:{port}" in message
+    assert not server.log_file.exists()  # nothing was started
