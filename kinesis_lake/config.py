@@ -186,6 +186,20 @@ class Settings:
         "from put to table.",
         default=30,
     )
+    run_linger_seconds: int = setting(
+        "KINESIS_LAKE_RUN_LINGER_SECONDS",
+        "After draining its backlog, an ingestion run (Dagster's or `kinesis-lake ingest`) "
+        "keeps its query going, micro-batch after micro-batch, until no record arrived for "
+        "this long; 0: stop once drained. Set it, with Spark Connect, for seconds from put "
+        "to table under a steady stream.",
+        default=0,
+    )
+    run_max_seconds: int = setting(
+        "KINESIS_LAKE_RUN_MAX_SECONDS",
+        "A lingering run ends after this long even if records keep coming (its checks then "
+        "run and the sensor starts the next); less than KINESIS_LAKE_FRESHNESS_MINUTES.",
+        default=300,
+    )
     quarantine_warn_ratio: float = setting(
         "KINESIS_LAKE_QUARANTINE_WARN_RATIO",
         "Quarantined / raw ratio above which the quarantine check warns.",
@@ -239,6 +253,17 @@ class Settings:
             raise SettingsError(
                 "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1 (default 30), "
                 f"got {self.sensor_interval_seconds}."
+            )
+        if self.run_linger_seconds < 0:
+            raise SettingsError(
+                "KINESIS_LAKE_RUN_LINGER_SECONDS must be >= 0 (0, the default, ends a run once "
+                f"its backlog is drained), got {self.run_linger_seconds}."
+            )
+        if self.run_linger_seconds and not 0 < self.run_max_seconds < self.freshness_minutes * 60:
+            raise SettingsError(
+                f"KINESIS_LAKE_RUN_MAX_SECONDS={self.run_max_seconds} must be above 0 and below "
+                f"KINESIS_LAKE_FRESHNESS_MINUTES ({self.freshness_minutes} min): a run in "
+                "progress longer than that is reported stale."
             )
         if self.max_write_tasks < 0:
             raise SettingsError(

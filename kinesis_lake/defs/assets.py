@@ -9,7 +9,9 @@ Who runs what:
 
 * ``raw_events``: the backlog sensor (``sensors.py``), only when the stream holds records
   past the committed positions; one at a time (pool ``kinesis_lake_ingestion``, limit 1 in
-  ``dagster.yaml``), because one Spark checkpoint admits one query. For low latency,
+  ``dagster.yaml``), because one Spark checkpoint admits one query. With
+  ``KINESIS_LAKE_RUN_LINGER_SECONDS`` a run goes on while records keep arriving and records
+  each committed micro-batch as a raw_events materialization as it goes. For low latency,
   ``kinesis-lake stream`` (or ``ingest_continuously`` in a step of your own) runs the same query
   continuously instead (stop the backlog sensor meanwhile: the sensor does not know about
   it) and records each micro-batch as a runless raw_events materialization with the same
@@ -218,7 +220,17 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
 
         preflight(lake, event_schema=False)  # before the JVM starts, in one line
-        result = run_ingestion(spark.session, lake)
+        result = run_ingestion(
+            spark.session,
+            lake,
+            # A lingering run (KINESIS_LAKE_RUN_LINGER_SECONDS) can go on for minutes: the
+            # UI follows its batches as they commit, not only the run's total at the end.
+            on_batch=(
+                (lambda batch: context.log_event(raw_batch_materialization(lake, batch)))
+                if lake.run_linger_seconds
+                else None
+            ),
+        )
         context.log.info(
             f"Ingested {result.rows} rows in {result.batches} micro-batches from "
             f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "

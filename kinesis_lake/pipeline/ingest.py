@@ -157,7 +157,23 @@ def run_ingestion(
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> IngestResult:
     """Drain what the stream holds now into the raw table, then stop; ``on_batch`` sees
-    each committed micro-batch that moved rows (a progress display, say)."""
+    each committed micro-batch that moved rows (a progress display, say).
+
+    With ``settings.run_linger_seconds`` the run goes on after the drain, on a short
+    processing-time trigger, until no record arrived for that long or
+    ``settings.run_max_seconds`` passed. Under a steady stream a record put meanwhile then
+    waits for the next trigger of a running query, not for the next run (a new process, a
+    new query, and in Dagster the sensor's next tick).
+    """
+    if settings.run_linger_seconds:
+        return run_continuous(
+            spark,
+            settings,
+            stop=threading.Event(),
+            processing_time=LINGER_TRIGGER,
+            on_batch=on_batch,
+            linger=Linger(settings.run_linger_seconds, settings.run_max_seconds),
+        )
     started = time.monotonic()
     before = _raw_rows(settings)
     query = start_ingestion_query(spark, settings, available_now=True)
@@ -171,8 +187,29 @@ def run_ingestion(
     return _summarise(settings, query.recentProgress, time.monotonic() - started, before)
 
 
+LINGER_TRIGGER = "1 second"
+"""A lingering run's trigger: Spark starts no batch while the source has nothing new, so a
+short interval costs an offset lookup per second, not a commit."""
+
+
+@dataclass(frozen=True)
+class Linger:
+    """When a run that goes on after its drain ends: ``idle_seconds`` after its last batch
+    that moved rows (counted from its first trigger, so a slow query start is not idleness),
+    or ``max_seconds`` after it started, whichever comes first."""
+
+    idle_seconds: float
+    max_seconds: float
+
+    def over(self, started: float, quiet_since: float | None, now: float) -> bool:
+        if now - started >= self.max_seconds:
+            return True
+        return quiet_since is not None and now - quiet_since >= self.idle_seconds
+
+
 class _BatchFollower:
-    """Reports each committed micro-batch of ``query`` that moved rows, once."""
+    """Reports each committed micro-batch of ``query`` that moved rows, once, and since
+    when none has (``quiet_since``: monotonic, None before the query's first trigger)."""
 
     def __init__(
         self,
@@ -183,12 +220,17 @@ class _BatchFollower:
         self._settings, self._query, self._on_batch = settings, query, on_batch
         self._reported = -1
         self.batches = 0
+        self.quiet_since: float | None = None
 
     def poll(self) -> None:
-        for progress in self._query.recentProgress:
+        progresses = self._query.recentProgress
+        if progresses and self.quiet_since is None:
+            self.quiet_since = time.monotonic()
+        for progress in progresses:
             if progress["batchId"] > self._reported and input_rows(progress) > 0:
                 self._reported = progress["batchId"]
                 self.batches += 1
+                self.quiet_since = time.monotonic()
                 if self._on_batch is not None:
                     self._on_batch(_batch_report(self._settings, progress))
 
@@ -200,8 +242,10 @@ def run_continuous(
     stop: threading.Event,
     processing_time: str = "5 seconds",
     on_batch: Callable[[BatchReport], None] | None = None,
+    linger: Linger | None = None,
 ) -> IngestResult:
-    """Ingest until ``stop`` is set; report each committed batch that moved rows.
+    """Ingest until ``stop`` is set (or ``linger`` is over); report each committed batch
+    that moved rows.
 
     Stopping waits for the batch in flight (Spark itself has no graceful stop: ``stop()``
     interrupts), so it commits and is reported before this returns. Only a trigger that
@@ -217,6 +261,8 @@ def run_continuous(
         while not stop.is_set() and query.isActive:
             stop.wait(0.5)
             follower.poll()
+            if linger is not None and linger.over(started, follower.quiet_since, time.monotonic()):
+                break
         failure = query.exception()
         if failure is not None:
             raise failure

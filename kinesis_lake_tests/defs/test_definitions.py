@@ -415,3 +415,15 @@ def test_the_backlog_sensor_ticks_as_often_as_configured(monkeypatch):
 
     with pytest.raises(SettingsError, match="KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1"):
         Settings(sensor_interval_seconds=0)
+
+
+def test_a_lingering_run_is_capped_below_the_freshness_budget():
+    """A run in progress longer than KINESIS_LAKE_FRESHNESS_MINUTES is reported stale, so
+    a cap that lets a lingering run reach it would make a healthy stream look stuck."""
+    with pytest.raises(SettingsError, match=r"KINESIS_LAKE_RUN_MAX_SECONDS=900 .*FRESHNESS"):
+        Settings(run_linger_seconds=30, run_max_seconds=900)
+    with pytest.raises(SettingsError, match="KINESIS_LAKE_RUN_LINGER_SECONDS must be >= 0"):
+        Settings(run_linger_seconds=-1)
+    assert Settings(run_max_seconds=899, run_linger_seconds=30).run_max_seconds == 899
+    # Without lingering the cap is unused: a short freshness budget stays valid.
+    assert Settings(freshness_minutes=3).run_max_seconds == 300

@@ -3,12 +3,20 @@ raw_events. Real Spark, moto Kinesis behind a fault proxy, a real catalog."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import dagster as dg
 
 from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, kinesis_stream, raw_events
 from kinesis_lake.kinesis.fault_proxy import FaultProxy
+from kinesis_lake.pipeline.ingest import ensure_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake
-from kinesis_lake_tests.pipeline_helpers import produce
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
+
+
+def _raw_rows(settings) -> int:
+    return len(raw_keys(settings))
 
 
 def test_a_failed_stream_observation_does_not_stop_the_ingestion_after_it(
@@ -41,3 +49,41 @@ def test_a_failed_stream_observation_does_not_stop_the_ingestion_after_it(
     (observed,) = result.get_asset_observation_events()
     error = observed.event_specific_data.asset_observation.metadata["observation_error"].value
     assert "InvalidArgumentException" in error and "\n" not in error
+
+
+def test_a_lingering_run_records_each_micro_batch_as_it_commits(
+    spark, moto_endpoint, tmp_path, monkeypatch
+):
+    """With KINESIS_LAKE_RUN_LINGER_SECONDS the run goes on after its drain: the UI must
+    show the raw table moving while it does, batch by batch, not only when the run ends."""
+    lake = make_lake(monkeypatch, tmp_path / "data", moto_endpoint.url)
+    lake = lake.rebuild(monkeypatch, KINESIS_LAKE_RUN_LINGER_SECONDS="4")
+    produce(lake.settings, 30, seed=31)
+    ensure_raw_table(lake.settings)  # so the watching thread can count its rows from the start
+
+    def put_after_the_first_commit() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _raw_rows(lake.settings) < 30:
+            time.sleep(0.3)
+        produce(lake.settings, 25, seed=32)
+
+    producer = threading.Thread(target=put_after_the_first_commit, daemon=True)
+    producer.start()
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [kinesis_stream, raw_events],
+            selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
+            resources=lake.resources,
+            instance=instance,
+        )
+    producer.join(5)
+
+    materialized = [
+        event.materialization.metadata for event in result.get_asset_materialization_events()
+    ]
+    *batches, whole_run = materialized
+    assert len(batches) >= 2
+    assert sum(batch["rows_added"].value for batch in batches) == 55
+    assert [batch["dagster/row_count"].value for batch in batches][-1] == 55
+    assert whole_run["rows_added"].value == 55
+    assert whole_run["batches"].value == len(batches)
