@@ -234,6 +234,8 @@ def test_workspace_and_instance_yaml_are_valid(tmp_path):
         assert concurrency.pool_config.default_pool_limit == 1
         assert instance.run_monitoring_enabled
         assert not instance.telemetry_enabled
+        # A sensor-launched run starts within a second, not after Dagster's default 5 s.
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
         assert str(instance.root_directory) == str(home)
 
 
