@@ -118,7 +118,7 @@ class Sizes:
                 freshness_seconds=max(20.0, 120 * min(scale * 4, 1.0)),
                 freshness_warmup_seconds=15.0,
                 freshness_rate=1_000,
-                freshness_triggers=("1 second", "5 seconds"),
+                freshness_triggers=("0.5 seconds", "1 second", "5 seconds"),
             )
         return cls(
             backlog=n(200_000),
@@ -140,7 +140,7 @@ class Sizes:
             freshness_seconds=max(15.0, 30 * min(scale * 4, 1.0)),
             freshness_warmup_seconds=10.0,
             freshness_rate=1_000,
-            freshness_triggers=("1 second",),
+            freshness_triggers=("0.5 seconds", "1 second"),
         )
 
 

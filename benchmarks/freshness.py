@@ -43,6 +43,7 @@ TARGET_P99_S = 1.0
 POLL_S = 0.1
 TICK_S = 0.1
 MAX_RUN_S = 1800.0
+MAINTAIN_EVERY_S = 10.0
 
 
 class Producer:
@@ -100,7 +101,12 @@ class Poller:
         self._data_dir = data_dir
         self._table_name = table_name
         self.first_seen: dict[int, float] = {}
+        self.batches: dict[int, tuple[int, int]] = {}
+        """batch id -> (snapshot id, commit ms), kept as seen: maintenance expires
+        snapshots while the measurement runs."""
         self.rows_visible = 0
+        self.data_files_max = 0
+        self.files_added: dict[int, int] = {}  # the sink's snapshots: data files each added
         self.polls = 0
         self._stop = threading.Event()
 
@@ -119,11 +125,65 @@ class Poller:
             except Exception:
                 table = None  # not created yet
             seen_at = time.time()
-            snapshot = table.current_snapshot() if table is not None else None
-            if snapshot is not None and snapshot.snapshot_id not in self.first_seen:
-                self.first_seen[snapshot.snapshot_id] = seen_at
-                self.rows_visible = int((snapshot.summary or {}).get("total-records", 0))
+            if table is not None:
+                self._note(table, seen_at)
             self._stop.wait(POLL_S)
+
+    def _note(self, table: Any, seen_at: float) -> None:
+        snapshot = table.current_snapshot()
+        if snapshot is None or snapshot.snapshot_id in self.first_seen:
+            return
+        self.first_seen[snapshot.snapshot_id] = seen_at
+        summary = snapshot.summary or {}
+        self.rows_visible = int(summary.get("total-records", 0))
+        self.data_files_max = max(self.data_files_max, int(summary.get("total-data-files", 0)))
+        self.batches.update(batch_snapshots(table))
+        for listed in table.metadata.snapshots:
+            batch = listed.summary.get("kinesis-lake.batch-id") if listed.summary else None
+            if batch is not None:
+                self.files_added[listed.snapshot_id] = int(
+                    listed.summary.get("added-data-files", 0)
+                )
+
+
+class Maintainer:
+    """The ``iceberg_maintenance`` job's pass over the raw table (compact, expire, remove
+    orphans), every ``MAINTAIN_EVERY_S`` while the stream is being written, so the
+    latency is measured with the data files kept bounded, as the target asks. Expiry
+    keeps the last snapshots only (a continuous writer commits twice a second)."""
+
+    def __init__(self, data_dir: Path, stream: str, namespace: str) -> None:
+        from kinesis_lake.config import Settings
+
+        self._settings = Settings(stream_name=stream, data_dir=data_dir, namespace=namespace)
+        self._stop = threading.Event()
+        self.passes: list[Any] = []
+        self.error: BaseException | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
+
+        policy = MaintenancePolicy(snapshot_max_age_hours=0.0)
+        deadline = time.monotonic() + MAX_RUN_S
+        try:
+            while not self._stop.wait(MAINTAIN_EVERY_S) and time.monotonic() < deadline:
+                self.passes.append(run_maintenance(self._settings, "raw_events", policy))
+        except BaseException as error:  # reported by the benchmark, never swallowed
+            self.error = error
+
+    def summary(self) -> dict[str, Any]:
+        seconds = sorted(p.seconds for p in self.passes)
+        return {
+            "every_s": MAINTAIN_EVERY_S,
+            "passes": len(self.passes),
+            "files_rewritten": sum(p.files_rewritten for p in self.passes),
+            "snapshots_expired": sum(p.snapshots_expired for p in self.passes),
+            "data_files_after_each": [p.files_after for p in self.passes],
+            "seconds_p50": percentile(seconds, 50),
+        }
 
 
 @dataclass(frozen=True)
@@ -139,18 +199,24 @@ class Visibility:
     unseen: int  # rows whose snapshot no poll saw
 
 
+def batch_snapshots(table: Any) -> dict[int, tuple[int, int]]:
+    """batch id -> (snapshot id, commit ms) of the sink's snapshots ``table`` still lists."""
+    found = {}
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        batch = summary.get("kinesis-lake.batch-id") if summary else None
+        if batch is not None:
+            found[int(batch)] = (snapshot.snapshot_id, snapshot.timestamp_ms)
+    return found
+
+
 def visibility(table: Any, poller: Poller) -> Visibility:
     """Every committed row matched to the first poll that showed its snapshot.
 
     Rows find their snapshot through ``batch_id`` (one writer per table). Two commits
     within one poll: the row became visible when the poller saw the later snapshot.
     """
-    by_batch: dict[int, tuple[int, int]] = {}
-    for snapshot in table.metadata.snapshots:
-        summary = snapshot.summary
-        batch = summary.get("kinesis-lake.batch-id") if summary else None
-        if batch is not None:
-            by_batch[int(batch)] = (snapshot.snapshot_id, snapshot.timestamp_ms)
+    by_batch = {**poller.batches, **batch_snapshots(table)}
     rows = table.scan(selected_fields=("batch_id", "data")).to_arrow()
     records: list[RecordLatency] = []
     unseen = 0
@@ -205,6 +271,7 @@ def measure(
     stop_file = data_dir / "STOP"
     producer = Producer(ctx.endpoint_url, stream, sizes.freshness_rate, max_seconds=MAX_RUN_S)
     poller = Poller(data_dir, table_name)
+    maintainer = Maintainer(data_dir, stream, namespace)
     threads: list[threading.Thread] = []
 
     first_batch = threading.Event()
@@ -224,6 +291,9 @@ def measure(
         threads.append(producer_thread)
         timeline["producer_started"] = time.time()
         producer_thread.start()
+        maintainer_thread = threading.Thread(target=maintainer.run, name="maintainer", daemon=True)
+        threads.append(maintainer_thread)
+        maintainer_thread.start()
         time.sleep(sizes.freshness_warmup_seconds)
         if observe is not None:
             observe("steady", worker.pid)
@@ -231,6 +301,7 @@ def measure(
         if observe is not None:
             observe("done", worker.pid)
         producer.stop()
+        maintainer.stop()
         producer.stopped.wait(30)
         timeline["producer_stopped"] = time.time()
         deadline = time.monotonic() + 60
@@ -263,11 +334,14 @@ def measure(
     )
     stop_file.touch()
     producer.stop()
+    maintainer.stop()
     poller.stop()
     for thread in threads:
-        thread.join(timeout=10)
+        thread.join(timeout=60)
     if producer.error is not None:
         raise RuntimeError(f"producer failed: {producer.error!r}")
+    if maintainer.error is not None:
+        raise RuntimeError(f"maintenance failed: {maintainer.error!r}")
 
     table = open_catalog("kinesis_lake", data_dir=data_dir).load_table(table_name)
     warm_from = timeline.get("producer_started", 0.0) + sizes.freshness_warmup_seconds
@@ -312,10 +386,19 @@ def measure(
         "batch_duration_breakdown_ms_median": _median_breakdown(moving[1:]),
         "cpu_s_per_batch": cpu_per_batch,
         "poller_polls": poller.polls,
+        "data_files_max": poller.data_files_max,
+        "data_files_at_end": _data_files(table),
+        "data_files_written": sum(poller.files_added.values()),
+        "maintenance": maintainer.summary(),
         "session_start_s": worker.session_start_s,
         "latencies_for_plot": [round(v, 3) for v in observed_warm],
         "load_average": load_now(),
     }
+
+
+def _data_files(table: Any) -> int:
+    snapshot = table.current_snapshot()
+    return int((snapshot.summary or {}).get("total-data-files", 0)) if snapshot else 0
 
 
 def _median_breakdown(progress: list[dict[str, Any]]) -> dict[str, float]:
