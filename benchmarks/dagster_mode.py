@@ -1,11 +1,13 @@
 """Benchmark 10: seconds from put to table in the Dagster mode.
 
 The deployment the README recommends: ``dagster dev`` (webserver, daemon, code server)
-over this repository's definitions, the backlog sensor launching a bounded
-``availableNow`` ingestion run whenever the stream holds unconsumed records. Two
-variants, one after the other: ``jvm_per_run`` (the defaults: the sensor every 30 s, each
-run a new process with its own Spark JVM) and ``connect`` (``SPARK_MASTER=sc://...``, a
-Spark Connect server started once before the measurement, the sensor every 5 s). A
+over this repository's definitions, the backlog sensor launching an ingestion run
+whenever the stream holds unconsumed records. Three variants, one after the other:
+``jvm_per_run`` (the defaults: the sensor every 30 s, each run a new process with its own
+Spark JVM that stops once drained), ``connect`` (``SPARK_MASTER=sc://...``, a Spark
+Connect server started once before the measurement, the sensor every 5 s) and
+``connect_lingering`` (the same, with ``KINESIS_LAKE_RUN_LINGER_SECONDS``: a run goes on
+while records keep arriving, so a steady stream is not one new run per backlog). A
 producer in this process sends ``RATE`` records/s into the deployment's stream, stamping
 each payload with its send time, for ``ctx.sizes.dagster_seconds``; a poller reloads the
 raw table every 0.1 s (the same producer and poller as benchmark 3). Then
@@ -14,7 +16,8 @@ raw table every 0.1 s (the same producer and poller as benchmark 3). Then
 
 Each run's phases come from Dagster's run records: queued (sensor launch to start),
 start to first step (a new process loading the definitions) and each step. Target
-p50 <= 10 s, p99 <= 30 s, judged on the ``connect`` variant.
+p50 <= 10 s, p99 <= 30 s, judged on ``connect_lingering``, the
+deployment the README recommends for seconds from put to table.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ TARGET_P50_S = 10.0
 TARGET_P99_S = 30.0
 RATE = 50
 SENSOR_INTERVAL_S = 30  # the backlog sensor's default minimum interval
-CONNECT_SENSOR_INTERVAL_S = 5
 CONNECT_PORT = 15012  # not make dev's 15002: a developer's server may be running
 SERVER_START_S = 300.0
 DRAIN_S = 300.0
@@ -60,20 +62,24 @@ query Runs {
 def run(ctx: BenchContext) -> dict[str, Any]:
     """Both deployments in one invocation: runs that start their own JVM (the defaults),
     and runs attached to a Spark Connect server with the sensor ticking every 5 s."""
+    from kinesis_lake.dev import LOW_LATENCY_RUNS
     from kinesis_lake.spark.connect_server import ConnectServer
 
     variants = {"jvm_per_run": _measure(ctx, "jvm_per_run", {})}
     server_dir = ctx.scratch("dagster-mode-connect-server")
     with ConnectServer(port=CONNECT_PORT, log_dir=server_dir, env={"AWS_REGION": REGION}) as server:
-        variants["connect"] = _measure(
-            ctx,
-            "connect",
-            {
-                "SPARK_MASTER": server.url,
-                "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS": str(CONNECT_SENSOR_INTERVAL_S),
-            },
+        connect = {
+            "SPARK_MASTER": server.url,
+            "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS": LOW_LATENCY_RUNS[
+                "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS"
+            ],
+        }
+        variants["connect"] = _measure(ctx, "connect", connect)
+        # What make dev sets: the deployment the README recommends.
+        variants["connect_lingering"] = _measure(
+            ctx, "connect_lingering", {**connect, **LOW_LATENCY_RUNS}
         )
-    best = variants["connect"]
+    best = variants["connect_lingering"]
     p50, p99 = best["p50_s"], best["p99_s"]
     met = (
         p50 is not None
@@ -86,19 +92,32 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         "p50_s": p50,
         "p99_s": p99,
         "ratio": p99,
-        "target": f"p50 <= {TARGET_P50_S} s, p99 <= {TARGET_P99_S} s (with Spark Connect)",
+        "target": (
+            f"p50 <= {TARGET_P50_S} s, p99 <= {TARGET_P99_S} s (Spark Connect, lingering runs)"
+        ),
         "verdict": "met" if met else "MISSED",
         "load_average": load_now(),
         "notes": (
             "dagster dev with this repository's definitions; the backlog sensor launches "
-            "bounded ingestion runs. jvm_per_run: the defaults (sensor every "
-            f"{SENSOR_INTERVAL_S} s, each run a new process with its own Spark JVM); "
-            f"connect: SPARK_MASTER=sc://... (a Spark Connect server started once, before "
-            f"the measurement) and the sensor every {CONNECT_SENSOR_INTERVAL_S} s. {RATE} "
+            "ingestion runs. jvm_per_run: the defaults (sensor every "
+            f"{SENSOR_INTERVAL_S} s, each run a new process with its own Spark JVM, ending "
+            "once drained); connect: SPARK_MASTER=sc://... (a Spark Connect server started "
+            "once, before the measurement) and the sensor every "
+            f"{LOW_LATENCY_RUNS['KINESIS_LAKE_SENSOR_INTERVAL_SECONDS']} s; connect_lingering: "
+            "what make dev sets, the same plus KINESIS_LAKE_RUN_LINGER_SECONDS="
+            f"{LOW_LATENCY_RUNS['KINESIS_LAKE_RUN_LINGER_SECONDS']} (a run goes on while "
+            f"records keep arriving). {RATE} "
             f"records/s for {ctx.sizes.dagster_seconds:g} s each; latency = first table poll "
             "(every 0.1 s) showing the record - its send time."
         ),
     }
+
+
+def settings_ingest_job(settings: Any) -> str:
+    """The job the stream's backlog sensor launches (``defs/jobs.py``)."""
+    from kinesis_lake.defs.streams import StreamKeys
+
+    return StreamKeys(None, settings.raw_table_name).ingest_job_name
 
 
 def _measure(ctx: BenchContext, label: str, extra_env: dict[str, str]) -> dict[str, Any]:
@@ -156,7 +175,11 @@ def _measure(ctx: BenchContext, label: str, extra_env: dict[str, str]) -> dict[s
             "records this measurement did not send"
         )
     latency = stats([record.seen_s for record in seen.records])
-    ingest_runs = [r for r in runs if r["startTime"] and r["endTime"]]
+    # The ingestion runs the sensor launched (not the derived tables' automation runs or
+    # the maintenance schedule's), those that ended before the measurement did: a
+    # lingering run may still be going.
+    launched = [r for r in runs if r["jobName"] == settings_ingest_job(settings)]
+    ingest_runs = [r for r in launched if r["startTime"] and r["endTime"]]
     queued = [r["startTime"] - r["creationTime"] for r in ingest_runs if r["creationTime"]]
     running = [r["endTime"] - r["startTime"] for r in ingest_runs]
     steps: dict[str, list[float]] = {}
@@ -177,8 +200,9 @@ def _measure(ctx: BenchContext, label: str, extra_env: dict[str, str]) -> dict[s
         "latency_s": latency,
         "p50_s": p50,
         "p99_s": p99,
-        "runs": len(runs),
-        "run_statuses": sorted({r["status"] for r in runs}),
+        "runs": len(launched),
+        "runs_unfinished_at_end": len(launched) - len(ingest_runs),
+        "run_statuses": sorted({r["status"] for r in launched}),
         "run_queued_s_median": round(median(queued), 2) if queued else None,
         "run_duration_s_median": round(median(running), 2) if running else None,
         "run_start_to_first_step_s_median": round(median(first_step_s), 2)

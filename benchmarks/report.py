@@ -581,8 +581,8 @@ def _many_shards_section(result: dict[str, Any]) -> list[str]:
 
 def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
     lines = [
-        "| variant | sensor every | records | p50 | p95 | p99 | max | runs | queued "
-        "(median) | start to first step | run (median) |",
+        "| variant | sensor every | records | p50 | p95 | p99 | max | ingestion runs "
+        "(unfinished at the end) | queued (median) | start to first step | run (median) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     steps = []
@@ -591,7 +591,8 @@ def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {label} | {v['sensor_interval_s']} s | {_fmt(v['visible'])} of "
             f"{_fmt(v['sent'])} | {_fmt(latency['p50'])} s | {_fmt(latency['p95'])} s | "
-            f"{_fmt(latency['p99'])} s | {_fmt(latency['max'])} s | {v['runs']} | "
+            f"{_fmt(latency['p99'])} s | {_fmt(latency['max'])} s | {v['runs']} "
+            f"({v.get('runs_unfinished_at_end', 0)}) | "
             f"{_fmt(v['run_queued_s_median'])} s | "
             f"{_fmt(v['run_start_to_first_step_s_median'])} s | "
             f"{_fmt(v['run_duration_s_median'])} s |"
@@ -600,7 +601,14 @@ def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
             f"{label}: "
             + ", ".join(f"`{k}` {_fmt(t)} s" for k, t in v["step_seconds_median"].items())
         )
-    return [*lines, "", "Median step durations: " + "; ".join(steps) + ".", "", result["notes"], ""]
+    return [
+        *lines,
+        "",
+        "Median step durations of the finished ingestion runs: " + "; ".join(steps) + ".",
+        "",
+        result["notes"],
+        "",
+    ]
 
 
 _SECTIONS = {
