@@ -200,6 +200,13 @@ class Settings:
         "run and the sensor starts the next); less than KINESIS_LAKE_FRESHNESS_MINUTES.",
         default=300,
     )
+    maintenance_cron: str = setting(
+        "KINESIS_LAKE_MAINTENANCE_CRON",
+        "When the iceberg_maintenance schedule runs upkeep (compact, expire, remove orphans) "
+        "on every table, in cron syntax; every few minutes for a writer on a trigger of "
+        "seconds or less.",
+        default="17 * * * *",
+    )
     quarantine_warn_ratio: float = setting(
         "KINESIS_LAKE_QUARANTINE_WARN_RATIO",
         "Quarantined / raw ratio above which the quarantine check warns.",

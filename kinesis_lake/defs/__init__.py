@@ -5,7 +5,7 @@
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
 * ``jobs``: the named jobs; ``maintenance``: the upkeep job (ops, not assets) and its
-  hourly schedule.
+  schedule (``KINESIS_LAKE_MAINTENANCE_CRON``).
 
 ``kinesis_lake.definitions`` puts them together into the one ``dg.Definitions``.
 """

@@ -34,7 +34,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         ],
         asset_checks=all_checks(declaration, streams),
         jobs=list(jobs.values()),
-        schedules=[maintenance_schedule(upkeep)],
+        schedules=[maintenance_schedule(upkeep, settings.maintenance_cron)],
         sensors=lake_sensors(streams, jobs, settings.sensor_interval_seconds),
         resources=lake_resources(),
     )

@@ -4,9 +4,9 @@
   the stream's backlog sensor launches.
 * ``kinesis_lake_full``: every asset (ingest, derive) and every check, in dependency
   order; for a manual "bring everything up to date" run.
-* ``iceberg_maintenance`` (``maintenance.py``): upkeep of every table, on an hourly
-  schedule: a streaming writer's snapshot history must be expired routinely, or commits
-  slow down.
+* ``iceberg_maintenance`` (``maintenance.py``): upkeep of every table, on a schedule
+  (hourly unless KINESIS_LAKE_MAINTENANCE_CRON says otherwise): a streaming writer's
+  snapshot history must be expired routinely, or commits slow down.
 * ``replay_quarantine``: after a fix of the declaration, move the quarantined records it
   now takes into their tables (``kinesis_lake.pipeline.replay``); launched by hand.
 """

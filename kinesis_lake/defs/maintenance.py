@@ -1,4 +1,5 @@
-"""Table upkeep: a job of ops on an hourly schedule, one op per table of the lake.
+"""Table upkeep: a job of ops on a schedule (hourly unless KINESIS_LAKE_MAINTENANCE_CRON
+says otherwise), one op per table of the lake.
 
 Upkeep is not data: compaction and snapshot expiry change files, never rows. As assets
 they were part of every "Materialize all" in the UI (minutes of compaction for no new
@@ -12,23 +13,26 @@ import dataclasses
 import dagster as dg
 from pydantic import Field
 
+from kinesis_lake.config import SettingsError
 from kinesis_lake.defs.resources import PipelineSettingsResource
 from kinesis_lake.events.declaration import RAW_TABLE, LakeDeclaration
 from kinesis_lake.pipeline.lake import load_table, open_lake
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, consumers, run_maintenance
 
 MAINTENANCE_JOB_NAME = "iceberg_maintenance"
+MAINTENANCE_SCHEDULE_NAME = "iceberg_maintenance_schedule"
 MAINTENANCE_POOL = "kinesis_lake_maintenance"
 
 
 class MaintenanceConfig(dg.Config):
     """How aggressive one upkeep pass is; the defaults suit a table committed every minute."""
 
-    snapshot_max_age_hours: float = Field(
-        default=MaintenancePolicy.snapshot_max_age_hours,
+    snapshot_max_age_hours: float | None = Field(
+        default=None,
         description=(
-            "Expire snapshots older than this (time travel reaches this far back). Snapshots "
-            "a downstream table has not processed yet are never expired."
+            "Expire snapshots older than this (time travel reaches this far back); None: the "
+            "table's history.expire.max-snapshot-age-ms (raw tables: 1 h), else 24 h. "
+            "Snapshots a downstream table has not processed yet are never expired."
         ),
     )
     retain_last_snapshots: int | None = Field(
@@ -115,14 +119,23 @@ def maintenance_job(declaration: LakeDeclaration, raw_table: str = RAW_TABLE) ->
     return iceberg_maintenance
 
 
-def maintenance_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
-    return dg.ScheduleDefinition(
-        name="iceberg_maintenance_hourly",
-        cron_schedule="17 * * * *",
-        target=job,
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=(
-            "Hourly upkeep. Snapshot expiry keeps commit latency flat (it grows with history); "
-            "compaction keeps scans fast; orphan removal reclaims files of failed batches."
-        ),
-    )
+def maintenance_schedule(job: dg.JobDefinition, cron: str) -> dg.ScheduleDefinition:
+    """Upkeep on ``cron`` (KINESIS_LAKE_MAINTENANCE_CRON); refused at load, naming the
+    setting, when Dagster cannot read it."""
+    try:
+        return dg.ScheduleDefinition(
+            name=MAINTENANCE_SCHEDULE_NAME,
+            cron_schedule=cron,
+            target=job,
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description=(
+                f"Upkeep on '{cron}' (KINESIS_LAKE_MAINTENANCE_CRON). Snapshot expiry keeps "
+                "commit latency flat (it grows with history); compaction keeps scans fast; "
+                "orphan removal reclaims files of failed batches."
+            ),
+        )
+    except dg.DagsterInvalidDefinitionError:
+        raise SettingsError(
+            f"KINESIS_LAKE_MAINTENANCE_CRON={cron!r} is not a cron schedule Dagster reads: use "
+            "five fields, such as '17 * * * *' (hourly) or '*/5 * * * *'."
+        ) from None

@@ -87,7 +87,7 @@ def test_names_the_cli_and_readme_refer_to():
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert sensors["kinesis_backlog_sensor"].minimum_interval_seconds == 30
     schedules = {s.name for s in defs.schedules}
-    assert schedules == {"iceberg_maintenance_hourly"}
+    assert schedules == {"iceberg_maintenance_schedule"}
     upkeep = defs.resolve_job_def("iceberg_maintenance")
     assert sorted(node.name for node in upkeep.nodes) == [
         "maintain_event_counts_per_minute",
@@ -429,3 +429,15 @@ def test_a_lingering_run_is_capped_below_the_freshness_budget():
     assert Settings(run_max_seconds=899, run_linger_seconds=30).run_max_seconds == 899
     # Without lingering the cap is unused: a short freshness budget stays valid.
     assert Settings(freshness_minutes=3).run_max_seconds == 300
+
+
+def test_maintenance_runs_as_often_as_configured(monkeypatch, reloaded_afterwards):
+    """An hourly pass let a writer on a sub-second trigger pile up 7,200 commits and their
+    small files between passes; a lake on a short trigger schedules upkeep more often."""
+    assert _defs().get_schedule_def("iceberg_maintenance_schedule").cron_schedule == "17 * * * *"
+    monkeypatch.setenv("KINESIS_LAKE_MAINTENANCE_CRON", "*/5 * * * *")
+    assert _defs().get_schedule_def("iceberg_maintenance_schedule").cron_schedule == "*/5 * * * *"
+
+    monkeypatch.setenv("KINESIS_LAKE_MAINTENANCE_CRON", "every five minutes")
+    with pytest.raises(SettingsError, match="KINESIS_LAKE_MAINTENANCE_CRON='every five minutes'"):
+        _defs()
