@@ -499,8 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument(
         "--snapshot-max-age-hours",
         type=float,
-        default=24.0,
-        help="expire snapshots older than this (never one a derived table still needs)",
+        default=None,
+        help="expire snapshots older than this (never one a derived table still needs); "
+        "default: each table's history.expire.max-snapshot-age-ms (raw: 1 h), else 24 h",
     )
 
     stream = _command(commands, "stream", "continuous ingestion until SIGTERM/SIGINT", cmd_stream)

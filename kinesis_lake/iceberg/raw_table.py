@@ -83,6 +83,11 @@ RAW_TABLE_PROPERTIES: dict[str, str] = {
     "commit.retry.num-retries": "10",
     # Enough recent snapshots for time travel and incremental readers between refreshes.
     "history.expire.min-snapshots-to-keep": "100",
+    # An hour of history, not maintenance's 24 h default: a writer committing every second
+    # would carry 86,400 snapshots in the metadata each commit rewrites. Raw rows carry
+    # their own ingestion time, and the snapshots a derived table has not processed yet
+    # are never expired whatever their age.
+    "history.expire.max-snapshot-age-ms": str(60 * 60 * 1000),
     # A streaming writer commits every few seconds: drop superseded metadata.json files.
     "write.metadata.delete-after-commit.enabled": "true",
     # Keep a short metadata log for debugging recent commits, bounded in size.

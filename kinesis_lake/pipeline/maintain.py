@@ -27,6 +27,7 @@ from kinesis_lake.pipeline.lake import load_table, open_lake
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_RETAIN_LAST = 100
+DEFAULT_SNAPSHOT_MAX_AGE_HOURS = 24.0
 
 
 def consumers(
@@ -61,7 +62,7 @@ def consumers(
 class MaintenancePolicy:
     """How hard one pass cleans; None takes the table's own property or the default."""
 
-    snapshot_max_age_hours: float = 24.0
+    snapshot_max_age_hours: float | None = None
     retain_last_snapshots: int | None = None
     orphan_min_age_hours: float = 72.0
     target_file_size_bytes: int | None = None
@@ -119,6 +120,12 @@ def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) ->
     target = policy.target_file_size_bytes or int(
         table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)
     )
+    max_age_hours = policy.snapshot_max_age_hours
+    if max_age_hours is None:
+        max_age_ms = table.properties.get("history.expire.max-snapshot-age-ms")
+        max_age_hours = (
+            int(max_age_ms) / 3_600_000 if max_age_ms else DEFAULT_SNAPSHOT_MAX_AGE_HOURS
+        )
     retain_last = policy.retain_last_snapshots or int(
         table.properties.get("history.expire.min-snapshots-to-keep", DEFAULT_RETAIN_LAST)
     )
@@ -127,7 +134,7 @@ def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) ->
     )
     expired = maintenance.expire_snapshots(
         table,
-        older_than_ms=expiry_cutoff_ms(table, downstream, policy.snapshot_max_age_hours),
+        older_than_ms=expiry_cutoff_ms(table, downstream, max_age_hours),
         retain_last=retain_last,
     )
     orphans = maintenance.remove_orphan_files(

@@ -1,0 +1,35 @@
+"""How much snapshot history the raw table keeps. A writer that commits every second
+(a lingering run, a short continuous trigger) adds 86,400 snapshots a day, and every
+commit rewrites the metadata that lists them all: the raw table's own
+``history.expire.max-snapshot-age-ms`` bounds that, and maintenance follows it."""
+
+from __future__ import annotations
+
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
+
+
+def test_maintenance_expires_raw_snapshots_by_the_tables_own_max_age(
+    spark, kinesalite_endpoint, settings_factory
+):
+    settings = settings_factory(kinesalite_endpoint)
+    for seed in (41, 42, 43):
+        produce(settings, 10, seed=seed)
+        run_ingestion(spark, settings)
+    table = open_lake(settings).load_table(settings.raw_table)
+    assert table.properties["history.expire.max-snapshot-age-ms"] == str(60 * 60 * 1000)
+    assert len(table.metadata.snapshots) >= 3
+
+    with table.transaction() as change:  # an operator's choice: keep a millisecond, one
+        change.set_properties(
+            {
+                "history.expire.max-snapshot-age-ms": "1",
+                "history.expire.min-snapshots-to-keep": "1",
+            }
+        )
+    done = run_maintenance(settings, settings.raw_table_name, MaintenancePolicy())
+
+    assert done.snapshots_after == 1
+    assert len(raw_keys(settings)) == 30
