@@ -188,9 +188,9 @@ class Settings:
     )
     run_linger_seconds: int = setting(
         "KINESIS_LAKE_RUN_LINGER_SECONDS",
-        "After draining its backlog, an ingestion run (Dagster's or `kinesis-lake ingest`) "
-        "keeps its query going, micro-batch after micro-batch, until no record arrived for "
-        "this long; 0: stop once drained. Set it, with Spark Connect, for seconds from put "
+        "An ingestion run (Dagster's or `kinesis-lake ingest`) keeps its query going past "
+        "its backlog, micro-batch after micro-batch, until no record arrived for this long "
+        "or KINESIS_LAKE_RUN_MAX_SECONDS passed; 0: stop once drained. Set it, with Spark Connect, for seconds from put "
         "to table under a steady stream.",
         default=0,
     )

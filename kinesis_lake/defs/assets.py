@@ -206,8 +206,10 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         pool=INGESTION_POOL,
         description=(
             "Every Kinesis user record exactly once, payload bytes untouched. A run drains "
-            "what the stream holds when it starts (Spark availableNow) and commits each "
-            "micro-batch with its shard positions; replays are skipped by batch id."
+            "what the stream holds when it starts (Spark availableNow; with "
+            "KINESIS_LAKE_RUN_LINGER_SECONDS it goes on while records keep arriving) and "
+            "commits each micro-batch with its shard positions; replays are skipped by "
+            "batch id."
         ),
     )
     def raw(

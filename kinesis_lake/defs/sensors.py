@@ -59,6 +59,15 @@ IN_PROGRESS = [
     dg.DagsterRunStatus.CANCELING,
 ]
 
+FINISHED = [
+    dg.DagsterRunStatus.SUCCESS,
+    dg.DagsterRunStatus.FAILURE,
+    dg.DagsterRunStatus.CANCELED,
+]
+
+HANDOVER_MARGIN_S = 2
+"""Seconds, beyond one automation tick, between two lingering runs of a stream."""
+
 
 @dataclass
 class BacklogCursor:
@@ -101,6 +110,17 @@ def ingestion_in_progress(
         if selection is not None and raw in selection:
             return record
     return None
+
+
+def ingestion_ended_s_ago(instance: dg.DagsterInstance, keys: StreamKeys) -> float | None:
+    """Seconds since the stream's last ingestion run ended (None: none has)."""
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name=keys.ingest_job_name, statuses=FINISHED), limit=1
+    )
+    if not records:
+        return None
+    ended = records[0].end_time or records[0].update_timestamp.timestamp()
+    return time.time() - ended
 
 
 def _in_progress_for_s(record: dg.RunRecord) -> float:
@@ -239,6 +259,19 @@ def _tick(
             f"{running.status.value}: waiting for it."
         )
 
+    if lake.run_linger_seconds:
+        # A run in progress plans raw's blocking check, which holds the derived tables
+        # until it has run; under a steady stream lingering runs follow each other within
+        # seconds, so leave the automation sensor one tick with raw idle between them.
+        hold_s = lake.sensor_interval_seconds + HANDOVER_MARGIN_S
+        ended_s_ago = ingestion_ended_s_ago(context.instance, keys)
+        if ended_s_ago is not None and ended_s_ago < hold_s:
+            return skip(
+                f"Backlog on {shards_label(probe.shards_with_backlog)}; the last ingestion run "
+                f"ended {ended_s_ago:.0f} s ago: the next starts {hold_s} s after it, so the "
+                "derived tables' automation can start their refresh in between."
+            )
+
     base = backlog_run_key(stream, committed.positions)
     history = backlog_history(context.instance, base, keys.sensor_name)
     stall = history.stall(probe.shards_with_backlog)
@@ -272,16 +305,19 @@ def _tick(
 kinesis_backlog_sensor = backlog_sensor(DEFAULT_STREAM, ingest_job)
 
 
-automation_sensor = dg.AutomationConditionSensorDefinition(
-    AUTOMATION_SENSOR_NAME,
-    target=dg.AssetSelection.all(),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=30,
-    description=(
-        "Evaluates the assets' automation conditions: derived tables follow raw_events. "
-        "Defined explicitly because the implicit one starts stopped."
-    ),
-)
+def automation_sensor(interval_s: int = 30) -> dg.AutomationConditionSensorDefinition:
+    """Evaluates the derived tables' automation as often as the backlog sensors tick: a
+    lingering run's successor waits one such tick (``HANDOVER_MARGIN_S``)."""
+    return dg.AutomationConditionSensorDefinition(
+        AUTOMATION_SENSOR_NAME,
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=interval_s,
+        description=(
+            "Evaluates the assets' automation conditions: derived tables follow raw_events. "
+            "Defined explicitly because the implicit one starts stopped."
+        ),
+    )
 
 
 def lake_sensors(
@@ -290,5 +326,5 @@ def lake_sensors(
     """A backlog sensor per stream (launching its ingest job) and the automation sensor."""
     return [
         *(backlog_sensor(keys, jobs[keys.ingest_job_name], interval_s) for keys in streams),
-        automation_sensor,
+        automation_sensor(interval_s),
     ]

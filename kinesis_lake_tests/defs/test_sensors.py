@@ -25,7 +25,7 @@ from kinesis_lake.defs.backlog_runs import (
 )
 from kinesis_lake.defs.checks import STALL_CHECK
 from kinesis_lake.defs.resources import KinesisResource
-from kinesis_lake.defs.sensors import BacklogCursor, kinesis_backlog_sensor
+from kinesis_lake.defs.sensors import HANDOVER_MARGIN_S, BacklogCursor, kinesis_backlog_sensor
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
@@ -436,4 +436,31 @@ def test_a_run_of_the_ingestion_job_s_checks_only_does_not_hold_ingestion_back(l
         )
     )
 
+    assert len(tick(lake, instance).run_requests) == 1
+
+
+def test_after_a_lingering_run_the_next_waits_one_automation_tick(lake, instance, monkeypatch):
+    """Under a steady stream the next lingering run was launched seconds after the last
+    ended, and a run in progress plans raw's blocking check, which holds the derived
+    tables: they waited for a gap the sensor never left. The sensor now leaves one tick of
+    the automation sensor (same interval) plus a margin between two lingering runs."""
+    lake = lake.rebuild(
+        monkeypatch,
+        KINESIS_LAKE_RUN_LINGER_SECONDS="30",
+        KINESIS_LAKE_SENSOR_INTERVAL_SECONDS="1",
+    )
+    produce(lake.settings, 10, seed=51)
+    _launched(instance, "an-earlier-backlog", dg.DagsterRunStatus.SUCCESS)
+
+    held = tick(lake, instance)
+    assert not held.run_requests
+    assert "derived tables" in held.skip_reason.skip_message
+
+    time.sleep(HANDOVER_MARGIN_S + 1 + 0.5)  # the automation interval (1 s) and the margin
+    assert len(tick(lake, instance, cursor=held.cursor).run_requests) == 1
+
+
+def test_without_lingering_a_backlog_is_launched_right_after_a_run(lake, instance):
+    produce(lake.settings, 10, seed=52)
+    _launched(instance, "an-earlier-backlog", dg.DagsterRunStatus.SUCCESS)
     assert len(tick(lake, instance).run_requests) == 1
