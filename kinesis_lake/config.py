@@ -190,8 +190,8 @@ class Settings:
         "KINESIS_LAKE_RUN_LINGER_SECONDS",
         "An ingestion run (Dagster's or `kinesis-lake ingest`) keeps its query going past "
         "its backlog, micro-batch after micro-batch, until no record arrived for this long "
-        "or KINESIS_LAKE_RUN_MAX_SECONDS passed; 0: stop once drained. Set it, with Spark Connect, for seconds from put "
-        "to table under a steady stream.",
+        "or KINESIS_LAKE_RUN_MAX_SECONDS passed; 0: stop once drained. Set it, with Spark "
+        "Connect, for seconds from put to table under a steady stream.",
         default=0,
     )
     run_max_seconds: int = setting(
