@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from benchmarks.common import (
+    REGION,
     BenchContext,
     TreeRssSampler,
     kill_tree,
@@ -29,21 +30,30 @@ from benchmarks.common import (
 NAME = "memory"
 SPARK_MASTERS: tuple[str, ...] = ()  # its own CLI processes
 TARGET = 1.3
+CONNECT_PORT = 15013  # not make dev's 15002 nor benchmark 10's 15012
+CONNECT_WARM_UP_RECORDS = 2_000
 _INGESTED = re.compile(r"ingested (\d+) rows from \S+ in (\d+) micro-batches \(([\d,.]+) rows/s\)")
 
 
-def cli_ingest(ctx: BenchContext, records: int) -> dict[str, Any]:
-    """``kinesis-lake ingest`` of a ``records`` backlog in a new process (cached per size).
+def cli_ingest(
+    ctx: BenchContext, records: int, *, spark_master: str = "local[2]"
+) -> dict[str, Any]:
+    """``kinesis-lake ingest`` of a ``records`` backlog in a new process (cached per size
+    and master).
 
     Also the end-to-end measurement of benchmark 1: a fresh process, JVM start-up and
-    the first micro-batch's Python-worker start-up included.
+    the first micro-batch's Python-worker start-up included; with an ``sc://`` master
+    the process attaches to a Spark Connect server instead and starts no JVM.
     """
-    key = f"cli_ingest:{records}"
+    connect = spark_master.startswith("sc://")
+    key = f"cli_ingest:{records}:{'connect' if connect else spark_master}"
     if key in ctx.shared:
         return ctx.shared[key]
-    label = f"cli{records}"
+    label = f"cli{records}{'connect' if connect else ''}"
     stream = ctx.stream_with(records)
-    settings = settings_for(ctx, stream, label, data_dir=ctx.scratch(f"memory-{label}"))
+    settings = settings_for(
+        ctx, stream, label, data_dir=ctx.scratch(f"memory-{label}"), spark_master=spark_master
+    )
     log_path = ctx.work_dir / f"memory-{label}.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
@@ -84,6 +94,21 @@ def cli_ingest(ctx: BenchContext, records: int) -> dict[str, Any]:
     }
     ctx.shared[key] = result
     return result
+
+
+def cli_ingest_over_connect(ctx: BenchContext, records: int) -> dict[str, Any]:
+    """``cli_ingest`` attached to a Spark Connect server (cached): the deployment ``make
+    dev`` runs. The server starts first and is warmed by one small ingest of its own, as
+    a long-lived server has run queries before; its JVM start is not the command's."""
+    from kinesis_lake.spark.connect_server import ConnectServer
+
+    key = f"cli_ingest:{records}:connect"
+    if key in ctx.shared:
+        return ctx.shared[key]
+    server_dir = ctx.scratch("cli-connect-server")
+    with ConnectServer(port=CONNECT_PORT, log_dir=server_dir, env={"AWS_REGION": REGION}) as server:
+        cli_ingest(ctx, CONNECT_WARM_UP_RECORDS, spark_master=server.url)
+        return cli_ingest(ctx, records, spark_master=server.url)
 
 
 def _kinds(peaks: dict[str, float]) -> dict[str, float]:

@@ -229,8 +229,12 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             )
         if "end_to_end_verdict" in result:
             whole = result.get("ratio_end_to_end_process", result.get("ratio_including_jvm_start"))
+            connect = result.get(
+                "ratio_end_to_end_connect_process", result.get("ratio_over_connect")
+            )
             measured += (
-                f"; end to end (whole process) {_fmt(whole)} "
+                f"; end to end (whole process) {_fmt(whole)}, over Spark Connect "
+                f"{_fmt(connect)} "
                 f"({result['end_to_end_target']}: {result['end_to_end_verdict']})"
             )
         if name == "dagster_mode":
@@ -290,11 +294,21 @@ def _ingest_section(result: dict[str, Any]) -> list[str]:
         f"{_rps(e2e['run_ingestion_rows_per_second'])} | |",
         f"| ours, end to end incl. JVM start ({_fmt(e2e['process_seconds'], 1)} s) | "
         f"{_rps(e2e['process_rows_per_second'])} | |",
+        *(
+            [
+                f"| ours, end to end attached to a warm Spark Connect server "
+                f"({_fmt(result['end_to_end_connect']['process_seconds'], 1)} s) | "
+                f"{_rps(result['end_to_end_connect']['process_rows_per_second'])} | |"
+            ]
+            if result.get("end_to_end_connect")
+            else []
+        ),
         "",
         f"Ceiling {_rps(result['ceiling_records_per_second'])}; ratio warm "
         f"**{_fmt(result['ratio'])}**, micro-batches only {_fmt(result['ratio_batches_only'])}, "
         f"end to end {_fmt(result['ratio_end_to_end'])} (incl. JVM start "
-        f"{_fmt(result['ratio_end_to_end_process'])}). Spark session start-up of the "
+        f"{_fmt(result['ratio_end_to_end_process'])}; over Spark Connect "
+        f"{_fmt(result.get('ratio_end_to_end_connect_process'))}). Spark session start-up of the "
         f"benchmark's own JVM (excluded): {_fmt(ours['session_start_s'], 1)} s.",
         "",
     ]
@@ -342,11 +356,13 @@ def _hand_written_section(result: dict[str, Any]) -> list[str]:
         f"{_fmt(theirs['append_seconds'], 1)} s of {_fmt(theirs['seconds'], 1)} s in "
         f"`table.append`). Ours warm {_rps(ours['rows_per_second_warm'])}, end to end "
         f"{_rps(ours['rows_per_second_end_to_end'])}, end to end including JVM start "
-        f"{_rps(ours['rows_per_second_including_jvm_start'])}.",
+        f"{_rps(ours['rows_per_second_including_jvm_start'])}, end to end attached to a "
+        f"warm Spark Connect server {_rps(ours.get('rows_per_second_over_connect'))}.",
         "",
         f"Ratios: warm **{_fmt(result['ratio'])}**, end to end "
         f"{_fmt(result['ratio_end_to_end'])}, including JVM start "
-        f"{_fmt(result['ratio_including_jvm_start'])}.",
+        f"{_fmt(result['ratio_including_jvm_start'])}, over Spark Connect "
+        f"{_fmt(result.get('ratio_over_connect'))}.",
         "",
         "| | data files | snapshots | bytes |",
         "|---|---|---|---|",
