@@ -381,8 +381,8 @@ def _hand_written_section(result: dict[str, Any]) -> list[str]:
 def _freshness_section(result: dict[str, Any]) -> list[str]:
     lines = [
         "| trigger | p50 | p95 | p99 | max | commit-time p99 | warm-up p99 | batch p50 | "
-        "first batch | records |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "first batch | records | data files: peak / at end / written |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in result["runs"]:
         lat, com, cold = run["latency_s"], run["commit_latency_s"], run["warmup_latency_s"]
@@ -390,7 +390,9 @@ def _freshness_section(result: dict[str, Any]) -> list[str]:
             f"| {run['trigger']} | {_fmt(lat['p50'])} s | {_fmt(lat['p95'])} s | "
             f"{_fmt(lat['p99'])} s | {_fmt(lat['max'])} s | {_fmt(com['p99'])} s | "
             f"{_fmt(cold['p99'])} s | {_fmt(run['batch_duration_s']['p50'])} s | "
-            f"{_fmt(run.get('first_batch_s'))} s | {_fmt(lat['count'])} |"
+            f"{_fmt(run.get('first_batch_s'))} s | {_fmt(lat['count'])} | "
+            f"{_fmt(run.get('data_files_max'))} / {_fmt(run.get('data_files_at_end'))} / "
+            f"{_fmt(run.get('data_files_written'))} |"
         )
     first = result["runs"][0]
     phases = ", ".join(
@@ -406,6 +408,17 @@ def _freshness_section(result: dict[str, Any]) -> list[str]:
         + f". {result['notes']}",
         "",
     ]
+    upkeep = first.get("maintenance")
+    if upkeep:
+        lines += [
+            f"Maintenance beside the stream (compact, expire; every {_fmt(upkeep['every_s'])} "
+            f"s): {upkeep['passes']} passes at {first['trigger']}, median "
+            f"{_fmt(upkeep['seconds_p50'])} s, {upkeep['files_rewritten']} files rewritten; "
+            "data files after each pass: "
+            + ", ".join(str(n) for n in upkeep["data_files_after_each"])
+            + ". The data files stay bounded by what the writer adds between two passes.",
+            "",
+        ]
     return lines
 
 
