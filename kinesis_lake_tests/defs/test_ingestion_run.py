@@ -15,6 +15,18 @@ from kinesis_lake_tests.defs.helpers import make_lake
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 
 
+def _ingestion_run(lake, *, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    """The ingestion job's selection, as the backlog sensor launches it."""
+    with dg.instance_for_test() as instance:
+        return dg.materialize(
+            [kinesis_stream, raw_events],
+            selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
+            resources=lake.resources,
+            instance=instance,
+            raise_on_error=raise_on_error,
+        )
+
+
 def _raw_rows(settings) -> int:
     return len(raw_keys(settings))
 
@@ -30,14 +42,7 @@ def test_a_failed_stream_observation_does_not_stop_the_ingestion_after_it(
         lake = make_lake(monkeypatch, tmp_path / "data", proxy.url)
         produce(lake.settings, 20, seed=13)
         proxy.inject("ListShards", "invalid_argument")  # not retried by botocore
-        with dg.instance_for_test() as instance:
-            result = dg.materialize(
-                [kinesis_stream, raw_events],
-                selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
-                resources=lake.resources,
-                instance=instance,
-                raise_on_error=False,
-            )
+        result = _ingestion_run(lake, raise_on_error=False)
     finally:
         proxy.stop()
 
@@ -69,13 +74,7 @@ def test_a_lingering_run_records_each_micro_batch_as_it_commits(
 
     producer = threading.Thread(target=put_after_the_first_commit, daemon=True)
     producer.start()
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [kinesis_stream, raw_events],
-            selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
-            resources=lake.resources,
-            instance=instance,
-        )
+    result = _ingestion_run(lake)
     producer.join(5)
 
     materialized = [
