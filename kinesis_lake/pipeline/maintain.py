@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
+from kinesis_lake.errors import TableError
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
     QUARANTINE_TABLE,
@@ -28,6 +29,7 @@ from kinesis_lake.pipeline.lake import load_table, open_lake
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_RETAIN_LAST = 100
 DEFAULT_SNAPSHOT_MAX_AGE_HOURS = 24.0
+MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 
 
 def consumers(
@@ -103,6 +105,20 @@ def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float)
     return cutoff
 
 
+def _max_age_hours(identifier: str, table: Table) -> float:
+    """The table's ``history.expire.max-snapshot-age-ms`` in hours, else the default."""
+    raw = table.properties.get(MAX_AGE_PROPERTY)
+    if not raw:
+        return DEFAULT_SNAPSHOT_MAX_AGE_HOURS
+    try:
+        return int(raw) / 3_600_000
+    except ValueError:
+        raise TableError(
+            f"{identifier}: {MAX_AGE_PROPERTY}={raw!r} is not a number of milliseconds: set "
+            "the table property to one (3600000 is an hour), or remove it for 24 h."
+        ) from None
+
+
 def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) -> MaintenancePass:
     """One pass over the lake's table ``name`` (e.g. ``"raw_events"``)."""
     catalog = open_lake(settings)
@@ -122,10 +138,7 @@ def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) ->
     )
     max_age_hours = policy.snapshot_max_age_hours
     if max_age_hours is None:
-        max_age_ms = table.properties.get("history.expire.max-snapshot-age-ms")
-        max_age_hours = (
-            int(max_age_ms) / 3_600_000 if max_age_ms else DEFAULT_SNAPSHOT_MAX_AGE_HOURS
-        )
+        max_age_hours = _max_age_hours(identifier, table)
     retain_last = policy.retain_last_snapshots or int(
         table.properties.get("history.expire.min-snapshots-to-keep", DEFAULT_RETAIN_LAST)
     )

@@ -5,7 +5,10 @@ commit rewrites the metadata that lists them all: the raw table's own
 
 from __future__ import annotations
 
-from kinesis_lake.pipeline.ingest import run_ingestion
+import pytest
+
+from kinesis_lake.errors import KinesisLakeError
+from kinesis_lake.pipeline.ingest import ensure_raw_table, run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
@@ -33,3 +36,17 @@ def test_maintenance_expires_raw_snapshots_by_the_tables_own_max_age(
 
     assert done.snapshots_after == 1
     assert len(raw_keys(settings)) == 30
+
+
+def test_an_unreadable_max_age_property_fails_maintenance_naming_it(
+    kinesalite_endpoint, settings_factory
+):
+    """An operator's typo in the table property must say which property and table, not
+    raise a bare ValueError from inside the maintenance op."""
+    settings = settings_factory(kinesalite_endpoint)
+    table = ensure_raw_table(settings)
+    with table.transaction() as change:
+        change.set_properties({"history.expire.max-snapshot-age-ms": "one hour"})
+
+    with pytest.raises(KinesisLakeError, match=r"history\.expire\.max-snapshot-age-ms='one hour'"):
+        run_maintenance(settings, settings.raw_table_name, MaintenancePolicy())
