@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kinesis_lake.errors import TableError
+from kinesis_lake.iceberg import metadata_cache
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ def catalog_properties(name: str = DEFAULT_CATALOG_NAME, *, data_dir: Path) -> d
 
 def open_catalog(name: str = DEFAULT_CATALOG_NAME, *, data_dir: Path) -> Catalog:
     """Open catalog ``name`` as configured for pyiceberg, else the embedded local default."""
+    metadata_cache.install()
     configured = configured_catalog_properties(name)
     if configured is not None:
         logger.info("Opening configured Iceberg catalog %r", name)

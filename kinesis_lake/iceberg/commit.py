@@ -92,6 +92,7 @@ def commit_files(
     summary: dict[str, str] | None = None,
     prepare: Callable[[Table], dict[str, str]] | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    just_loaded: bool = False,
 ) -> CommitOutcome:
     """Add Parquet data files written elsewhere (Spark executors) as batch ``batch_id``.
 
@@ -111,6 +112,11 @@ def commit_files(
     No duplicate-file check (pyiceberg's ``add_files`` reads every manifest of the table
     for it): the watermark already makes a batch idempotent, and callers name files
     uniquely per task attempt (``write_data_files`` refuses to overwrite a file).
+
+    ``just_loaded``: the caller loaded ``table`` from the catalog moments ago, so the
+    refresh that guards against a stale object is skipped. It would parse the same
+    metadata file again, at a cost that grows with the retained snapshots (benchmark 5);
+    a commit landing in between is a race like any other, which the retry loop handles.
     """
 
     def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
@@ -139,6 +145,7 @@ def commit_files(
         summary=summary,
         prepare=prepare,
         max_attempts=max_attempts,
+        just_loaded=just_loaded,
     )
     if outcome.committed:
         outcome.files = len(files)
@@ -197,14 +204,16 @@ def _commit_batch(
     summary: dict[str, str] | None,
     prepare: Callable[[Table], dict[str, str]] | None,
     max_attempts: int,
+    just_loaded: bool = False,
 ) -> CommitOutcome:
     """The retry loop shared by both entry points; ``stage`` adds the batch's data."""
     if not writer_id:
         raise ValueError("writer_id must be a non-empty string")
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    # The caller's table object may be minutes old; deciding on it would waste an attempt.
-    table.refresh()
+    if not just_loaded:
+        # The caller's table object may be minutes old; deciding on it would waste an attempt.
+        table.refresh()
     attempt = 0
     while True:
         attempt += 1

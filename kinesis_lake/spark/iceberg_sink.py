@@ -315,7 +315,13 @@ class _FileWritingTask:
         prepare = positions_on if self.options.position_columns is not None else None
         try:
             outcome = commit_files(
-                table, files, writer_id=writer, batch_id=batch_id, summary=summary, prepare=prepare
+                table,
+                files,
+                writer_id=writer,
+                batch_id=batch_id,
+                summary=summary,
+                prepare=prepare,
+                just_loaded=True,
             )
         except OverlappingPositionsError:
             delete_unreferenced(table, paths)

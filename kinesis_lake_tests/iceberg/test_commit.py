@@ -313,3 +313,22 @@ def test_positions_of_a_table_written_before_the_property_existed_are_still_read
     )
     assert committed_positions(raw) == newer
     assert POSITIONS not in raw.current_snapshot().summary.additional_properties
+
+
+def test_a_table_said_to_be_just_loaded_but_stale_still_commits_exactly_once(
+    raw: Table, data_dir: Path
+) -> None:
+    """The sink loads the table right before it commits and skips the refresh that would
+    parse the same metadata again (``just_loaded``). If a zombie of the same writer lands
+    the batch in between, the commit must fail against the catalog and retry into a skip,
+    not add the batch twice."""
+    table = open_catalog(data_dir=data_dir).load_table(RAW)
+    zombie = open_catalog(data_dir=data_dir).load_table(RAW)
+    ingest(zombie, "w", 0, range(10))
+
+    outcome = commit_files(
+        table, _write(table, range(10), "again"), writer_id="w", batch_id=0, just_loaded=True
+    )
+
+    assert (outcome.committed, outcome.skipped_duplicate, outcome.attempts) == (False, True, 2)
+    assert keys_of(table) == list(range(10))

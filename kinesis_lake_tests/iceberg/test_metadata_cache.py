@@ -1,0 +1,50 @@
+"""Table metadata is parsed once per metadata file: a commit reads back neither the file
+it wrote nor the one it loaded moments before, and a commit by another process is still
+seen by the next load (the cache is keyed by the immutable file, never by the table)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadataUtil
+
+from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake.iceberg.metadata_cache import CACHE
+from kinesis_lake_tests.iceberg.helpers import RAW, ingest, keys_of
+
+
+def test_the_metadata_a_commit_wrote_is_loaded_without_reading_it_back(
+    raw: Table, data_dir: Path
+) -> None:
+    ingest(raw, "w", 0, range(10))
+    hits, misses = CACHE.hits, CACHE.misses
+
+    loaded = open_catalog(data_dir=data_dir).load_table(RAW)
+
+    assert (CACHE.hits, CACHE.misses) == (hits + 1, misses)
+    assert loaded.metadata_location == raw.metadata_location
+    on_disk = Path(loaded.metadata_location.removeprefix("file://")).read_text()
+    assert loaded.metadata == TableMetadataUtil.parse_raw(on_disk)
+    assert keys_of(loaded) == list(range(10))
+
+
+def test_a_commit_by_another_process_is_seen_by_the_next_load(raw: Table, data_dir: Path) -> None:
+    ingest(raw, "w", 0, range(10))
+    before = open_catalog(data_dir=data_dir).load_table(RAW)
+    other_process = (
+        "import sys; from pathlib import Path\n"
+        "from kinesis_lake.iceberg.catalog import open_catalog\n"
+        "from kinesis_lake_tests.iceberg.helpers import RAW, ingest\n"
+        "table = open_catalog(data_dir=Path(sys.argv[1])).load_table(RAW)\n"
+        "assert ingest(table, 'other', 0, range(100, 105)).committed\n"
+    )
+    subprocess.run([sys.executable, "-c", other_process, str(data_dir)], check=True, timeout=120)
+
+    after = open_catalog(data_dir=data_dir).load_table(RAW)
+
+    assert after.metadata_location != before.metadata_location
+    assert keys_of(after) == [*range(10), *range(100, 105)]
+    assert keys_of(before) == [*range(10), *range(100, 105)]  # refresh sees it too
