@@ -245,9 +245,11 @@ def _commits(results: dict[str, Any], results_dir: Path) -> list[str]:
     text = (
         f"Commit latency follows the number of snapshots the table keeps, not the number "
         f"of commits made: median commit_files by retained snapshots: {rows}. Routine "
-        f"expiry keeps `retain_last={result['retain_last']}` (the raw table's "
-        "`history.expire.min-snapshots-to-keep`), so after the first ~100 commits every "
-        "commit works on 100-150 snapshots while the first ones worked on 0-20."
+        f"expiry every {result['expire_every']} commits keeps `retain_last="
+        f"{result['retain_last']}` (the raw table's `history.expire.min-snapshots-to-keep`), "
+        f"so between expiries a commit works on {result['retain_last']}-"
+        f"{result['retain_last'] + result['expire_every']} snapshots while the first "
+        "ones worked on 0-20."
     )
     if profile is not None:
         text += (
@@ -397,8 +399,9 @@ samples, -39% Python CPU; benchmark 2 went from 0.45 to over 1):
    last 20 of 300 commits took 4.8x the first 20). pyiceberg 0.12 deep-copies the whole
    table metadata whenever a transaction's `table_metadata` is read, about twenty times
    per `add_files`. Fixed in `kinesis_lake/iceberg/transaction.py`: one rebuild per staged
-   change (the cache apache/iceberg-python#3784 proposes; no release has it). Now 1.25x
-   over 1,000 commits, with the raw table's 100 retained snapshots unchanged.
+   change (the cache apache/iceberg-python#3784 proposes; no release has it). Then 1.25x
+   over 1,000 commits, with the raw table's 100 retained snapshots unchanged (1.89 in a
+   later run on a busier machine).
 6. **The driver opened every data file it committed** to read its footer back (pyiceberg
    `add_files`): 1.4 s of a 1.7 s commit of 500 files (benchmark 9), a GET per file on
    S3. Fixed: writers return `WrittenFile` (size, footer, partition values) and the commit
@@ -411,16 +414,26 @@ samples, -39% Python CPU; benchmark 2 went from 0.45 to over 1):
 9. **Every shard wrote its own data file per micro-batch** (342 files per commit at 500
    shards). `KINESIS_LAKE_MAX_WRITE_TASKS` now coalesces shard reads into fewer writer
    tasks (8 files per commit with 8).
+10. **Every commit parsed the same metadata file three times** (the sink's load, a
+   refresh, and the catalog's own load inside `commit_table`), a file that process had
+   just written, each parse growing with the retained snapshots. Fixed: parsed metadata
+   is kept per metadata file, which Iceberg never rewrites
+   (`kinesis_lake/iceberg/metadata_cache.py`; on S3 it also saves a GET per load), and
+   the sink's commit skips the refresh of the table it has just loaded.
+11. **The raw table kept at least its last 100 snapshots**, and every commit rewrites
+   the metadata listing them; the derived tables never needed that floor (maintenance
+   keeps the snapshots they have not processed whatever it says). Now 10, and the
+   metadata log 10 entries instead of 50.
 
 Still open:
 
-10. **The planner side of PySpark's Python data sources starts processes per query and
+12. **The planner side of PySpark's Python data sources starts processes per query and
    per batch** (`python_streaming_source_runner` and the `pyspark.daemon` workers for
    `create_data_source`, `write_into_data_source` and `python_streaming_sink_runner`),
    each importing pyspark, pyarrow and our modules: most of what is left of the import
    and `gc.collect()` shares in the ingest profile. Those runners are started by Spark
    itself with a fixed module, so only a change in Spark can preload them.
-11. **The duplicate check of `refresh_derived` reads a whole day of parsed events.**
+13. **The duplicate check of `refresh_derived` reads a whole day of parsed events.**
    `_keys_already_parsed` (`kinesis_lake/pipeline/derive.py`) loads every parsed row of each
    day partition the new events fall in, so a refresh of 10k rows late in a busy day
    reads the day (benchmark 4's "rows read by step"). It grows with the day's volume,

@@ -12,7 +12,8 @@ Per micro-batch with rows, from Spark's progress: the driver's own phases (``lat
 ``queryPlanning``, ``walCommit``, ``commitOffsets``) and ``addBatch`` (the tasks and the
 sink's commit). The sink's commit is also timed apart, in this process: ``commit_files``
 of one file per shard with the positions of every shard, as the sink commits a
-micro-batch, on a table with a streaming table's retained history (100 snapshots).
+micro-batch, on a table with a streaming table's retained history (100 snapshots: more
+than the raw table's floor of 10, as a writer accumulates between maintenance passes).
 Also reported: tasks and data files per commit, the checkpoint's offset-log entry and
 the progress records' bytes per micro-batch, and the table metadata's size.
 
@@ -106,7 +107,7 @@ def _commit_cost(ctx: BenchContext, shards: int, files_per_commit: int) -> dict[
     """The sink's commit of one micro-batch, with a streaming table's history behind it.
 
     First ``HISTORY_COMMITS`` commits of one file each (the positions of every shard move
-    each time, routine expiry keeps the raw table's 100 snapshots), then
+    each time, routine expiry keeps 100 snapshots), then
     ``COMMITS_TIMED`` commits of ``files_per_commit`` small files, timed from the table load.
     """
     from benchmarks.commit_cost import _batch
