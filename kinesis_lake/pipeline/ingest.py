@@ -11,6 +11,7 @@ in flight has committed.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,8 @@ from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg_sink import SINK_NAME, committed_positions
 from kinesis_lake.spark.kinesis_offsets import SourceOffset
 from kinesis_lake.spark.shard_progress import ShardProgressStore
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -210,7 +213,12 @@ class Linger:
 
 class _BatchFollower:
     """Reports each committed micro-batch of ``query`` that moved rows, once, and since
-    when none has (``quiet_since``: monotonic, None before the query's first trigger)."""
+    when none has (``quiet_since``: monotonic, None before the query's first trigger).
+
+    A report that fails (the catalog read behind it, or ``on_batch`` itself: Dagster's
+    event log) is logged and skipped, never raised: the batch is already committed, and
+    ending the query over its report would stop ingestion on a flaky event store.
+    """
 
     def __init__(
         self,
@@ -233,7 +241,21 @@ class _BatchFollower:
                 self.batches += 1
                 self.quiet_since = time.monotonic()
                 if self._on_batch is not None:
-                    self._on_batch(_batch_report(self._settings, progress))
+                    self._report(self._on_batch, progress)
+
+    def _report(self, on_batch: Callable[[BatchReport], None], progress: dict) -> None:
+        try:
+            on_batch(_batch_report(self._settings, progress))
+        except Exception as error:
+            logger.warning(
+                "Micro-batch %s committed %d rows but could not be reported (%s: %s); "
+                "ingestion goes on, and the run's summary counts it. If this repeats, check "
+                "the catalog and the Dagster instance storage.",
+                progress["batchId"],
+                input_rows(progress),
+                type(error).__name__,
+                error,
+            )
 
 
 def run_continuous(

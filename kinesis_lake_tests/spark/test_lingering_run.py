@@ -81,3 +81,39 @@ def test_a_lingering_run_ends_at_its_cap_under_steady_traffic_and_loses_nothing(
     keys = raw_keys(settings)
     assert len(keys) == put[0] == len(set(keys))
     assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+
+
+def test_a_batch_report_that_fails_does_not_stop_ingestion(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Reporting a committed batch (a catalog read, then Dagster's event log: Postgres in
+    production) can fail transiently. The batch is already durable: the query must go on
+    and take what arrives next, not end the run, or a stream with a flaky event store
+    would stop. Here the report of the first batch raises, as a lost connection would."""
+    settings = settings_factory(kinesalite_endpoint, run_linger_seconds=5)
+    produce(settings, 40, seed=31)
+    ensure_raw_table(settings)
+    reports: list[int] = []
+
+    def flaky_event_log(report) -> None:
+        reports.append(report.rows)
+        if len(reports) == 1:
+            raise ConnectionError("event log unreachable")
+
+    def put_after_the_first_commit() -> None:
+        deadline = time.monotonic() + 120
+        while _raw_rows(settings) < 40 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        produce(settings, 60, seed=32)
+
+    producer = threading.Thread(target=put_after_the_first_commit, daemon=True)
+    producer.start()
+
+    result = run_ingestion(spark, settings, on_batch=flaky_event_log)
+
+    producer.join(5)
+    assert result.rows == 100
+    assert sum(reports) == 100  # every batch was offered for reporting, the failed one too
+    keys = raw_keys(settings)
+    assert not [key for key, n in Counter(keys).items() if n > 1]
+    assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
