@@ -8,7 +8,8 @@ where the UI should plot them.
 Who runs what:
 
 * ``raw_events``: the backlog sensor (``sensors.py``), only when the stream holds records
-  past the committed positions; one at a time (pool ``kinesis_lake_ingestion``, limit 1 in
+  past the committed positions; one at a time per stream (pool ``kinesis_lake_ingestion``,
+  ``kinesis_lake_ingestion_<raw table>`` for each declared stream; limit 1 in
   ``dagster.yaml``), because one Spark checkpoint admits one query. With
   ``KINESIS_LAKE_RUN_LINGER_SECONDS`` a run goes on while records keep arriving and records
   each committed micro-batch as a raw_events materialization as it goes. For low latency,
@@ -65,7 +66,6 @@ OWNERS = ["team:data-platform"]
 INGESTION_GROUP = "ingestion"
 DERIVED_GROUP = "derived"
 
-INGESTION_POOL = "kinesis_lake_ingestion"
 DERIVE_POOL = "kinesis_lake_derive"
 
 KINESIS_STREAM = DEFAULT_STREAM.stream_asset
@@ -203,7 +203,7 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         group_name=INGESTION_GROUP,
         kinds={"spark", "iceberg"},
         owners=OWNERS,
-        pool=INGESTION_POOL,
+        pool=keys.ingestion_pool,
         description=(
             "Every Kinesis user record exactly once, payload bytes untouched. A run drains "
             "what the stream holds when it starts (Spark availableNow; with "

@@ -16,6 +16,8 @@ from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.events.declaration import RAW_TABLE, LakeDeclaration
 
+INGESTION_POOL = "kinesis_lake_ingestion"
+
 
 @dataclass(frozen=True)
 class StreamKeys:
@@ -42,6 +44,12 @@ class StreamKeys:
         return (
             "kinesis_backlog_sensor" if not self.declared else f"kinesis_backlog_{self.raw_table}"
         )
+
+    @property
+    def ingestion_pool(self) -> str:
+        """One pool per stream: each has its own checkpoint, which admits one query, and
+        a run of one stream (lingering for minutes) must not hold back another's."""
+        return INGESTION_POOL if not self.declared else f"{INGESTION_POOL}_{self.raw_table}"
 
     @property
     def ingest_job_name(self) -> str:

@@ -369,6 +369,15 @@ def test_each_declared_stream_has_its_own_assets_job_sensor_and_checks(
         dg.AssetKey("raw_web_clicks"),
         dg.AssetKey("raw_orders"),
     }
+    # Each stream has its own checkpoint, so its own ingestion pool: one stream's run
+    # (lingering up to KINESIS_LAKE_RUN_MAX_SECONDS) must not hold back the other's.
+    pools = {
+        name: defs.resolve_assets_def(name).op.pool for name in ("raw_orders", "raw_web_clicks")
+    }
+    assert pools == {
+        "raw_orders": "kinesis_lake_ingestion_raw_orders",
+        "raw_web_clicks": "kinesis_lake_ingestion_raw_web_clicks",
+    }
     sensors = {s.name: s for s in defs.sensors}
     assert {"kinesis_backlog_raw_web_clicks", "kinesis_backlog_raw_orders"} <= set(sensors)
     assert sensors["kinesis_backlog_raw_orders"].job_name == "ingest_raw_orders"
