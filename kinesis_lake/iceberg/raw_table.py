@@ -97,6 +97,11 @@ RAW_TABLE_PROPERTIES: dict[str, str] = {
     "write.metadata.previous-versions-max": "10",
     # One manifest per streaming commit would grow scan planning without bound: merge them.
     "commit.manifest-merge.enabled": "true",
+    # Merge early and small (Iceberg's defaults: at 100 manifests, into 8 MB ones): each
+    # commit lists every manifest, and a merge of all of them rewrites every data file's
+    # entry (benchmark 5: 1.1 s at 4,000 files). 1 MB manifests leave a merged one alone.
+    "commit.manifest.min-count-to-merge": "10",
+    "commit.manifest.target-size-bytes": str(1024 * 1024),
 }
 
 
