@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from statistics import median
+from statistics import linear_regression, median
 from typing import Any
 
 import pyarrow as pa
@@ -140,6 +140,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         return round(median(r["load_s"] + r["positions_s"] + r["commit_s"] for r in rows), 4)
 
     headline = ratio(med(last, "commit_s"), med(first, "commit_s"))
+    slowest = max(samples, key=lambda r: r["commit_s"])
     return {
         "commits": commits,
         "files_per_commit": FILES_PER_COMMIT,
@@ -154,6 +155,8 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         "ratio_cpu": ratio(med(last, "commit_cpu_s"), med(first, "commit_cpu_s")),
         "target": f"<= {TARGET}",
         "verdict": verdict(headline, TARGET, at_least=False),
+        "ms_per_retained_snapshot": _ms_per_retained_snapshot(samples),
+        "slowest_commit": {k: slowest[k] for k in ("commit", "commit_s", "manifests")},
         "final_snapshots": len(table.metadata.snapshots),
         "final_manifests": samples[-1]["manifests"],
         "final_data_files": commits * FILES_PER_COMMIT,
@@ -165,3 +168,14 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             "ratio_sink_path adds the sink's per-commit table load and positions lookup."
         ),
     }
+
+
+def _ms_per_retained_snapshot(samples: list[dict[str, Any]]) -> float:
+    """Least-squares slope of commit_files milliseconds over retained snapshots, the
+    slowest 5% (manifest merges, scheduler noise) left out: what each snapshot of
+    history adds to every commit."""
+    ms = [r["commit_s"] * 1000 for r in samples]
+    cut = sorted(ms)[int(len(ms) * 0.95) - 1]
+    kept = [(r["snapshots"], m) for r, m in zip(samples, ms, strict=True) if m <= cut]
+    fit = linear_regression([float(s) for s, _ in kept], [m for _, m in kept])
+    return round(fit.slope, 4)

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +219,13 @@ def _report_only(results_dir: Path) -> int:
     if not results:
         print(f"no results in {results_dir}", file=sys.stderr)
         return 1
-    environment = next(iter(results.values()))["environment"]
+    # The header describes the invocation most results come from; the runs note names
+    # the others (a benchmark re-run alone, on another day or machine).
+    by_start = Counter(r["environment"]["timestamp"] for r in results.values())
+    main_start = by_start.most_common(1)[0][0]
+    environment = next(
+        r["environment"] for r in results.values() if r["environment"]["timestamp"] == main_start
+    )
     total = sum(r.get("duration_s", 0) for r in results.values())
     path = report.write_report(results_dir, environment, results, total_seconds=total)
     print(path)
