@@ -31,36 +31,55 @@ from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.serializers import FromInputFile, ToOutputFile
 from pyiceberg.table.metadata import TableMetadata
 
-CAPACITY = 32
-"""Locations kept: a few tables, each with its current file and the one before it."""
+TABLES = 16
+"""Tables kept (least recently used first out)."""
+VERSIONS_PER_TABLE = 2
+"""Metadata files kept per table: the newest ones. A busy table writes a new file every
+commit; older ones are never read again, and one can be megabytes of parsed snapshots."""
 
 
 class MetadataCache:
-    """Parsed table metadata by metadata file location, least recently used first out."""
+    """Parsed table metadata by metadata file location, at most ``versions`` per table
+    (per metadata directory) and ``tables`` tables."""
 
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self._entries: OrderedDict[str, TableMetadata] = OrderedDict()
-        self._capacity = capacity
+    def __init__(self, tables: int = TABLES, versions: int = VERSIONS_PER_TABLE) -> None:
+        self._tables: OrderedDict[str, OrderedDict[str, TableMetadata]] = OrderedDict()
+        self._max_tables, self._max_versions = tables, versions
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, location: str) -> TableMetadata | None:
+        directory = _directory(location)
         with self._lock:
-            metadata = self._entries.get(location)
-            if metadata is None:
+            versions = self._tables.get(directory)
+            metadata = versions.get(location) if versions is not None else None
+            if versions is None or metadata is None:
                 self.misses += 1
                 return None
-            self._entries.move_to_end(location)
+            self._tables.move_to_end(directory)
             self.hits += 1
             return metadata
 
     def put(self, location: str, metadata: TableMetadata) -> None:
+        directory = _directory(location)
         with self._lock:
-            self._entries[location] = metadata
-            self._entries.move_to_end(location)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+            versions = self._tables.setdefault(directory, OrderedDict())
+            versions[location] = metadata
+            versions.move_to_end(location)
+            while len(versions) > self._max_versions:
+                versions.popitem(last=False)
+            self._tables.move_to_end(directory)
+            while len(self._tables) > self._max_tables:
+                self._tables.popitem(last=False)
+
+    def entries(self) -> int:
+        with self._lock:
+            return sum(len(versions) for versions in self._tables.values())
+
+
+def _directory(location: str) -> str:
+    return location.rsplit("/", 1)[0]
 
 
 CACHE = MetadataCache()

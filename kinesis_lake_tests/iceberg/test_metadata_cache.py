@@ -48,3 +48,15 @@ def test_a_commit_by_another_process_is_seen_by_the_next_load(raw: Table, data_d
     assert after.metadata_location != before.metadata_location
     assert keys_of(after) == [*range(10), *range(100, 105)]
     assert keys_of(before) == [*range(10), *range(100, 105)]  # refresh sees it too
+
+
+def test_a_busy_table_keeps_only_its_newest_metadata_in_memory(raw: Table) -> None:
+    """Every commit writes a new metadata file, and at an hour of 1 s commits each one
+    holds thousands of snapshots: a cache counting files would fill with one table's
+    superseded versions, megabytes each, that nobody reads again."""
+    before = CACHE.entries()
+    for batch_id in range(5):
+        ingest(raw, "w", batch_id, range(batch_id * 10, batch_id * 10 + 10))
+
+    assert CACHE.entries() - before <= 2
+    assert keys_of(raw) == list(range(50))
