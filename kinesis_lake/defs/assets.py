@@ -303,13 +303,17 @@ def raw_batch_reporter(
     then pass it to ``then``.
 
     Recorded as runless events: a stream outlives any run, so no run owns its batches.
+    ``then`` sees every batch even when recording it failed (the failure is raised after,
+    and the ingestion loop logs it and goes on).
     """
 
     def report(batch: "BatchReport") -> None:
-        if instance is not None:
-            instance.report_runless_asset_event(raw_batch_materialization(settings, batch))
-        if then is not None:
-            then(batch)
+        try:
+            if instance is not None:
+                instance.report_runless_asset_event(raw_batch_materialization(settings, batch))
+        finally:
+            if then is not None:
+                then(batch)
 
     return report
 

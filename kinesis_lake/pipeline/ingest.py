@@ -160,7 +160,8 @@ def run_ingestion(
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> IngestResult:
     """Drain what the stream holds now into the raw table, then stop; ``on_batch`` sees
-    each committed micro-batch that moved rows (a progress display, say).
+    each committed micro-batch that moved rows (a progress display, say). An ``on_batch``
+    that raises is logged with its traceback and ingestion goes on: the batch is committed.
 
     With ``settings.run_linger_seconds`` the run goes on after the drain, on a short
     processing-time trigger, until no record arrived for that long or
@@ -250,11 +251,12 @@ class _BatchFollower:
             logger.warning(
                 "Micro-batch %s committed %d rows but could not be reported (%s: %s); "
                 "ingestion goes on, and the run's summary counts it. If this repeats, check "
-                "the catalog and the Dagster instance storage.",
+                "the catalog, the Dagster instance storage and any on_batch callback.",
                 progress["batchId"],
                 input_rows(progress),
                 type(error).__name__,
                 error,
+                exc_info=True,
             )
 
 
