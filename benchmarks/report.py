@@ -524,8 +524,8 @@ def _history_cost(result: dict[str, Any]) -> list[str]:
         "table's one hour of history at a "
         f"1 s trigger (3,600 snapshots) would add about {per_snapshot * 3600:,.0f} ms to "
         f"every commit, at a 0.5 s trigger about {per_snapshot * 7200:,.0f} ms. The slowest "
-        f"commit took {slowest['commit_s']:.2f} s (commit {slowest['commit']}: a manifest "
-        "merge).",
+        f"commit took {slowest['commit_s']:.2f} s (commit {slowest['commit']}, "
+        f"{slowest['manifests']} manifest(s) after it: 1 means it merged them all).",
         "",
     ]
 
