@@ -18,6 +18,10 @@ seen as soon as it lands.
 pyiceberg has no hook for this, so :func:`install` wraps its two serializer entry points
 (``FromInputFile.table_metadata`` and ``ToOutputFile.table_metadata``), pinned to the
 version in pyproject.toml. REST catalogs parse server responses instead and gain nothing.
+The wrap is process-wide: it would serve stale metadata only for a file rewritten in
+place under the same name, which pyiceberg never does (every name carries a UUID) but a
+Hadoop-style table's ``vN.metadata.json``, rolled back in place by another engine and
+read with ``StaticTable`` in the same long-lived process, could.
 """
 
 from __future__ import annotations
