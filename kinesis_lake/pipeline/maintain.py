@@ -105,17 +105,18 @@ def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float)
     return cutoff
 
 
-def _max_age_hours(identifier: str, table: Table) -> float:
-    """The table's ``history.expire.max-snapshot-age-ms`` in hours, else the default."""
-    raw = table.properties.get(MAX_AGE_PROPERTY)
+def _int_property(identifier: str, table: Table, name: str, default: int) -> int:
+    """Table property ``name`` as an integer, else ``default``. Operators set these by
+    hand, so a typo fails the pass in one line naming the table, the property and the fix."""
+    raw = table.properties.get(name)
     if not raw:
-        return DEFAULT_SNAPSHOT_MAX_AGE_HOURS
+        return default
     try:
-        return int(raw) / 3_600_000
+        return int(raw)
     except ValueError:
         raise TableError(
-            f"{identifier}: {MAX_AGE_PROPERTY}={raw!r} is not a number of milliseconds: set "
-            "the table property to one (3600000 is an hour), or remove it for 24 h."
+            f"{identifier}: {name}={raw!r} is not a whole number: set the table property to "
+            f"one, or remove it for the default ({default})."
         ) from None
 
 
@@ -133,14 +134,17 @@ def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) ->
     ]
     started = time.monotonic()
     snapshots_before = len(table.metadata.snapshots)
-    target = policy.target_file_size_bytes or int(
-        table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE)
+    target = policy.target_file_size_bytes or _int_property(
+        identifier, table, "write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE
     )
     max_age_hours = policy.snapshot_max_age_hours
     if max_age_hours is None:
-        max_age_hours = _max_age_hours(identifier, table)
-    retain_last = policy.retain_last_snapshots or int(
-        table.properties.get("history.expire.min-snapshots-to-keep", DEFAULT_RETAIN_LAST)
+        max_age_ms = _int_property(
+            identifier, table, MAX_AGE_PROPERTY, int(DEFAULT_SNAPSHOT_MAX_AGE_HOURS * 3_600_000)
+        )
+        max_age_hours = max_age_ms / 3_600_000
+    retain_last = policy.retain_last_snapshots or _int_property(
+        identifier, table, "history.expire.min-snapshots-to-keep", DEFAULT_RETAIN_LAST
     )
     compacted = maintenance.compact(
         table, target_file_size_bytes=target, min_input_files=policy.min_input_files

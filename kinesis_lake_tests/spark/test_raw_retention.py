@@ -5,6 +5,8 @@ commit rewrites the metadata that lists them all: the raw table's own
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kinesis_lake.errors import KinesisLakeError
@@ -49,4 +51,21 @@ def test_an_unreadable_max_age_property_fails_maintenance_naming_it(
         change.set_properties({"history.expire.max-snapshot-age-ms": "one hour"})
 
     with pytest.raises(KinesisLakeError, match=r"history\.expire\.max-snapshot-age-ms='one hour'"):
+        run_maintenance(settings, settings.raw_table_name, MaintenancePolicy())
+
+
+@pytest.mark.parametrize(
+    "name", ["history.expire.min-snapshots-to-keep", "write.target-file-size-bytes"]
+)
+def test_every_unreadable_upkeep_property_fails_maintenance_naming_it(
+    kinesalite_endpoint, settings_factory, name
+):
+    """docs/operations.md tells operators of older lakes to set the snapshot floor by hand:
+    a typo there must fail like one in the max age, not as a bare ValueError."""
+    settings = settings_factory(kinesalite_endpoint)
+    table = ensure_raw_table(settings)
+    with table.transaction() as change:
+        change.set_properties({name: "ten"})
+
+    with pytest.raises(KinesisLakeError, match=rf"{re.escape(name)}='ten'"):
         run_maintenance(settings, settings.raw_table_name, MaintenancePolicy())
