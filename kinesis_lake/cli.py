@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from kinesis_lake.config import SPARK_CONNECT_PORT, Settings, load_profile, settings_markdown
 from kinesis_lake.errors import ConfigurationError, KinesisLakeError, TableError
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
+from kinesis_lake.spark.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
 
 if TYPE_CHECKING:
     from kinesis_lake.pipeline.ingest import BatchReport
@@ -99,7 +100,12 @@ def cmd_connect_server(args: argparse.Namespace) -> None:
     master = args.master or (
         "local[2]" if is_connect(settings.spark_master) else settings.spark_master
     )
-    server = ConnectServer(port=args.port, master=master, log_dir=settings.log_dir)
+    server = ConnectServer(
+        port=args.port,
+        master=master,
+        log_dir=settings.log_dir,
+        reap_idle_daemons_after_s=args.reap_idle_daemons_after or None,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with server:
@@ -458,6 +464,14 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--port", type=int, default=SPARK_CONNECT_PORT, help="port to serve on")
     connect.add_argument(
         "--master", default=None, help="the server's Spark master; default: SPARK_MASTER"
+    )
+    connect.add_argument(
+        "--reap-idle-daemons-after",
+        type=float,
+        default=REAP_IDLE_DAEMONS_AFTER_S,
+        metavar="SECONDS",
+        help="stop a run's Python daemons once idle this long (Spark keeps them until it "
+        f"stops, SPARK-54055); 0: never; default {REAP_IDLE_DAEMONS_AFTER_S:.0f}",
     )
 
     produce = _command(commands, "produce", "send generated JSON events", cmd_produce)

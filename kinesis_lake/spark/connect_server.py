@@ -29,6 +29,7 @@ import pyspark
 
 from kinesis_lake.config import SPARK_CONNECT_PORT
 from kinesis_lake.errors import KinesisLakeError
+from kinesis_lake.spark.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S, IdleDaemonReaper
 from kinesis_lake.spark.session import BASE_CONF, LOOPBACK, driver_address_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -75,6 +76,7 @@ class ConnectServer:
         env: Mapping[str, str] | None = None,
         conf: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,
+        reap_idle_daemons_after_s: float | None = REAP_IDLE_DAEMONS_AFTER_S,
     ) -> None:
         self.port = port
         self.master = master
@@ -89,6 +91,8 @@ class ConnectServer:
         self._conf = dict(conf or {})
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
+        self._reap_after_s = reap_idle_daemons_after_s
+        self._reaper: IdleDaemonReaper | None = None
 
     @property
     def url(self) -> str:
@@ -126,6 +130,11 @@ class ConnectServer:
                     f"{self.log_file}."
                 )
             time.sleep(0.5)
+        if self._reap_after_s is not None:
+            # spark-submit execs the JVM: the child is the JVM, whose children the daemons are
+            self._reaper = IdleDaemonReaper(
+                self._process.pid, idle_after_s=self._reap_after_s
+            ).start()
         return self
 
     def __exit__(
@@ -138,6 +147,9 @@ class ConnectServer:
 
     def stop(self) -> None:
         """Stop the server (its running queries stop with it)."""
+        if self._reaper is not None:
+            self._reaper.stop()
+            self._reaper = None
         if self._process is None:
             return
         self._process.terminate()

@@ -11,10 +11,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from kinesis_lake.iceberg.catalog import open_catalog
@@ -38,6 +40,17 @@ def _free_port() -> int:
 class Server:
     url: str
     port: int
+    pid: int
+
+    def session_daemons(self) -> int:
+        """The server JVM's Python daemons kept for Connect sessions and their queries."""
+        jvms = [p for p in psutil.Process(self.pid).children(recursive=True) if p.name() == "java"]
+        return sum(
+            1
+            for jvm in jvms
+            for daemon in jvm.children()
+            if daemon.environ().get("SPARK_JOB_ARTIFACT_UUID", "default") != "default"
+        )
 
     def serving(self) -> bool:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 1):
@@ -47,18 +60,23 @@ class Server:
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory) -> Iterator[Server]:
-    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM."""
+    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM. Idle
+    daemons are stopped after 3 s, not 5 min, once Spark has let their workers go (after a
+    minute): between the runs here too, which Spark must then start again."""
     port = _free_port()
     env = {**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(tmp_path_factory.mktemp("c"))}
     process = subprocess.Popen(
-        [sys.executable, "-m", "kinesis_lake.cli", "connect-server", "--port", str(port)],
+        [
+            *(sys.executable, "-m", "kinesis_lake.cli", "connect-server", "--port", str(port)),
+            *("--reap-idle-daemons-after", "3"),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None
     announced = process.stdout.readline()  # printed once the server serves
-    server = Server(f"sc://127.0.0.1:{port}", port)
+    server = Server(f"sc://127.0.0.1:{port}", port, process.pid)
     try:
         assert f"SPARK_MASTER={server.url}" in announced, announced
         yield server
@@ -93,6 +111,27 @@ def test_the_cli_ingests_exactly_once_through_spark_connect_without_a_jvm(
     assert keys.num_rows == 500 == len(set(zip(*keys.to_pydict().values(), strict=True)))
     assert not spark_log_file(settings.log_dir).exists()  # no local JVM logged anything
     assert_reconciled(settings, ("events",))  # the default declaration's one table
+
+
+def test_the_python_daemons_of_ended_runs_do_not_pile_up_in_the_server(
+    connect_server, kinesalite_endpoint, settings_factory
+):
+    """Spark keeps each Connect query's Python daemons until the server stops
+    (SPARK-54055): three runs left 7, 12, then 17 of them."""
+    settings = settings_factory(kinesalite_endpoint)
+    env = _without_java({**settings_env(settings), "SPARK_MASTER": connect_server.url})
+    for run in range(3):
+        produce(settings, 50, seed=40 + run)
+        result = run_cli_with(env, "ingest")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "ingested 50 rows" in result.stdout
+
+    deadline = time.monotonic() + 180  # Spark stops idle workers after a minute
+    while (left := connect_server.session_daemons()) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == 0
+    raw = open_catalog(data_dir=settings.data_dir).load_table(settings.raw_table)
+    assert raw.scan().to_arrow().num_rows == 150
 
 
 SESSION_AND_TEARDOWN = """
