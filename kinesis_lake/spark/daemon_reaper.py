@@ -67,7 +67,6 @@ class IdleDaemonReaper:
         self._seen: dict[int, _Seen] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="idle-daemon-reaper", daemon=True)
-        self.stopped_daemons = 0
 
     def start(self) -> IdleDaemonReaper:
         self._thread.start()
@@ -86,9 +85,8 @@ class IdleDaemonReaper:
             except Exception:  # never let a failed sweep end the reaping for good
                 logger.warning("Spark Connect: sweeping idle Python daemons failed", exc_info=True)
 
-    def sweep(self, now: float) -> int:
-        """Stop the daemons idle since ``idle_after_s`` before ``now``; how many."""
-        stopped = 0
+    def sweep(self, now: float) -> None:
+        """Stop the daemons idle since ``idle_after_s`` before ``now``."""
         present = set()
         for daemon in self._jvm.children():
             try:
@@ -107,17 +105,13 @@ class IdleDaemonReaper:
                 if now - idle_since >= self._idle_after_s:
                     daemon.terminate()  # psutil checks it is still the same process
                     logger.info("Spark Connect: stopped idle Python daemon %s", daemon.cmdline())
-                    stopped += 1
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         self._seen = {pid: seen for pid, seen in self._seen.items() if pid in present}
-        self.stopped_daemons += stopped
-        return stopped
 
 
 def _cpu_s(daemon: psutil.Process) -> tuple[float, float]:
-    """The daemon's own CPU, and its workers' (running or ended). Workers outlive their
-    task, idle, when Spark reuses them: having any is no sign of use."""
+    """The daemon's own CPU, and its workers' (running or ended): what grows with use."""
     own = daemon.cpu_times()
     running = (worker.cpu_times() for worker in daemon.children())
     workers = own.children_user + own.children_system + sum(t.user + t.system for t in running)
