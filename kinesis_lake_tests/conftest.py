@@ -42,20 +42,46 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("PYICEBERG_HOME", str(home))
 
 
-@pytest.fixture(scope="session")
-def kinesalite_endpoint() -> Iterator:
+_SHARED_ENDPOINTS: list = []
+"""The session's endpoints, once started: checked after every test."""
+
+_DIED_LOGS = Path(__file__).resolve().parents[1] / "test-output" / "endpoints"
+
+
+@pytest.fixture(autouse=True)
+def shared_endpoints_survive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A shared endpoint that died during a test fails that test, keeps what it printed
+    (``test-output/endpoints/``) and is started again on its URL: one crash would
+    otherwise refuse every later test's connections and take its explanation with it."""
+    yield
+    for endpoint in _SHARED_ENDPOINTS:
+        last_words = endpoint.revive()
+        if last_words is not None:
+            _DIED_LOGS.mkdir(parents=True, exist_ok=True)
+            log = _DIED_LOGS / f"{endpoint.kind}-{request.node.name}.log"[:200]
+            log.write_text(last_words)
+            pytest.fail(f"the shared {endpoint.kind} endpoint died during this test; see {log}")
+
+
+def _shared_endpoint(kind: str) -> Iterator:
     from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
 
-    with LocalKinesisEndpoint("kinesalite") as endpoint:
-        yield endpoint
+    with LocalKinesisEndpoint(kind) as endpoint:
+        _SHARED_ENDPOINTS.append(endpoint)
+        try:
+            yield endpoint
+        finally:
+            _SHARED_ENDPOINTS.remove(endpoint)
+
+
+@pytest.fixture(scope="session")
+def kinesalite_endpoint() -> Iterator:
+    yield from _shared_endpoint("kinesalite")
 
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator:
-    from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
-
-    with LocalKinesisEndpoint("moto") as endpoint:
-        yield endpoint
+    yield from _shared_endpoint("moto")
 
 
 @pytest.fixture(params=["kinesalite", "moto"])

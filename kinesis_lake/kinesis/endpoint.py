@@ -148,6 +148,27 @@ class LocalKinesisEndpoint:
             raise RuntimeError("the endpoint is not started")
         return f"http://127.0.0.1:{self._port}"
 
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("the endpoint is not started")
+        return self._process.pid
+
+    def revive(self) -> str | None:
+        """Start the server again if it exited on its own (same port, same data) and return
+        what it printed and its exit status; None if it is running.
+
+        For a long-lived shared endpoint (the test suite's): a server that died would
+        otherwise refuse every later client, and its output, which says why, would be
+        deleted with it.
+        """
+        if self._process is None or self._process.poll() is None:
+            return None
+        last_words = f"{self._log()}\n[{self._kind} exited with status {self._process.returncode}]"
+        self._end(signal.SIGKILL)
+        self.start()
+        return last_words
+
     def start(self, timeout_s: float = 20.0) -> LocalKinesisEndpoint:
         """Start the server and wait until it answers ListStreams."""
         if self._process is not None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +80,18 @@ def test_start_failure_shows_the_server_output(kinesalite) -> None:
     port = int(kinesalite.url.rsplit(":", 1)[1])
     with pytest.raises(KinesisError, match="EADDRINUSE"):
         LocalKinesisEndpoint("kinesalite", port=port).start(timeout_s=10)
+
+
+def test_an_endpoint_that_died_on_its_own_is_revived_on_its_url_with_its_last_words() -> None:
+    """What lets the suite's shared endpoint outlive a crash, and say what killed it."""
+    with LocalKinesisEndpoint("kinesalite") as endpoint:
+        url = endpoint.url
+        assert endpoint.revive() is None  # running: nothing to do
+        os.kill(endpoint.pid, signal.SIGKILL)  # not through the endpoint: a crash
+        deadline = time.monotonic() + 10
+        while (last_words := endpoint.revive()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the signal takes a moment
+        assert last_words is not None and "kinesalite listening on" in last_words
+        assert "-9" in last_words  # its exit status
+        assert endpoint.url == url
+        kinesis_client(url).list_streams()  # answering again
