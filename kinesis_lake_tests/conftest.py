@@ -7,6 +7,7 @@ Nothing of ours is mocked. Endpoints bind 127.0.0.1 only, and so does Spark
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,13 +55,17 @@ def shared_endpoints_survive(request: pytest.FixtureRequest) -> Iterator[None]:
     (``test-output/endpoints/``) and is started again on its URL: one crash would
     otherwise refuse every later test's connections and take its explanation with it."""
     yield
+    died = []
     for endpoint in _SHARED_ENDPOINTS:
         last_words = endpoint.revive()
         if last_words is not None:
             _DIED_LOGS.mkdir(parents=True, exist_ok=True)
-            log = _DIED_LOGS / f"{endpoint.kind}-{request.node.name}.log"[:200]
+            test = re.sub(r"[^\w.-]+", "_", request.node.nodeid)[-150:]
+            log = _DIED_LOGS / f"{endpoint.kind}-{test}.log"
             log.write_text(last_words)
-            pytest.fail(f"the shared {endpoint.kind} endpoint died during this test; see {log}")
+            died.append(f"the shared {endpoint.kind} endpoint died during this test; see {log}")
+    if died:
+        pytest.fail("; ".join(died))
 
 
 def _shared_endpoint(kind: str) -> Iterator:

@@ -126,6 +126,7 @@ class LocalKinesisEndpoint:
         self._module = find_kinesalite(node_modules)
         self._process: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        self._first_start: tuple[dict[str, str], str] | None = None  # environment, folder
 
     @classmethod
     def keeping_data_in(
@@ -155,18 +156,25 @@ class LocalKinesisEndpoint:
         return self._process.pid
 
     def revive(self) -> str | None:
-        """Start the server again if it exited on its own (same port, same data) and return
-        what it printed and its exit status; None if it is running.
+        """Start the server again if it exited on its own and return what it printed and
+        its exit status; None if it is running.
 
-        For a long-lived shared endpoint (the test suite's): a server that died would
-        otherwise refuse every later client, and its output, which says why, would be
-        deleted with it.
+        It comes back on the same port, with the environment and folder of its first start,
+        and empty unless it keeps its data (``data_dir``). For a long-lived shared endpoint
+        (the test suite's): a server that died would otherwise refuse every later client,
+        and its output, which says why, would be deleted with it.
         """
         if self._process is None or self._process.poll() is None:
             return None
         last_words = f"{self._log()}\n[{self._kind} exited with status {self._process.returncode}]"
         self._end(signal.SIGKILL)
-        self.start()
+        try:
+            self.start()
+        except Exception as error:
+            raise KinesisError(
+                f"{self._kind} died and could not be started again ({error}); before dying "
+                f"it printed:\n{last_words}"
+            ) from error
         return last_words
 
     def start(self, timeout_s: float = 20.0) -> LocalKinesisEndpoint:
@@ -196,9 +204,17 @@ class LocalKinesisEndpoint:
                 "-p",
                 str(self._port),
             ]
+        if self._first_start is None:
+            self._first_start = (dict(os.environ), os.getcwd())
+        env, cwd = self._first_start
         with os.fdopen(log_fd, "wb") as log:
             self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
             )
         try:
             self._wait_ready(self._process, time.monotonic() + timeout_s)
