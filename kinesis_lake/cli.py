@@ -104,7 +104,9 @@ def cmd_connect_server(args: argparse.Namespace) -> None:
         port=args.port,
         master=master,
         log_dir=settings.log_dir,
-        reap_idle_daemons_after_s=args.reap_idle_daemons_after or None,
+        reap_idle_daemons_after_s=(
+            args.reap_idle_daemons_after if args.reap_idle_daemons_after > 0 else None
+        ),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -471,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=REAP_IDLE_DAEMONS_AFTER_S,
         metavar="SECONDS",
         help="stop a run's Python daemons once idle this long (Spark keeps them until it "
-        f"stops, SPARK-54055); 0: never; default {REAP_IDLE_DAEMONS_AFTER_S:.0f}",
+        f"stops, SPARK-54055); 0 or less: never; default {REAP_IDLE_DAEMONS_AFTER_S:.0f}",
     )
 
     produce = _command(commands, "produce", "send generated JSON events", cmd_produce)
