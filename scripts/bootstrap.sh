@@ -63,6 +63,13 @@ ensure_python() {
     --config-settings editable_mode=compat
 }
 
+ensure_class_archive() {
+  # Spark's classes recorded once, mapped by every local driver JVM after (starts sooner).
+  say "recording Spark's classes for faster JVM starts"
+  SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}" .venv/bin/python -m kinesis_lake.spark.record_class_archive \
+    || say "WARNING: could not record Spark's classes: Spark works, its JVM starts slower."
+}
+
 ensure_kinesalite() {
   if ! command -v node >/dev/null 2>&1; then
     apt_install nodejs npm || true
@@ -99,5 +106,6 @@ if [ "${1:-}" = "--test-tools" ]; then
 fi
 ensure_java
 ensure_python
+ensure_class_archive
 ensure_kinesalite
 say "ready"

@@ -25,6 +25,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.spark import class_archive
 from kinesis_lake.spark.iceberg_sink import IcebergDataSource
 from kinesis_lake.spark.kinesis_source import KinesisDataSource
 from kinesis_lake.spark.spark_version import require_spark
@@ -70,6 +71,7 @@ def build_spark_session(
     merged = {**driver_address_conf(), **BASE_CONF, **(conf or {})}
     if log_dir is not None:
         merged = _logging_to_file(merged, Path(log_dir))
+    merged = _with_driver_java_option(merged, class_archive.java_options())
     _refuse_speculation(merged)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -140,6 +142,10 @@ def _logging_to_file(conf: dict[str, str], log_dir: Path) -> dict[str, str]:
     properties = log_dir / "log4j2.properties"
     properties.write_text(_LOG4J2.format(log_file=spark_log_file(log_dir).resolve()))
     option = f"-Dlog4j2.configurationFile={properties.resolve().as_uri()}"
+    return _with_driver_java_option(conf, option)
+
+
+def _with_driver_java_option(conf: dict[str, str], option: str) -> dict[str, str]:
     existing = conf.get("spark.driver.extraJavaOptions", "")
     return {**conf, "spark.driver.extraJavaOptions": f"{existing} {option}".strip()}
 
