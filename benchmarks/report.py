@@ -30,6 +30,7 @@ ORDER = (
     ("upsert_refresh", "8. Upsert refresh"),
     ("many_shards", "9. Many shards"),
     ("dagster_mode", "10. Dagster mode latency"),
+    ("jvm_start", "11. Driver JVM start"),
 )
 
 
@@ -659,7 +660,28 @@ def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _jvm_start_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| driver JVM | session start | first query | JVM CPU s | JVM memory (PSS) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, typical in result["medians"].items():
+        lines.append(
+            f"| {label.replace('_', ' ')} | {_fmt(typical['session_s'])} s | "
+            f"{_fmt(typical['first_query_s'])} s | {_fmt(typical['jvm_cpu_s'])} | "
+            f"{_fmt(typical['jvm_pss_mb'], 0)} MB |"
+        )
+    lines += [
+        "",
+        f"Ratio **{_fmt(result['ratio'])}**; the archive is {result['archive_mb']} MB on "
+        f"disk. {result['notes']}",
+        "",
+    ]
+    return lines
+
+
 _SECTIONS = {
+    "jvm_start": _jvm_start_section,
     "dagster_mode": _dagster_mode_section,
     "many_shards": _many_shards_section,
     "ingest_vs_read_ceiling": _ingest_section,

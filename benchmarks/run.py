@@ -51,6 +51,7 @@ BENCHMARKS = (
     "memory",
     "commit_cost",
     "dagster_mode",
+    "jvm_start",
 )
 
 

@@ -66,7 +66,7 @@ ensure_python() {
 ensure_class_archive() {
   # Spark's classes recorded once, mapped by every local driver JVM after (starts sooner).
   say "recording Spark's classes for faster JVM starts"
-  SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}" .venv/bin/python -m kinesis_lake.spark.record_class_archive \
+  .venv/bin/python -m kinesis_lake.spark.record_class_archive \
     || say "WARNING: could not record Spark's classes: Spark works, its JVM starts slower."
 }
 

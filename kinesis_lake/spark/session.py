@@ -71,7 +71,8 @@ def build_spark_session(
     merged = {**driver_address_conf(), **BASE_CONF, **(conf or {})}
     if log_dir is not None:
         merged = _logging_to_file(merged, Path(log_dir))
-    merged = _with_driver_java_option(merged, class_archive.java_options())
+    existing = merged.get("spark.driver.extraJavaOptions", "")
+    merged["spark.driver.extraJavaOptions"] = class_archive.java_options(existing)
     _refuse_speculation(merged)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
