@@ -755,10 +755,14 @@ def _profiles(results_dir: Path) -> list[str]:
     return lines
 
 
-def _runs_note(results: dict[str, Any]) -> list[str]:
-    """Say so when the results on disk come from more than one invocation."""
+def _runs_note(results: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Say so when the results on disk come from more than one invocation.
+
+    This invocation's own results carry no environment of their own: it is ``current``.
+    """
     starts = sorted(
-        {
+        {current["timestamp"]}
+        | {
             r["environment"]["timestamp"]
             for r in results.values()
             if isinstance(r, dict) and "timestamp" in (r.get("environment") or {})
@@ -817,7 +821,7 @@ def write_report(
         "Regenerate: `make bench` (quick) or `make bench-full`. Raw numbers: "
         "`benchmarks/results/<name>.json`.",
         "",
-        *_runs_note(merged),
+        *_runs_note(merged, env),
         "## Summary",
         "",
         *_summary_rows(merged, environment),
