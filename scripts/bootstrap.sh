@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what kinesis-lake needs, or says exactly what is missing and how to get it.
-#   scripts/bootstrap.sh               Java check, virtualenv, Python packages, kinesalite
+#   scripts/bootstrap.sh               Java check, virtualenv, Python packages, kinesalite, kinesis-mock
 #   scripts/bootstrap.sh --test-tools  also what only the tests need (Chromium, PostgreSQL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 NODE_PREFIX=.local/node
 KINESALITE_VERSION=3.3.3
+KINESIS_MOCK_VERSION=0.6.2  # as kinesis_lake/kinesis/kinesis_mock.py expects
 
 say() { printf '[bootstrap] %s\n' "$*"; }
 fail() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -86,6 +87,12 @@ ensure_kinesalite() {
       "kinesalite@$KINESALITE_VERSION" >/dev/null
   fi
   say "kinesalite ok ($(node --version))"
+  # kinesis-mock: the local endpoint that serves SubscribeToShard (enhanced fan-out tests).
+  if [ ! -f "$NODE_PREFIX/node_modules/kinesis-local/main.js" ]; then
+    say "installing kinesis-local@$KINESIS_MOCK_VERSION (kinesis-mock) into $NODE_PREFIX"
+    npm install --silent --no-audit --no-fund --prefix "$NODE_PREFIX" \
+      "kinesis-local@$KINESIS_MOCK_VERSION" >/dev/null
+  fi
 }
 
 ensure_test_tools() {

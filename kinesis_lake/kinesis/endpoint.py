@@ -93,7 +93,8 @@ def resolve_endpoint_kind(kind: str, *, node_modules: Path | None = None) -> str
     return "moto"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (for servers that cannot pick one)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -194,7 +195,7 @@ class LocalKinesisEndpoint:
                 *([str(self._data_dir)] if self._data_dir is not None else []),
             ]
         else:
-            self._port = self._port or _free_port()
+            self._port = self._port or free_port()
             command = [
                 sys.executable,
                 "-m",

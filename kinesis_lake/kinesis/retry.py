@@ -100,18 +100,21 @@ def call_with_retry(
     sleep: Callable[[float], None],
     rng: random.Random,
     on_retry: Callable[[BaseException], None] | None = None,
+    also_retry: frozenset[str] = frozenset(),
 ) -> T:
     """Run ``operation``, retrying retryable errors up to ``policy.max_retries`` times.
 
     The last error is re-raised unchanged so callers can wrap it with their own context
-    (stream, shard, operation). ``on_retry`` lets callers count retries for metrics.
+    (stream, shard, operation). ``on_retry`` lets callers count retries for metrics;
+    ``also_retry`` adds error codes that are transient for this one operation.
     """
     attempt = 0
     while True:
         try:
             return operation()
         except Exception as error:
-            if not is_retryable(error) or attempt >= policy.max_retries:
+            transient = is_retryable(error) or error_code(error) in also_retry
+            if not transient or attempt >= policy.max_retries:
                 raise
             if on_retry is not None:
                 on_retry(error)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import closing
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -27,9 +27,18 @@ from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.kpl import user_records
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.retry import DEFAULT_RETRY, RetryPolicy, call_with_retry, error_code
+from kinesis_lake.kinesis.retry import (
+    DEFAULT_RETRY,
+    RetryPolicy,
+    call_with_retry,
+    error_code,
+    is_retryable,
+)
+from kinesis_lake.kinesis.server_time import epoch_ms, server_ms
+from kinesis_lake.kinesis.subscription import SUBSCRIPTION_BUSY, Subscription
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _ITERATOR_KINDS = (
     "TRIM_HORIZON",
@@ -42,6 +51,9 @@ _ITERATOR_KINDS = (
 # InvalidArgumentException messages that mean "this sequence number belongs to another
 # shard or stream" (a caller bug), as opposed to "it is no longer retained".
 _FOREIGN_SEQUENCE_MESSAGES = ("It encodes", "did not come from this stream")
+
+# How Kinesis refuses to start at a sequence number it no longer holds.
+_REJECTABLE = frozenset({"InvalidArgumentException"})
 
 
 STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
@@ -152,6 +164,26 @@ class ReadOutcome:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
+@dataclass(frozen=True)
+class Page:
+    """One answer's records: a GetRecords response or a SubscribeToShard event.
+
+    ``may_be_tip`` says whether the page could have been the stream's tip: a GetRecords
+    page shorter than its limit, or any subscription event (Kinesis pushes what it has).
+    """
+
+    records: list[Mapping[str, Any]]
+    server_ms: int | None
+    shard_ended: bool
+    millis_behind: int | None
+    may_be_tip: bool
+
+
+#: Opens a read at a GetShardIterator-shaped position (``StartPosition.iterator_args``):
+#: a shard iterator for polling, a subscription for enhanced fan-out.
+Opener = Callable[[dict[str, Any]], Any]
+
+
 class ShardReadError(KinesisError, RuntimeError):
     """A shard could not be read as asked; names everything needed to find out why."""
 
@@ -173,22 +205,6 @@ class ShardReadError(KinesisError, RuntimeError):
         )
 
 
-def _epoch_ms(timestamp: datetime) -> int:
-    return int(timestamp.timestamp() * 1000)
-
-
-def _server_ms(response: Mapping[str, Any]) -> int | None:
-    """The endpoint's clock from the response's Date header (second precision, rounded
-    down), so that retention is judged by the server's time, not an executor's clock."""
-    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    if not date:
-        return None
-    try:
-        return _epoch_ms(parsedate_to_datetime(date))
-    except (TypeError, ValueError):
-        return None
-
-
 class ShardReader:
     """Reads one shard with bounded calls, bounded retries and an exact stop report."""
 
@@ -201,6 +217,7 @@ class ShardReader:
         retry: RetryPolicy = DEFAULT_RETRY,
         max_records_per_call: int = 10_000,
         min_call_interval_s: float = 0.2,
+        consumer_arn: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -212,6 +229,7 @@ class ShardReader:
         self._retry = retry
         self._max_per_call = max_records_per_call
         self._min_interval_s = min_call_interval_s
+        self._consumer_arn = consumer_arn
         self._sleep = sleep
         self._clock = clock
         self._rng = random.Random()
@@ -226,11 +244,13 @@ class ShardReader:
     def _call(
         self,
         operation: str,
-        request: Callable[[], Mapping[str, Any]],
+        request: Callable[[], _T],
         outcome: ReadOutcome,
         passthrough: frozenset[str] = frozenset(),
-    ) -> Mapping[str, Any]:
-        """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes."""
+        also_retry: frozenset[str] = frozenset(),
+    ) -> _T:
+        """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes.
+        ``also_retry`` names error codes that are transient for this operation only."""
         attempts = 1
 
         def note_retry(error: BaseException) -> None:
@@ -247,7 +267,12 @@ class ShardReader:
 
         try:
             return call_with_retry(
-                request, self._retry, sleep=self._sleep, rng=self._rng, on_retry=note_retry
+                request,
+                self._retry,
+                sleep=self._sleep,
+                rng=self._rng,
+                on_retry=note_retry,
+                also_retry=also_retry,
             )
         except ClientError as error:
             if error_code(error) in passthrough:
@@ -263,7 +288,7 @@ class ShardReader:
                 StreamName=self._stream_name, ShardId=self._shard_id, **position
             ),
             outcome,
-            passthrough=frozenset({"InvalidArgumentException"})
+            passthrough=_REJECTABLE
             if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
             else frozenset(),
         )
@@ -341,92 +366,79 @@ class ShardReader:
             read_started_ms=int(time.time() * 1000),
         )
         end = int(end_sequence_number) if end_sequence_number is not None else None
-        cursor = _Cursor(start, quiet_since_ms, retention_ms)
-        iterator = self._open(cursor, outcome)
-        expirations_in_a_row = 0
-        while True:
-            limit = min(self._max_per_call, max_records - outcome.records_read)
-            try:
-                response = self._get_records(iterator, limit, outcome)
-            except ClientError as error:  # ExpiredIteratorException only (passthrough)
-                expirations_in_a_row += 1
-                if expirations_in_a_row > self._retry.max_retries:
-                    raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
-                outcome.iterator_renewals += 1
-                iterator = self._reopen(cursor, outcome)
-                continue
-            expirations_in_a_row = 0
-
-            records = response["Records"]
-            server_ms = _server_ms(response)
-            next_iterator = response.get("NextShardIterator")
-            millis_behind = response.get("MillisBehindLatest")
-            if millis_behind is not None:
-                outcome.millis_behind_latest = int(millis_behind)
-
-            batch: list[KinesisRecord] = []
-            stop = ""
-            consumed_all = True
-            skipped = 0
-            for position, record in enumerate(records):
-                sequence_number = record["SequenceNumber"]
-                if cursor.skip(sequence_number, server_ms):
-                    skipped += 1
-                    continue
-                if end is not None and int(sequence_number) > end:
-                    raise self._error(
-                        "GetRecords",
-                        outcome.calls,
-                        f"pinned range ending at {end_sequence_number} cannot be reproduced: "
-                        f"record {sequence_number} follows {outcome.last_sequence_number} "
-                        "and the end record is gone",
+        cursor = ReadCursor(start, quiet_since_ms, retention_ms)
+        # A replay must return exactly the pinned range: GetRecords, asked again from the
+        # same start, does; a subscription is only for reading ahead.
+        if self._consumer_arn is not None and end is None:
+            pages = self._subscribed_pages(cursor, outcome)
+        else:
+            pages = self._polled_pages(cursor, outcome, max_records)
+        stop = ""
+        with closing(pages):
+            for page in pages:
+                batch: list[KinesisRecord] = []
+                consumed_all = True
+                skipped = 0
+                for position, record in enumerate(page.records):
+                    sequence_number = record["SequenceNumber"]
+                    if cursor.skip(sequence_number, page.server_ms):
+                        skipped += 1
+                        continue
+                    if end is not None and int(sequence_number) > end:
+                        raise self._error(
+                            "GetRecords",
+                            outcome.calls,
+                            f"pinned range ending at {end_sequence_number} cannot be "
+                            f"reproduced: record {sequence_number} follows "
+                            f"{outcome.last_sequence_number} and the end record is gone",
+                        )
+                    arrival_ms = epoch_ms(record["ApproximateArrivalTimestamp"])
+                    if arrival_cutoff_ms is not None and arrival_ms > arrival_cutoff_ms:
+                        stop = "cutoff"
+                        consumed_all = False
+                        break
+                    batch.extend(
+                        user_records(
+                            sequence_number, record["PartitionKey"], arrival_ms, record["Data"]
+                        )
                     )
-                arrival_ms = _epoch_ms(record["ApproximateArrivalTimestamp"])
-                if arrival_cutoff_ms is not None and arrival_ms > arrival_cutoff_ms:
-                    stop = "cutoff"
-                    consumed_all = False
-                    break
-                batch.extend(
-                    user_records(
-                        sequence_number, record["PartitionKey"], arrival_ms, record["Data"]
-                    )
-                )
-                cursor.consumed(sequence_number)
-                outcome.records_read += 1
-                outcome.last_sequence_number = sequence_number
-                outcome.last_arrival_ms = arrival_ms
-                if end is not None and int(sequence_number) == end:
-                    stop = "end_sequence"
-                elif outcome.records_read >= max_records:
-                    stop = "limit"
+                    cursor.consumed(sequence_number)
+                    outcome.records_read += 1
+                    outcome.last_sequence_number = sequence_number
+                    outcome.last_arrival_ms = arrival_ms
+                    if end is not None and int(sequence_number) == end:
+                        stop = "end_sequence"
+                    elif outcome.records_read >= max_records:
+                        stop = "limit"
+                    if stop:
+                        consumed_all = position == len(page.records) - 1
+                        break
+                if page.millis_behind is not None:
+                    outcome.millis_behind_latest = int(page.millis_behind)
+                if batch:
+                    outcome.user_records += len(batch)
+                    yield batch
+
+                if page.shard_ended and consumed_all:
+                    outcome.shard_ended = True
+                    stop = stop or "shard_end"
+                elif (
+                    not stop
+                    and page.may_be_tip
+                    and not page.millis_behind
+                    and not (page.records and skipped == len(page.records))
+                ):
+                    # Real Kinesis can return a short (even empty) page while still behind,
+                    # so a short page only means "caught up" when MillisBehindLatest says
+                    # so. A page holding nothing but the resume record does not count:
+                    # kinesalite only reports the end of a closed shard on an *empty* page,
+                    # so stopping here would re-read that one record forever and never see
+                    # the shard end.
+                    outcome.caught_up = True
+                    outcome.tip_ms = page.server_ms
+                    stop = "caught_up"
                 if stop:
-                    consumed_all = position == len(records) - 1
                     break
-            if batch:
-                outcome.user_records += len(batch)
-                yield batch
-
-            if next_iterator is None and consumed_all:
-                outcome.shard_ended = True
-                stop = stop or "shard_end"
-            elif (
-                not stop
-                and len(records) < limit
-                and not millis_behind
-                and not (records and skipped == len(records))
-            ):
-                # Real Kinesis can return a short (even empty) page while still behind, so a
-                # short page only means "caught up" when MillisBehindLatest says so. A page
-                # holding nothing but the resume record does not count: kinesalite only
-                # reports the end of a closed shard on an *empty* page, so stopping here
-                # would re-read that one record forever and never see the shard end.
-                outcome.caught_up = True
-                outcome.tip_ms = server_ms
-                stop = "caught_up"
-            if stop:
-                break
-            assert next_iterator is not None  # a missing one ends the shard, which stops above
-            iterator = next_iterator
 
         outcome.data_loss = cursor.data_loss
         if end is not None and stop != "end_sequence":
@@ -439,8 +451,99 @@ class ShardReader:
         outcome.stopped_by = stop
         self.outcome = outcome
 
-    def _open(self, cursor: _Cursor, outcome: ReadOutcome) -> str:
-        """First iterator for ``cursor.start``.
+    def _polled_pages(
+        self, cursor: ReadCursor, outcome: ReadOutcome, max_records: int
+    ) -> Generator[Page]:
+        """GetRecords pages, renewing expired iterators, until the caller stops asking."""
+
+        def iterator_at(position: dict[str, Any]) -> str:
+            return self._iterator(outcome, **position)
+
+        iterator = self._open(cursor, outcome, iterator_at)
+        expirations_in_a_row = 0
+        while True:
+            limit = min(self._max_per_call, max_records - outcome.records_read)
+            try:
+                response = self._get_records(iterator, limit, outcome)
+            except ClientError as error:  # ExpiredIteratorException only (passthrough)
+                expirations_in_a_row += 1
+                if expirations_in_a_row > self._retry.max_retries:
+                    raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
+                outcome.iterator_renewals += 1
+                iterator = self._reopen(cursor, outcome, iterator_at)
+                continue
+            expirations_in_a_row = 0
+            next_iterator = response.get("NextShardIterator")
+            yield Page(
+                records=response["Records"],
+                server_ms=server_ms(response),
+                shard_ended=next_iterator is None,
+                millis_behind=response.get("MillisBehindLatest"),
+                may_be_tip=len(response["Records"]) < limit,
+            )
+            if next_iterator is None:
+                return  # the shard ended: the caller stops on this page
+            iterator = next_iterator
+
+    def _subscribed_pages(self, cursor: ReadCursor, outcome: ReadOutcome) -> Generator[Page]:
+        """Events of SubscribeToShard, subscribing again after a subscription ends (Kinesis
+        ends each after 5 minutes) or breaks, right after the last record seen."""
+        subscribe_at = self._subscriptions(outcome)
+        subscription: Subscription = self._open(cursor, outcome, subscribe_at)
+        breaks_in_a_row = 0
+        try:
+            while True:
+                try:
+                    event = subscription.next_event()
+                except Exception as error:
+                    breaks_in_a_row += 1
+                    retryable = is_retryable(error) or error_code(error) in SUBSCRIPTION_BUSY
+                    if not retryable or breaks_in_a_row > self._retry.max_retries:
+                        detail = f"{type(error).__name__}: {error}"
+                        raise self._error("SubscribeToShard", breaks_in_a_row, detail) from error
+                    outcome.retries += 1
+                    self._sleep(self._retry.delay(breaks_in_a_row - 1, self._rng))
+                    event = None
+                if event is None:
+                    subscription.close()
+                    outcome.iterator_renewals += 1
+                    subscription = self._reopen(cursor, outcome, subscribe_at)
+                    continue
+                breaks_in_a_row = 0
+                yield Page(
+                    records=event["Records"],
+                    server_ms=subscription.server_ms,
+                    shard_ended=event.get("ContinuationSequenceNumber") is None,
+                    millis_behind=event.get("MillisBehindLatest"),
+                    may_be_tip=True,
+                )
+        finally:
+            subscription.close()
+
+    def _subscriptions(self, outcome: ReadOutcome) -> Opener:
+        """Opens SubscribeToShard at a position, with this reader's retries and errors."""
+        assert self._consumer_arn is not None
+        consumer_arn = self._consumer_arn
+
+        def subscribe_at(position: dict[str, Any]) -> Subscription:
+            def request() -> Subscription:
+                outcome.calls += 1
+                return Subscription.open(self._client, consumer_arn, self._shard_id, position)
+
+            return self._call(
+                "SubscribeToShard",
+                request,
+                outcome,
+                passthrough=_REJECTABLE
+                if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
+                else frozenset(),
+                also_retry=SUBSCRIPTION_BUSY,
+            )
+
+        return subscribe_at
+
+    def _open(self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener) -> Any:
+        """Open a read at ``cursor.start`` with ``opener``.
 
         AFTER_SEQUENCE_NUMBER S is requested as AT_SEQUENCE_NUMBER S so that the first
         record proves S is still retained; if S is rejected outright, the read falls back to
@@ -449,10 +552,11 @@ class ShardReader:
         start = cursor.start
         if start.kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
             try:
-                return self._iterator(
-                    outcome,
-                    ShardIteratorType="AT_SEQUENCE_NUMBER",
-                    StartingSequenceNumber=start.sequence_number,
+                return opener(
+                    {
+                        "ShardIteratorType": "AT_SEQUENCE_NUMBER",
+                        "StartingSequenceNumber": start.sequence_number,
+                    }
                 )
             except ClientError as error:
                 message = str(error)
@@ -461,21 +565,23 @@ class ShardReader:
                 ):
                     raise self._error("GetShardIterator", 1, message) from error
                 cursor.rejected(message)
-                return self._iterator(outcome, ShardIteratorType="TRIM_HORIZON")
-        return self._iterator(outcome, **start.iterator_args())
+                return opener({"ShardIteratorType": "TRIM_HORIZON"})
+        return opener(start.iterator_args())
 
-    def _reopen(self, cursor: _Cursor, outcome: ReadOutcome) -> str:
-        """A fresh iterator after expiry: right after the last record seen, or the start."""
+    def _reopen(self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener) -> Any:
+        """Open again after an iterator expired or a subscription ended: right after the
+        last record seen, or at the start."""
         if cursor.last_seen is None:
-            return self._open(cursor, outcome)
-        return self._iterator(
-            outcome,
-            ShardIteratorType="AFTER_SEQUENCE_NUMBER",
-            StartingSequenceNumber=cursor.last_seen,
+            return self._open(cursor, outcome, opener)
+        return opener(
+            {
+                "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                "StartingSequenceNumber": cursor.last_seen,
+            }
         )
 
 
-class _Cursor:
+class ReadCursor:
     """Tracks the position within a read and the AFTER_SEQUENCE_NUMBER resume check."""
 
     def __init__(

@@ -1,0 +1,100 @@
+"""Registered stream consumers, the identity enhanced fan-out reads under.
+
+A consumer gets its own 2 MB/s per shard, not shared with other readers of the stream,
+and at most one subscription per shard at a time: two queries must never share one. A
+consumer goes through CREATING and DELETING states that take seconds on AWS, and a name
+that is DELETING cannot be registered again until it is gone, so registration waits for
+states rather than assuming them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from botocore.exceptions import ClientError
+
+from kinesis_lake.errors import KinesisError
+from kinesis_lake.kinesis.client import KinesisClient
+from kinesis_lake.kinesis.retry import error_code
+
+_POLL_S = 0.5
+
+
+class ConsumerError(KinesisError, RuntimeError):
+    """A consumer could not be registered or did not become usable in time."""
+
+
+@dataclass(frozen=True)
+class Consumer:
+    arn: str
+    name: str
+    registered_now: bool
+    """True when this call's RegisterStreamConsumer created it (it was not there before)."""
+
+
+def ensure_consumer(
+    client: KinesisClient,
+    stream_arn: str,
+    name: str,
+    *,
+    timeout_s: float = 120.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Consumer:
+    """The ACTIVE consumer ``name`` of the stream, registered if it does not exist."""
+    deadline = clock() + timeout_s
+    registered_now = False
+    status = "absent"
+    while True:
+        try:
+            found = client.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+            description = found["ConsumerDescription"]
+            status = str(description["ConsumerStatus"])
+            if status == "ACTIVE":
+                return Consumer(str(description["ConsumerARN"]), name, registered_now)
+        except ClientError as error:
+            if error_code(error) != "ResourceNotFoundException":
+                raise ConsumerError(f"DescribeStreamConsumer {name!r} failed: {error}") from error
+            status = "absent"
+            try:
+                client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+                registered_now = True
+            except ClientError as refused:
+                # Another query registering the same name at once, or too many calls:
+                # both settle by waiting. Anything else is the caller's to fix.
+                if error_code(refused) not in ("ResourceInUseException", "LimitExceededException"):
+                    raise ConsumerError(
+                        f"RegisterStreamConsumer {name!r} on {stream_arn} failed: {refused}. "
+                        "The identity needs kinesis:RegisterStreamConsumer, and a stream has "
+                        "at most 20 consumers."
+                    ) from refused
+        if clock() > deadline:
+            raise ConsumerError(
+                f"consumer {name!r} of {stream_arn} is {status}, not ACTIVE, after "
+                f"{timeout_s:.0f} s; check it with `aws kinesis describe-stream-consumer "
+                f"--stream-arn {stream_arn} --consumer-name {name}`"
+            )
+        sleep(_POLL_S)
+
+
+def deregister_consumer(client: KinesisClient, consumer: Consumer) -> None:
+    """Deregister ``consumer``; one already gone, or going, is fine."""
+    try:
+        client.deregister_stream_consumer(ConsumerARN=consumer.arn)
+    except ClientError as error:
+        if error_code(error) != "ResourceNotFoundException" and not _deleting(client, consumer):
+            raise ConsumerError(
+                f"DeregisterStreamConsumer {consumer.name!r} failed: {error}. It still counts "
+                f"against the stream's 20 consumers: `aws kinesis deregister-stream-consumer "
+                f"--consumer-arn {consumer.arn}`"
+            ) from error
+
+
+def _deleting(client: KinesisClient, consumer: Consumer) -> bool:
+    try:
+        found = client.describe_stream_consumer(ConsumerARN=consumer.arn)
+    except ClientError:
+        return False
+    return bool(found["ConsumerDescription"]["ConsumerStatus"] == "DELETING")

@@ -1,0 +1,162 @@
+"""kinesis-mock on 127.0.0.1: the local endpoint that serves SubscribeToShard.
+
+kinesalite, the project's usual local endpoint, has no enhanced fan-out; kinesis-mock
+(etspaceman/kinesis-mock, published on npm as ``kinesis-local``) has, and it runs on Node
+alone. It binds every interface and has no setting for that, so a copy of its script with
+the bind address rewritten to 127.0.0.1 is what runs (this project never listens beyond
+loopback). What it does differently from AWS, and what that leaves untested, is in
+``docs/efo.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import boto3
+from botocore.config import Config
+
+from kinesis_lake.errors import KinesisError
+from kinesis_lake.kinesis.endpoint import NODE_MODULES_SETTING, free_port
+
+KINESIS_MOCK_VERSION = "0.6.2"
+INSTALL_HINT = (
+    f"run `make setup` or `npm install --prefix .local/node kinesis-local@{KINESIS_MOCK_VERSION}`"
+)
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+_ANY_INTERFACE = 'em("0.0.0.0")'
+_LOOPBACK = 'em("127.0.0.1")'
+# Its simulated delays (a new consumer takes 500 ms to become ACTIVE, and so on), off:
+# tests wait on states, not on time.
+_NO_DELAYS = {
+    f"{action}_DURATION": "0ms"
+    for action in (
+        "CREATE_STREAM",
+        "DELETE_STREAM",
+        "REGISTER_STREAM_CONSUMER",
+        "DEREGISTER_STREAM_CONSUMER",
+        "SPLIT_SHARD",
+        "MERGE_SHARDS",
+        "UPDATE_SHARD_COUNT",
+    )
+}
+
+
+def find_kinesis_mock() -> Path | None:
+    """The ``kinesis-local`` package directory, looked up like kinesalite's."""
+    if os.environ.get(NODE_MODULES_SETTING):
+        roots = [Path(os.environ[NODE_MODULES_SETTING])]
+    else:
+        local = Path(".local", "node", "node_modules")
+        roots = [_PACKAGE_ROOT / local, Path.cwd() / local]
+    for root in roots:
+        if (root / "kinesis-local" / "main.js").is_file():
+            return (root / "kinesis-local").resolve()
+    return None
+
+
+def loopback_script(package: Path) -> Path:
+    """Its script with the one bind address rewritten, next to the original (it reads
+    ``server.json`` from its working directory, which must be the package's)."""
+    target = package / "main-loopback.js"
+    if target.is_file() and target.stat().st_mtime >= (package / "main.js").stat().st_mtime:
+        return target
+    source = (package / "main.js").read_text()
+    if source.count(_ANY_INTERFACE) != 1:
+        raise KinesisError(
+            f"{package}/main.js is not the kinesis-local {KINESIS_MOCK_VERSION} this project "
+            f"knows how to bind to 127.0.0.1 (found {source.count(_ANY_INTERFACE)} bind "
+            f"addresses, expected 1); {INSTALL_HINT}"
+        )
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(source.replace(_ANY_INTERFACE, _LOOPBACK))
+    partial.replace(target)
+    return target
+
+
+class KinesisMockEndpoint:
+    """A kinesis-mock server on 127.0.0.1 (plain HTTP; its TLS port too, unused), as a
+    context manager. State lives in memory only."""
+
+    def __init__(self) -> None:
+        package = find_kinesis_mock()
+        if package is None:
+            raise FileNotFoundError(
+                f"kinesis-local (kinesis-mock) is not installed: {INSTALL_HINT}"
+            )
+        self._package = package
+        self._port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+        log_fd, log_name = tempfile.mkstemp(prefix="kinesis-mock-", suffix=".log")
+        os.close(log_fd)
+        self._log_path = Path(log_name)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self, timeout_s: float = 30.0) -> KinesisMockEndpoint:
+        env = dict(
+            os.environ,
+            KINESIS_MOCK_PLAIN_PORT=str(self._port),
+            KINESIS_MOCK_TLS_PORT=str(free_port()),
+            LOG_LEVEL="WARN",
+            **_NO_DELAYS,
+        )
+        with self._log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                ["node", str(loopback_script(self._package))],
+                cwd=self._package,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        probe = boto3.session.Session(
+            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+        ).client(
+            "kinesis",
+            endpoint_url=self.url,
+            config=Config(retries={"total_max_attempts": 1}, connect_timeout=1, read_timeout=2),
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                probe.list_streams()
+                return self
+            except Exception:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise KinesisError(
+                        f"kinesis-mock did not start; it printed:\n{self.output()}"
+                    ) from None
+                time.sleep(0.05)
+
+    def output(self) -> str:
+        return self._log_path.read_text(errors="replace") if self._log_path.exists() else ""
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def __enter__(self) -> KinesisMockEndpoint:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+        self._log_path.unlink(missing_ok=True)

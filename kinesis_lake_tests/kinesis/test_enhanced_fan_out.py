@@ -1,0 +1,164 @@
+"""Enhanced fan-out (SubscribeToShard) against kinesis-mock, the one local endpoint that
+serves it, over plain HTTP on 127.0.0.1.
+
+Every check compares what a subscription returned with what GetRecords returns for the
+same shard, so "the same records" is never taken on trust from the reader under test.
+What kinesis-mock does not do (report ChildShards at a shard's end) is in docs/efo.md.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
+from kinesis_lake.kinesis.consumers import Consumer, deregister_consumer, ensure_consumer
+from kinesis_lake.kinesis.kinesis_mock import KinesisMockEndpoint
+from kinesis_lake.kinesis.kpl import aggregate
+from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.streams import describe_stream, ensure_stream, list_shards
+from kinesis_lake.kinesis.subscription import INITIAL_RESPONSE, WithInitialResponse, event_message
+from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
+
+
+@pytest.fixture(scope="module")
+def mock_endpoint() -> Iterator[KinesisMockEndpoint]:
+    with KinesisMockEndpoint() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def client(mock_endpoint: KinesisMockEndpoint) -> KinesisClient:
+    return kinesis_client(mock_endpoint.url, "us-east-1", timeout_s=10)
+
+
+@pytest.fixture
+def stream(client: KinesisClient) -> str:
+    name = f"efo-{uuid.uuid4().hex[:10]}"
+    ensure_stream(client, name, 1)
+    return name
+
+
+@pytest.fixture
+def consumer(client: KinesisClient, stream: str) -> Iterator[Consumer]:
+    arn = describe_stream(client, stream).arn
+    registered = ensure_consumer(client, arn, f"c-{uuid.uuid4().hex[:8]}")
+    yield registered
+    deregister_consumer(client, registered)
+
+
+def _subscribed_read(
+    client: KinesisClient, stream: str, consumer: Consumer, **read_args
+) -> tuple[list[KinesisRecord], ShardReader]:
+    shard_id = list_shards(client, stream)[0].shard_id
+    reader = ShardReader(client, stream, shard_id, consumer_arn=consumer.arn)
+    start = read_args.pop("start", StartPosition.trim_horizon())
+    read_args.setdefault("max_records", 100_000)
+    return [r for page in reader.read(start, **read_args) for r in page], reader
+
+
+def test_a_subscription_returns_what_get_records_returns(
+    client: KinesisClient, stream: str, consumer: Consumer
+) -> None:
+    put(client, stream, entries(25))
+    kpl = [("k", f"agg{i}".encode()) for i in range(4)]
+    client.put_record(StreamName=stream, PartitionKey="k", Data=aggregate(kpl))
+    put(client, stream, entries(5, prefix="tail"))
+
+    subscribed, reader = _subscribed_read(client, stream, consumer)
+    polled = read_shard(client, stream, list_shards(client, stream)[0].shard_id)
+
+    assert len(polled) == 34  # 30 plain records and an aggregate of 4 user records
+    assert subscribed == polled
+    assert [r.data for r in subscribed if r.aggregated] == [data for _, data in kpl]
+    outcome = reader.outcome
+    assert outcome is not None
+    assert (outcome.stopped_by, outcome.caught_up, outcome.records_read) == ("caught_up", True, 31)
+    assert outcome.tip_ms is not None and outcome.tip_ms >= subscribed[-1].arrival_ms - 1000
+
+
+def test_a_limited_read_resumes_after_its_last_record_and_replays_exactly(
+    client: KinesisClient, stream: str, consumer: Consumer
+) -> None:
+    put(client, stream, entries(30))
+    first, first_reader = _subscribed_read(client, stream, consumer, max_records=12)
+    assert first_reader.outcome is not None and first_reader.outcome.stopped_by == "limit"
+    last = first_reader.outcome.last_sequence_number
+    assert last == first[-1].sequence_number
+
+    # The next micro-batch subscribes right after the first one's subscription closed:
+    # the consumer's shard is still held for a few seconds (ResourceInUseException), and
+    # the reader waits it out instead of failing the task.
+    rest, rest_reader = _subscribed_read(client, stream, consumer, start=StartPosition.after(last))
+    assert rest_reader.outcome is not None and rest_reader.outcome.data_loss is None
+    assert [r.data for r in first + rest] == [f"r{i}".encode() for i in range(30)]
+
+    # A replay of the pinned first range returns it exactly, whatever arrived since.
+    put(client, stream, entries(3, prefix="late"))
+    replay, _ = _subscribed_read(client, stream, consumer, max_records=12, end_sequence_number=last)
+    assert replay == first
+
+
+def test_a_resume_point_that_is_not_in_the_shard_is_reported_as_data_loss(
+    client: KinesisClient, stream: str, consumer: Consumer
+) -> None:
+    sequence_numbers = put(client, stream, entries(3))
+    # A resume record the shard no longer holds: what a checkpoint older than retention
+    # finds. Kinesis then starts at the next record, and nothing proves the gap empty.
+    missing = str(int(sequence_numbers[0]) - 1)
+    records, reader = _subscribed_read(client, stream, consumer, start=StartPosition.after(missing))
+    assert [r.data for r in records] == [b"r0", b"r1", b"r2"]
+    assert reader.outcome is not None and reader.outcome.data_loss is not None
+    assert missing in reader.outcome.data_loss
+
+
+def test_consumers_are_registered_once_and_deregistered(client: KinesisClient, stream: str) -> None:
+    arn = describe_stream(client, stream).arn
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    first = ensure_consumer(client, arn, name)
+    again = ensure_consumer(client, arn, name)
+    assert (first.registered_now, again.registered_now) == (True, False)
+    assert again.arn == first.arn
+
+    deregister_consumer(client, first)
+    deregister_consumer(client, first)  # a second time is harmless
+    deadline = time.monotonic() + 30
+    while name in _consumer_names(client, arn) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert name not in _consumer_names(client, arn)
+
+
+def _consumer_names(client: KinesisClient, stream_arn: str) -> set[str]:
+    listed = client.list_stream_consumers(StreamARN=stream_arn)["Consumers"]
+    return {consumer["ConsumerName"] for consumer in listed}
+
+
+class _RawStream:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    def stream(self) -> Iterator[bytes]:
+        yield from self.chunks
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("split_at", [1, 7, 40])
+def test_an_initial_response_is_supplied_only_where_the_endpoint_sent_none(split_at: int) -> None:
+    """AWS opens every event stream with initial-response; kinesis-mock does not. The
+    supplied one must appear only in the second case, however the bytes are chunked."""
+    event = event_message("SubscribeToShardEvent", b'{"Records": []}')
+    from_aws = INITIAL_RESPONSE + event
+    from_mock = event
+
+    def passed_on(raw: bytes) -> bytes:
+        chunks = [raw[i : i + split_at] for i in range(0, len(raw), split_at)]
+        return b"".join(WithInitialResponse(_RawStream(chunks)).stream())
+
+    assert passed_on(from_aws) == from_aws
+    assert passed_on(from_mock) == INITIAL_RESPONSE + event
