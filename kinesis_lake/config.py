@@ -24,6 +24,7 @@ from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, RAW_TABLE
 from kinesis_lake.iceberg.catalog import default_data_dir
 from kinesis_lake.kinesis.client import AssumedRole
+from kinesis_lake.kinesis.consumers import CONSUMER_TYPES
 from kinesis_lake.kinesis.shard_reader import (
     STARTING_POSITIONS,
     TIMESTAMP_FORMS,
@@ -127,6 +128,13 @@ class Settings:
         "partition value per commit): shard reads are coalesced into them. 0: one task per "
         "shard, the most read parallelism; set it for streams of hundreds of shards.",
         default=0,
+    )
+    consumer_type: str = setting(
+        "KINESIS_LAKE_CONSUMER_TYPE",
+        "polling: GetRecords (shares each shard's 2 MB/s read limit with other consumers); "
+        "efo: enhanced fan-out under a consumer of its own, registered per run and "
+        "deregistered after it (see docs/efo.md).",
+        default="polling",
     )
     fail_on_data_loss: bool = setting(
         "KINESIS_LAKE_FAIL_ON_DATA_LOSS",
@@ -276,6 +284,11 @@ class Settings:
             raise SettingsError(
                 "KINESIS_LAKE_MAX_WRITE_TASKS must be >= 0 (0, the default, writes from one "
                 f"task per shard), got {self.max_write_tasks}."
+            )
+        if self.consumer_type not in CONSUMER_TYPES:
+            raise SettingsError(
+                f"KINESIS_LAKE_CONSUMER_TYPE={self.consumer_type!r} is not allowed: "
+                f"use one of {', '.join(CONSUMER_TYPES)}."
             )
         if self.endpoint_kind not in ENDPOINT_KINDS:
             raise SettingsError(

@@ -89,6 +89,16 @@ def moto_endpoint() -> Iterator:
     yield from _shared_endpoint("moto")
 
 
+@pytest.fixture(scope="session")
+def kinesis_mock_endpoint() -> Iterator:
+    """kinesis-mock: the local endpoint that serves SubscribeToShard (enhanced fan-out)."""
+    from kinesis_lake.kinesis.kinesis_mock import KinesisMockEndpoint
+
+    endpoint = KinesisMockEndpoint().start()
+    yield endpoint
+    endpoint.stop()
+
+
 @pytest.fixture(params=["kinesalite", "moto"])
 def any_endpoint(request):
     """Both local endpoints: kinesalite (the default) and moto (the pip-only fallback)."""

@@ -12,12 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.retry import error_code
+
+CONSUMER_TYPES = ("polling", "efo")
+"""How a reader reads: GetRecords, or enhanced fan-out under a registered consumer."""
 
 _POLL_S = 0.5
 
@@ -30,8 +34,6 @@ class ConsumerError(KinesisError, RuntimeError):
 class Consumer:
     arn: str
     name: str
-    registered_now: bool
-    """True when this call's RegisterStreamConsumer created it (it was not there before)."""
 
 
 def ensure_consumer(
@@ -45,22 +47,17 @@ def ensure_consumer(
 ) -> Consumer:
     """The ACTIVE consumer ``name`` of the stream, registered if it does not exist."""
     deadline = clock() + timeout_s
-    registered_now = False
     status = "absent"
     while True:
-        try:
-            found = client.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
-            description = found["ConsumerDescription"]
+        description = _describe(client, stream_arn, name)
+        if description is not None:
             status = str(description["ConsumerStatus"])
             if status == "ACTIVE":
-                return Consumer(str(description["ConsumerARN"]), name, registered_now)
-        except ClientError as error:
-            if error_code(error) != "ResourceNotFoundException":
-                raise ConsumerError(f"DescribeStreamConsumer {name!r} failed: {error}") from error
+                return Consumer(str(description["ConsumerARN"]), name)
+        else:
             status = "absent"
             try:
                 client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
-                registered_now = True
             except ClientError as refused:
                 # Another query registering the same name at once, or too many calls:
                 # both settle by waiting. Anything else is the caller's to fix.
@@ -77,6 +74,22 @@ def ensure_consumer(
                 f"--stream-arn {stream_arn} --consumer-name {name}`"
             )
         sleep(_POLL_S)
+
+
+def find_consumer(client: KinesisClient, stream_arn: str, name: str) -> Consumer | None:
+    """The consumer ``name`` of the stream in any state, or None."""
+    description = _describe(client, stream_arn, name)
+    return None if description is None else Consumer(str(description["ConsumerARN"]), name)
+
+
+def _describe(client: KinesisClient, stream_arn: str, name: str) -> dict[str, Any] | None:
+    try:
+        found = client.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+    except ClientError as error:
+        if error_code(error) == "ResourceNotFoundException":
+            return None
+        raise ConsumerError(f"DescribeStreamConsumer {name!r} failed: {error}") from error
+    return dict(found["ConsumerDescription"])
 
 
 def deregister_consumer(client: KinesisClient, consumer: Consumer) -> None:

@@ -47,8 +47,10 @@ LOCAL_ENDPOINT_PORT = 4567
 """Where ``kinesis-lake endpoint`` and ``make dev`` serve Kinesis (profiles/local.env says so)."""
 
 
-def find_kinesalite(node_modules: Path | None = None) -> Path | None:
-    """The kinesalite module directory, or None.
+def find_node_package(
+    name: str, marker: str = "package.json", node_modules: Path | None = None
+) -> Path | None:
+    """The npm package ``name``'s directory (holding ``marker``), or None.
 
     Looked up in ``node_modules``, else ``$KINESIS_LAKE_NODE_MODULES``, else
     ``.local/node/node_modules`` under the repository (next to this package) or under the
@@ -62,10 +64,15 @@ def find_kinesalite(node_modules: Path | None = None) -> Path | None:
         local = Path(".local", "node", "node_modules")
         candidates = [_PACKAGE_ROOT / local, Path.cwd() / local]
     for candidate in candidates:
-        module = candidate / "kinesalite"
-        if (module / "package.json").is_file():
+        module = candidate / name
+        if (module / marker).is_file():
             return module.resolve()
     return None
+
+
+def find_kinesalite(node_modules: Path | None = None) -> Path | None:
+    """The kinesalite module directory, or None (see :func:`find_node_package`)."""
+    return find_node_package("kinesalite", node_modules=node_modules)
 
 
 def resolve_endpoint_kind(kind: str, *, node_modules: Path | None = None) -> str:

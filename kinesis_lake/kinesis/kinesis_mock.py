@@ -15,19 +15,17 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 import boto3
 from botocore.config import Config
 
 from kinesis_lake.errors import KinesisError
-from kinesis_lake.kinesis.endpoint import NODE_MODULES_SETTING, free_port
+from kinesis_lake.kinesis.endpoint import find_node_package, free_port
 
 KINESIS_MOCK_VERSION = "0.6.2"
 INSTALL_HINT = (
     f"run `make setup` or `npm install --prefix .local/node kinesis-local@{KINESIS_MOCK_VERSION}`"
 )
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _ANY_INTERFACE = 'em("0.0.0.0")'
 _LOOPBACK = 'em("127.0.0.1")'
 # Its simulated delays (a new consumer takes 500 ms to become ACTIVE, and so on), off:
@@ -44,19 +42,6 @@ _NO_DELAYS = {
         "UPDATE_SHARD_COUNT",
     )
 }
-
-
-def find_kinesis_mock() -> Path | None:
-    """The ``kinesis-local`` package directory, looked up like kinesalite's."""
-    if os.environ.get(NODE_MODULES_SETTING):
-        roots = [Path(os.environ[NODE_MODULES_SETTING])]
-    else:
-        local = Path(".local", "node", "node_modules")
-        roots = [_PACKAGE_ROOT / local, Path.cwd() / local]
-    for root in roots:
-        if (root / "kinesis-local" / "main.js").is_file():
-            return (root / "kinesis-local").resolve()
-    return None
 
 
 def loopback_script(package: Path) -> Path:
@@ -79,11 +64,11 @@ def loopback_script(package: Path) -> Path:
 
 
 class KinesisMockEndpoint:
-    """A kinesis-mock server on 127.0.0.1 (plain HTTP; its TLS port too, unused), as a
-    context manager. State lives in memory only."""
+    """A kinesis-mock server on 127.0.0.1 (plain HTTP; its TLS port too, unused). State
+    lives in memory only."""
 
     def __init__(self) -> None:
-        package = find_kinesis_mock()
+        package = find_node_package("kinesis-local", "main.js")
         if package is None:
             raise FileNotFoundError(
                 f"kinesis-local (kinesis-mock) is not installed: {INSTALL_HINT}"
@@ -140,23 +125,10 @@ class KinesisMockEndpoint:
         return self._log_path.read_text(errors="replace") if self._log_path.exists() else ""
 
     def stop(self) -> None:
+        # Killed outright: it keeps nothing on disk, and on SIGTERM its runtime takes
+        # seconds to shut down.
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-    def __enter__(self) -> KinesisMockEndpoint:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+            process.kill()
+            process.wait()
         self._log_path.unlink(missing_ok=True)

@@ -35,7 +35,11 @@ from kinesis_lake.kinesis.retry import (
     is_retryable,
 )
 from kinesis_lake.kinesis.server_time import epoch_ms, server_ms
-from kinesis_lake.kinesis.subscription import SUBSCRIPTION_BUSY, Subscription
+from kinesis_lake.kinesis.subscription import (
+    SUBSCRIPTION_BUSY,
+    Subscription,
+    resubscribe_policy,
+)
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -248,6 +252,7 @@ class ShardReader:
         outcome: ReadOutcome,
         passthrough: frozenset[str] = frozenset(),
         also_retry: frozenset[str] = frozenset(),
+        policy: RetryPolicy | None = None,
     ) -> _T:
         """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes.
         ``also_retry`` names error codes that are transient for this operation only."""
@@ -268,7 +273,7 @@ class ShardReader:
         try:
             return call_with_retry(
                 request,
-                self._retry,
+                policy or self._retry,
                 sleep=self._sleep,
                 rng=self._rng,
                 on_retry=note_retry,
@@ -538,6 +543,7 @@ class ShardReader:
                 if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
                 else frozenset(),
                 also_retry=SUBSCRIPTION_BUSY,
+                policy=resubscribe_policy(self._retry),
             )
 
         return subscribe_at

@@ -22,11 +22,21 @@ from typing import Any
 from botocore.eventstream import EventStreamBuffer
 
 from kinesis_lake.kinesis.client import KinesisClient
+from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.server_time import server_ms
 
 SUBSCRIPTION_BUSY = frozenset({"ResourceInUseException"})
 """Codes that mean "the previous subscription of this consumer and shard is still held":
 Kinesis frees it seconds after its reader went away, so a later try succeeds."""
+
+
+def resubscribe_policy(policy: RetryPolicy) -> RetryPolicy:
+    """Retries of SubscribeToShard itself. Kinesis refuses a subscription within 5 s of
+    the previous one of the same consumer and shard, and every micro-batch subscribes
+    anew, so that refusal is the normal case, not a fault: tries about a second apart
+    (its limit is one call per second per consumer and shard) for 20 s or more."""
+    return RetryPolicy(max_retries=max(policy.max_retries, 20), base_delay_s=1.0, max_delay_s=2.0)
+
 
 _HOOK_ID = "kinesis-lake-initial-response"
 

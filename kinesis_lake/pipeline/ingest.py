@@ -31,6 +31,7 @@ from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg_sink import SINK_NAME, committed_positions
 from kinesis_lake.spark.kinesis_offsets import SourceOffset
+from kinesis_lake.spark.kinesis_source import release_consumer
 from kinesis_lake.spark.shard_progress import ShardProgressStore
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,32 @@ def ensure_raw_table(settings: Settings):
     return ensure_raw_iceberg_table(catalog, settings.raw_table)
 
 
+def _stream_options(settings: Settings) -> dict[str, str]:
+    """The source options that say which stream, where, and as whom it is read: all that
+    ``release_consumer`` needs after the query."""
+    options = {
+        "streamName": settings.stream_name,
+        "metadataPath": source_metadata_path(settings),
+        "consumerType": settings.consumer_type,
+    }
+    if settings.region:
+        options["regionName"] = settings.region
+    if settings.role_arn:
+        options["roleArn"] = settings.role_arn
+    if settings.endpoint_url:
+        options["endpointUrl"] = settings.endpoint_url
+    return options
+
+
+def _release_consumer(settings: Settings) -> None:
+    """Deregister an efo run's consumer; a failure is logged, not raised, so it never
+    hides why the run ended (the consumer is reused by the next run either way)."""
+    try:
+        release_consumer(_stream_options(settings))
+    except Exception as error:
+        logger.warning("the run's enhanced fan-out consumer was not deregistered: %s", error)
+
+
 def start_ingestion_query(
     spark: SparkSession,
     settings: Settings,
@@ -115,10 +142,9 @@ def start_ingestion_query(
     table = ensure_raw_table(settings)
     reader = (
         spark.readStream.format("kinesis")
-        .option("streamName", settings.stream_name)
+        .options(**_stream_options(settings))
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
-        .option("metadataPath", source_metadata_path(settings))
     )
     resume_after = committed_positions(table)
     if resume_after:
@@ -127,12 +153,6 @@ def start_ingestion_query(
         reader = reader.option("startingPosition", settings.starting_position)
         if settings.starting_timestamp:
             reader = reader.option("startingTimestamp", settings.starting_timestamp)
-    if settings.region:
-        reader = reader.option("regionName", settings.region)
-    if settings.role_arn:
-        reader = reader.option("roleArn", settings.role_arn)
-    if settings.endpoint_url:
-        reader = reader.option("endpointUrl", settings.endpoint_url)
     records = reader.load().withColumn("ingested_at", F.current_timestamp())
     if settings.max_write_tasks:
         # A narrow coalesce: each task reads its shards one after another and writes them
@@ -181,13 +201,17 @@ def run_ingestion(
     started = time.monotonic()
     before = _raw_rows(settings)
     query = start_ingestion_query(spark, settings, available_now=True)
-    if on_batch is None:
-        query.awaitTermination()
-    else:
-        follower = _BatchFollower(settings, query, on_batch)
-        while not query.awaitTermination(1):
+    try:
+        if on_batch is None:
+            query.awaitTermination()
+        else:
+            follower = _BatchFollower(settings, query, on_batch)
+            while not query.awaitTermination(1):
+                follower.poll()
             follower.poll()
-        follower.poll()
+    finally:
+        query.stop()
+        _release_consumer(settings)
     return _summarise(settings, query.recentProgress, time.monotonic() - started, before)
 
 
@@ -299,6 +323,7 @@ def run_continuous(
         _stop_gracefully(
             query, checkpoint_location(settings), wait_s=None if linger is not None else 120
         )
+        _release_consumer(settings)
     # The batch that was in flight when ``stop`` was set committed during the graceful
     # stop: it must be reported like every other.
     follower.poll()

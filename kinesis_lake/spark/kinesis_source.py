@@ -37,7 +37,9 @@ How a micro-batch is made
    in an error that names shard and cause; KPL aggregates split, corrupt aggregates kept
    whole with ``source_error`` set), yields
    Arrow batches as records arrive, and finally records where it stopped in the
-   :class:`~kinesis_lake.spark.shard_progress.ShardProgressStore`.
+   :class:`~kinesis_lake.spark.shard_progress.ShardProgressStore`. With
+   ``consumerType=efo`` a fresh read goes over SubscribeToShard under the query's
+   consumer, which the driver registers when it first plans partitions (docs/efo.md).
 5. ``commit`` (driver): progress records older than a few epochs are deleted.
 
 Why a replayed micro-batch holds the same records
@@ -92,6 +94,12 @@ from pyspark.sql.types import StructType
 
 from kinesis_lake.errors import IngestionError
 from kinesis_lake.kinesis.client import AssumedRole, KinesisClient, kinesis_client
+from kinesis_lake.kinesis.consumers import (
+    Consumer,
+    deregister_consumer,
+    ensure_consumer,
+    find_consumer,
+)
 from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
@@ -213,6 +221,7 @@ class ShardReadTask(InputPartition):
     fail_on_data_loss: bool
     min_call_interval_s: float
     max_retries: int
+    consumer_arn: str | None
 
 
 class DataLossError(IngestionError, RuntimeError):
@@ -229,6 +238,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._status_epoch: int | None = None
         self._loaded: tuple[tuple[str, int], dict[str, ProgressRecord]] | None = None
         self._store = ShardProgressStore(options.metadata_path)
+        self._consumer: Consumer | None = None
 
     def __getstate__(self) -> dict:
         # Spark ships the reader to executors for read(); clients and filesystems are
@@ -359,9 +369,20 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 fail_on_data_loss=self.options.fail_on_data_loss,
                 min_call_interval_s=self.options.min_call_interval_s,
                 max_retries=self.options.max_retries,
+                consumer_arn=self._consumer_arn(stream),
             )
             for shard_id in plan.shards_to_read()
         ]
+
+    def _consumer_arn(self, stream: StreamInfo) -> str | None:
+        """For efo, the query's consumer, registered on first use (on the driver)."""
+        if self.options.consumer_type != "efo":
+            return None
+        if self._consumer is None:
+            self._consumer = ensure_consumer(
+                self._kinesis(), stream.arn, self.options.consumer_name
+            )
+        return self._consumer.arn
 
     def commit(self, end: dict) -> None:
         done = SourceOffset.from_dict(end)
@@ -388,6 +409,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             task.shard_id,
             retry=RetryPolicy(max_retries=task.max_retries),
             min_call_interval_s=task.min_call_interval_s,
+            consumer_arn=task.consumer_arn,
         )
         for records in reader.read(
             StartPosition.from_dict(task.start),
@@ -406,6 +428,24 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise _data_loss(task, outcome.data_loss)
         if pinned is None:
             store.save(task.run_id, task.epoch, ProgressRecord(outcome, _reader_identity()))
+
+
+def release_consumer(options: Mapping[str, str]) -> None:
+    """Deregister the consumer an ``efo`` query with these options read as, once the query
+    has stopped; a no-op for polling and for a consumer named in ``consumerName`` (the
+    user's to manage).
+
+    The source cannot do it itself: Spark ends a Python source's driver process without
+    calling its ``stop()``. The consumer is registered again when the query next starts.
+    """
+    parsed = KinesisSourceOptions.parse(options)
+    if parsed.consumer_type != "efo" or not parsed.consumer_name_defaulted:
+        return
+    client = kinesis_client(parsed.endpoint_url, parsed.region_name, role=parsed.role)
+    stream = describe_stream(client, parsed.stream_name)
+    found = find_consumer(client, stream.arn, parsed.consumer_name)
+    if found is not None:
+        deregister_consumer(client, found)
 
 
 def _processed_through(options: KinesisSourceOptions, shard_id: str) -> str | None:

@@ -9,6 +9,7 @@ stream can answer (does it exist, do the shard ids of a JSON starting position e
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.kinesis.client import AssumedRole
+from kinesis_lake.kinesis.consumers import CONSUMER_TYPES
 from kinesis_lake.kinesis.shard_reader import (
     STARTING_POSITIONS,
     TIMESTAMP_FORMS,
@@ -62,6 +64,17 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "Minimum gap between GetRecords calls per shard (>= 200: Kinesis allows 5/s).",
     ),
     "maxRetries": ("8", "Retries of a throttled or failed Kinesis call before failing."),
+    "consumerType": (
+        "polling",
+        "polling: GetRecords, sharing each shard's 2 MB/s with other readers; efo: enhanced "
+        "fan-out (SubscribeToShard) under a registered consumer with its own 2 MB/s.",
+    ),
+    "consumerName": (
+        None,
+        "For efo: the consumer to read as, registered if missing; one query at a time. "
+        "Default: kinesis-lake-<hash of metadataPath>, which release_consumer(options) "
+        "deregisters after the query stops (a named consumer is yours to deregister).",
+    ),
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 
@@ -89,6 +102,9 @@ class KinesisSourceOptions:
     idle_ms: int
     min_call_interval_s: float
     max_retries: int
+    consumer_type: str = "polling"
+    consumer_name: str = ""
+    consumer_name_defaulted: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KinesisSourceOptions:
@@ -99,6 +115,13 @@ class KinesisSourceOptions:
             )
         start, per_shard = _parse_start(values["startingPosition"], values["startingTimestamp"])
         batch_limit = values["maxRecordsPerBatch"]
+        consumer_type = str(values["consumerType"]).strip().lower()
+        if consumer_type not in CONSUMER_TYPES:
+            raise KinesisOptionError(
+                f"Option 'consumerType'={values['consumerType']!r}: use one of "
+                f"{', '.join(CONSUMER_TYPES)}."
+            )
+        metadata_path = str(values["metadataPath"])
         return cls(
             stream_name=str(values["streamName"]),
             region_name=values["regionName"] or None,
@@ -110,7 +133,7 @@ class KinesisSourceOptions:
             max_records_per_batch=(
                 None if batch_limit is None else _whole_number("maxRecordsPerBatch", values)
             ),
-            metadata_path=str(values["metadataPath"]),
+            metadata_path=metadata_path,
             metadata_path_defaulted="metadatapath" not in {key.lower() for key in options},
             fail_on_data_loss=_boolean("failOnDataLoss", values),
             idle_ms=_whole_number("idleTimeBetweenReadsMs", values, minimum=0),
@@ -118,6 +141,9 @@ class KinesisSourceOptions:
                 _whole_number("minCallIntervalMs", values, minimum=MIN_CALL_INTERVAL_MS) / 1000
             ),
             max_retries=_whole_number("maxRetries", values, minimum=0),
+            consumer_type=consumer_type,
+            consumer_name=values["consumerName"] or default_consumer_name(metadata_path),
+            consumer_name_defaulted=not values["consumerName"],
         )
 
     def initial_start(self, now_ms: int) -> tuple[StartPosition, StartPosition]:
@@ -176,6 +202,12 @@ def _shard_number(shard_id: str) -> int | None:
     """The creation number in a Kinesis shard id (shardId-000000000007 -> 7), if any."""
     prefix, _, digits = shard_id.rpartition("-")
     return int(digits) if prefix == "shardId" and digits.isdigit() else None
+
+
+def default_consumer_name(metadata_path: str) -> str:
+    """One consumer per query: a consumer holds one subscription per shard, so two
+    queries sharing one would take each other's subscriptions away."""
+    return f"kinesis-lake-{hashlib.sha256(metadata_path.encode()).hexdigest()[:16]}"
 
 
 def _role(options: Mapping[str, str], values: Mapping[str, str | None]) -> AssumedRole | None:

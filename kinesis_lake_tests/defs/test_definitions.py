@@ -179,9 +179,13 @@ def test_unset_variables_fall_back_to_settings_defaults(monkeypatch):
     )
 
 
-def test_a_bad_value_fails_naming_the_variable(monkeypatch):
-    monkeypatch.setenv("KINESIS_STARTING_POSITION", "yesterday")
-    with pytest.raises(SettingsError, match="KINESIS_STARTING_POSITION"):
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("KINESIS_STARTING_POSITION", "yesterday"), ("KINESIS_LAKE_CONSUMER_TYPE", "fanout")],
+)
+def test_a_bad_value_fails_naming_the_variable(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=f"{variable}='{value}'"):
         _resolve(PipelineSettingsResource.from_env()).settings()
 
 

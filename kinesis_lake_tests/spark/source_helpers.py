@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -169,3 +170,29 @@ def status(metadata: Path) -> dict:
     """The source status of the (single) run recorded under ``metadata``."""
     (path,) = metadata.glob("*/status.json")
     return json.loads(path.read_text())
+
+
+def assert_in_key_order(rows: Iterable[dict], sent: Iterable[tuple[str, bytes]]) -> None:
+    """Per partition key, rows ordered by batch then sequence number are what was sent."""
+    expected: dict[str, list[bytes]] = defaultdict(list)
+    for key, data in sent:
+        expected[key].append(data)
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_key[row["partition_key"]].append(row)
+    assert set(by_key) == set(expected), "every key delivered, no other"
+    for key, key_rows in by_key.items():
+        ordered = sorted(key_rows, key=lambda r: (r["batch_id"], int(r["sequence_number"])))
+        assert [bytes(r["data"]) for r in ordered] == expected[key], key
+
+
+def assert_parents_first(rows: Iterable[dict], shards: Iterable[dict]) -> None:
+    """Every child shard's first batch comes after its parents' last (DescribeStream's
+    shards)."""
+    batches: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        batches[row["shard_id"]].append(row["batch_id"])
+    for shard in shards:
+        for parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")):
+            if parent and batches[parent] and batches[shard["ShardId"]]:
+                assert max(batches[parent]) < min(batches[shard["ShardId"]]), shard["ShardId"]

@@ -51,6 +51,9 @@ CASES = [
     ),
     pytest.param({"failOnDataLoss": "maybe"}, ["'failOnDataLoss'", "true or false"], id="bool"),
     pytest.param(
+        {"consumerType": "fanout"}, ["'consumerType'='fanout'", "polling, efo"], id="consumer"
+    ),
+    pytest.param(
         {"streamName": "no-such-stream"},
         ["Option 'streamName'", "'no-such-stream' does not exist"],
         id="stream-missing",
@@ -94,6 +97,17 @@ def test_option_names_are_case_insensitive_and_defaults_apply():
     assert parsed.max_records_per_batch is None
     assert parsed.fail_on_data_loss is True
     assert parsed.starting_position == StartPosition("LATEST")
+    assert parsed.consumer_type == "polling"
+
+
+def test_each_query_gets_its_own_default_consumer_name():
+    """A consumer holds one subscription per shard: two queries must not share one."""
+    first = KinesisSourceOptions.parse({"streamName": "s", "metadataPath": "/meta/a"})
+    second = KinesisSourceOptions.parse({"streamName": "s", "metadataPath": "/meta/b"})
+    named = KinesisSourceOptions.parse({"streamName": "s", "consumerName": "mine"})
+    assert first.consumer_name != second.consumer_name
+    assert first.consumer_name.startswith("kinesis-lake-") and first.consumer_name_defaulted
+    assert (named.consumer_name, named.consumer_name_defaulted) == ("mine", False)
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,13 @@ Checked on the rows a query delivered, each with the micro-batch that held it:
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import read_stream, table_rows
 from kinesis_lake_tests.spark.source_helpers import (
+    assert_in_key_order,
+    assert_parents_first,
     keyed_events,
     kinesis,
     merge,
@@ -129,22 +131,7 @@ def _assert_exactly_once_in_key_order(
     assert max(positions.values()) == 1, "no record twice"
     assert set(positions) == stream_positions(url, stream), "no record lost"
 
-    expected: dict[str, list[bytes]] = defaultdict(list)
-    for key, data in sent:
-        expected[key].append(data)
-    by_key: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_key[row["partition_key"]].append(row)
-    for key, key_rows in by_key.items():
-        ordered = sorted(key_rows, key=lambda r: (r["batch_id"], int(r["sequence_number"])))
-        assert [bytes(r["data"]) for r in ordered] == expected[key], key
-
-    batches: dict[str, list[int]] = defaultdict(list)
-    for row in rows:
-        batches[row["shard_id"]].append(row["batch_id"])
-    shards = kinesis(url).describe_stream(StreamName=stream)["StreamDescription"]
-    assert len(shards["Shards"]) == 5, "the split and the merge both happened"
-    for shard in shards["Shards"]:
-        for parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")):
-            if parent and batches[parent] and batches[shard["ShardId"]]:
-                assert max(batches[parent]) < min(batches[shard["ShardId"]]), shard["ShardId"]
+    assert_in_key_order(rows, sent)
+    shards = kinesis(url).describe_stream(StreamName=stream)["StreamDescription"]["Shards"]
+    assert len(shards) == 5, "the split and the merge both happened"
+    assert_parents_first(rows, shards)
