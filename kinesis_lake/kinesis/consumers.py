@@ -23,7 +23,10 @@ from kinesis_lake.kinesis.retry import error_code
 CONSUMER_TYPES = ("polling", "efo")
 """How a reader reads: GetRecords, or enhanced fan-out under a registered consumer."""
 
-_POLL_S = 0.5
+MAX_CONSUMERS = 20
+"""Kinesis' limit of registered consumers per stream."""
+
+_POLL_S = 1.0
 
 
 class ConsumerError(KinesisError, RuntimeError):
@@ -59,13 +62,13 @@ def ensure_consumer(
             try:
                 client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
             except ClientError as refused:
-                # Another query registering the same name at once, or too many calls:
-                # both settle by waiting. Anything else is the caller's to fix.
-                if error_code(refused) not in ("ResourceInUseException", "LimitExceededException"):
+                code = error_code(refused)
+                if code == "LimitExceededException":
+                    _refuse_if_full(client, stream_arn, name, refused)
+                elif code != "ResourceInUseException":  # the same name, registered at once
                     raise ConsumerError(
                         f"RegisterStreamConsumer {name!r} on {stream_arn} failed: {refused}. "
-                        "The identity needs kinesis:RegisterStreamConsumer, and a stream has "
-                        "at most 20 consumers."
+                        "The identity needs kinesis:RegisterStreamConsumer."
                     ) from refused
         if clock() > deadline:
             raise ConsumerError(
@@ -74,6 +77,21 @@ def ensure_consumer(
                 f"--stream-arn {stream_arn} --consumer-name {name}`"
             )
         sleep(_POLL_S)
+
+
+def _refuse_if_full(
+    client: KinesisClient, stream_arn: str, name: str, refused: ClientError
+) -> None:
+    """LimitExceededException means too many calls (wait) or a stream with its 20
+    consumers already (waiting is useless): tell them apart by counting."""
+    listed = client.list_stream_consumers(StreamARN=stream_arn).get("Consumers", [])
+    if len(listed) >= MAX_CONSUMERS:
+        names = ", ".join(sorted(str(c["ConsumerName"]) for c in listed))
+        raise ConsumerError(
+            f"consumer {name!r} cannot be registered: stream {stream_arn} has its "
+            f"{MAX_CONSUMERS} consumers already ({names}). Deregister one you no longer "
+            "need (aws kinesis deregister-stream-consumer), or read with polling."
+        ) from refused
 
 
 def find_consumer(client: KinesisClient, stream_arn: str, name: str) -> Consumer | None:

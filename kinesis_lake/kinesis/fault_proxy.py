@@ -29,6 +29,8 @@ FAULT_KINDS = (
     "partial_put",
     "unknown_operation",
     "invalid_argument",
+    "end_subscription",
+    "drop_subscription",
 )
 
 # kind -> (HTTP status, AWS error code) for faults answered without contacting upstream.
@@ -54,6 +56,7 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _AMZ_JSON = "application/x-amz-json-1.1"
+_EVENT_STREAM = "application/vnd.amazon.eventstream"
 
 
 class FaultProxy:
@@ -115,6 +118,8 @@ class FaultProxy:
             raise ValueError(f"fault kind {kind!r} is not one of {FAULT_KINDS}")
         if kind == "partial_put" and _action(operation) != "PutRecords":
             raise ValueError("partial_put applies to PutRecords only")
+        if kind.endswith("_subscription") and _action(operation) != "SubscribeToShard":
+            raise ValueError(f"{kind} applies to SubscribeToShard only")
         with self._lock:
             self._faults.setdefault(_action(operation), deque()).append([kind, times])
 
@@ -133,20 +138,27 @@ class FaultProxy:
     def _forward(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        connection = http.client.HTTPConnection(
-            self._upstream_host, self._upstream_port, timeout=60
-        )
+        connection = self._send(method, path, headers, body)
         try:
-            connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-            for name, value in headers:
-                if name.lower() not in _HOP_BY_HOP:
-                    connection.putheader(name, value)
-            connection.putheader("Content-Length", str(len(body)))
-            connection.endheaders(body)
             response = connection.getresponse()
             return response.status, response.getheaders(), response.read()
         finally:
             connection.close()
+
+    def _send(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> http.client.HTTPConnection:
+        """Send the request upstream; the caller reads the response and closes."""
+        connection = http.client.HTTPConnection(
+            self._upstream_host, self._upstream_port, timeout=60
+        )
+        connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers:
+            if name.lower() not in _HOP_BY_HOP:
+                connection.putheader(name, value)
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        return connection
 
     def now(self) -> float:
         """The endpoint's clock (epoch seconds), sent in every response's Date header."""
@@ -189,6 +201,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._reply(status, [("Content-Type", _AMZ_JSON)], _error_body(code))
         elif fault == "partial_put":
             self._partial_put(body)
+        elif fault == "end_subscription":
+            # A subscription that ends before its first event: what a reader sees when
+            # Kinesis ends one (every 5 minutes) or the connection drops, compressed.
+            self._reply(200, [("Content-Type", _EVENT_STREAM)], b"")
+        elif fault == "drop_subscription":
+            self._relay(body, drop=True)
+        elif action == "SubscribeToShard":
+            self._relay(body)
         else:
             self._reply(*self.owner._exchange(action, self.path, self.headers.items(), body))
 
@@ -220,6 +240,32 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             "Records": failures + passed["Records"],
         }
         self._reply(status, headers, json.dumps(merged).encode())
+
+    def _relay(self, body: bytes, *, drop: bool = False) -> None:
+        """Pass an event stream on chunk by chunk as it arrives: a subscription holds its
+        response open for minutes, so it cannot be read whole first. Ends when either
+        side closes; with ``drop``, right after the headers, mid-response, as a dropped
+        connection does."""
+        connection = self.owner._send("POST", self.path, self.headers.items(), body)
+        try:
+            response = connection.getresponse()
+            self.send_response(response.status)
+            for name, value in response.getheaders():
+                if name.lower() not in _HOP_BY_HOP and name.lower() not in ("date", "server"):
+                    self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            while not drop and (chunk := response.read1(65536)):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            if not drop:
+                self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass  # the reader closed its subscription, or the endpoint went away
+        finally:
+            connection.close()
 
     def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self.send_response(status)

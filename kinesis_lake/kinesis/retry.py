@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import urllib3.exceptions
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -42,6 +43,10 @@ _RETRYABLE_TRANSPORT_ERRORS = (
     ConnectionClosedError,
     ReadTimeoutError,
     ConnectTimeoutError,
+    # An event stream (SubscribeToShard) is read by urllib3 directly: a dropped or
+    # stalled subscription raises urllib3's errors, which botocore never wraps.
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.ReadTimeoutError,
 )
 
 # 2**62 * any sane base delay is far beyond max_delay_s; capping the exponent keeps the
@@ -100,21 +105,18 @@ def call_with_retry(
     sleep: Callable[[float], None],
     rng: random.Random,
     on_retry: Callable[[BaseException], None] | None = None,
-    also_retry: frozenset[str] = frozenset(),
 ) -> T:
     """Run ``operation``, retrying retryable errors up to ``policy.max_retries`` times.
 
     The last error is re-raised unchanged so callers can wrap it with their own context
-    (stream, shard, operation). ``on_retry`` lets callers count retries for metrics;
-    ``also_retry`` adds error codes that are transient for this one operation.
+    (stream, shard, operation). ``on_retry`` lets callers count retries for metrics.
     """
     attempt = 0
     while True:
         try:
             return operation()
         except Exception as error:
-            transient = is_retryable(error) or error_code(error) in also_retry
-            if not transient or attempt >= policy.max_retries:
+            if not is_retryable(error) or attempt >= policy.max_retries:
                 raise
             if on_retry is not None:
                 on_retry(error)

@@ -35,11 +35,7 @@ from kinesis_lake.kinesis.retry import (
     is_retryable,
 )
 from kinesis_lake.kinesis.server_time import epoch_ms, server_ms
-from kinesis_lake.kinesis.subscription import (
-    SUBSCRIPTION_BUSY,
-    Subscription,
-    resubscribe_policy,
-)
+from kinesis_lake.kinesis.subscription import STREAM_TRANSIENT, Subscription, open_when_free
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -58,6 +54,7 @@ _FOREIGN_SEQUENCE_MESSAGES = ("It encodes", "did not come from this stream")
 
 # How Kinesis refuses to start at a sequence number it no longer holds.
 _REJECTABLE = frozenset({"InvalidArgumentException"})
+_SUBSCRIBE = "SubscribeToShard"
 
 
 STARTING_POSITIONS = ("trim_horizon", "latest", "at_timestamp")
@@ -136,7 +133,8 @@ class ReadOutcome:
     """Where and why a read stopped: the executor's report back to the driver.
 
     ``records_read`` counts Kinesis records (an aggregate counts once), ``user_records``
-    the records yielded after de-aggregation. ``calls`` counts GetRecords requests sent,
+    the records yielded after de-aggregation. ``calls`` counts GetRecords (or, for enhanced
+    fan-out, SubscribeToShard) requests sent,
     failed ones included; ``retries`` counts retried requests of any operation.
     ``data_loss`` is set when the records right after an AFTER_SEQUENCE_NUMBER start are no
     longer retained; the caller decides whether that is fatal. ``tip_ms`` is the server's
@@ -181,6 +179,10 @@ class Page:
     shard_ended: bool
     millis_behind: int | None
     may_be_tip: bool
+    end_needs_empty_page: bool
+    """kinesalite's GetRecords reports a closed shard's end only on an empty page, so a
+    page holding nothing but the resume record must not count as the tip there. A
+    subscription reports the end in the event itself."""
 
 
 #: Opens a read at a GetShardIterator-shaped position (``StartPosition.iterator_args``):
@@ -251,11 +253,8 @@ class ShardReader:
         request: Callable[[], _T],
         outcome: ReadOutcome,
         passthrough: frozenset[str] = frozenset(),
-        also_retry: frozenset[str] = frozenset(),
-        policy: RetryPolicy | None = None,
     ) -> _T:
-        """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes.
-        ``also_retry`` names error codes that are transient for this operation only."""
+        """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes."""
         attempts = 1
 
         def note_retry(error: BaseException) -> None:
@@ -273,11 +272,10 @@ class ShardReader:
         try:
             return call_with_retry(
                 request,
-                policy or self._retry,
+                self._retry,
                 sleep=self._sleep,
                 rng=self._rng,
                 on_retry=note_retry,
-                also_retry=also_retry,
             )
         except ClientError as error:
             if error_code(error) in passthrough:
@@ -431,14 +429,13 @@ class ShardReader:
                     not stop
                     and page.may_be_tip
                     and not page.millis_behind
-                    and not (page.records and skipped == len(page.records))
+                    and not (
+                        page.end_needs_empty_page and page.records and skipped == len(page.records)
+                    )
                 ):
                     # Real Kinesis can return a short (even empty) page while still behind,
                     # so a short page only means "caught up" when MillisBehindLatest says
-                    # so. A page holding nothing but the resume record does not count:
-                    # kinesalite only reports the end of a closed shard on an *empty* page,
-                    # so stopping here would re-read that one record forever and never see
-                    # the shard end.
+                    # so. See ``Page.end_needs_empty_page`` for the resume record alone.
                     outcome.caught_up = True
                     outcome.tip_ms = page.server_ms
                     stop = "caught_up"
@@ -464,7 +461,7 @@ class ShardReader:
         def iterator_at(position: dict[str, Any]) -> str:
             return self._iterator(outcome, **position)
 
-        iterator = self._open(cursor, outcome, iterator_at)
+        iterator = self._open(cursor, outcome, iterator_at, "GetShardIterator")
         expirations_in_a_row = 0
         while True:
             limit = min(self._max_per_call, max_records - outcome.records_read)
@@ -475,7 +472,7 @@ class ShardReader:
                 if expirations_in_a_row > self._retry.max_retries:
                     raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
                 outcome.iterator_renewals += 1
-                iterator = self._reopen(cursor, outcome, iterator_at)
+                iterator = self._reopen(cursor, outcome, iterator_at, "GetShardIterator")
                 continue
             expirations_in_a_row = 0
             next_iterator = response.get("NextShardIterator")
@@ -485,43 +482,62 @@ class ShardReader:
                 shard_ended=next_iterator is None,
                 millis_behind=response.get("MillisBehindLatest"),
                 may_be_tip=len(response["Records"]) < limit,
+                end_needs_empty_page=True,
             )
             if next_iterator is None:
                 return  # the shard ended: the caller stops on this page
             iterator = next_iterator
 
     def _subscribed_pages(self, cursor: ReadCursor, outcome: ReadOutcome) -> Generator[Page]:
-        """Events of SubscribeToShard, subscribing again after a subscription ends (Kinesis
-        ends each after 5 minutes) or breaks, right after the last record seen."""
+        """Events of SubscribeToShard, subscribing again right after the last record seen
+        when a subscription ends (Kinesis ends each after 5 minutes) or breaks.
+
+        Subscribing again without a new record in between counts against ``maxRetries``:
+        an endpoint that ends or breaks every subscription early would otherwise keep the
+        task subscribing forever.
+        """
         subscribe_at = self._subscriptions(outcome)
-        subscription: Subscription = self._open(cursor, outcome, subscribe_at)
-        breaks_in_a_row = 0
+        subscription: Subscription = self._open(cursor, outcome, subscribe_at, _SUBSCRIBE)
+        stalled = 0
+        progress_mark = cursor.last_seen
+        why = "it ended"
         try:
             while True:
                 try:
                     event = subscription.next_event()
                 except Exception as error:
-                    breaks_in_a_row += 1
-                    retryable = is_retryable(error) or error_code(error) in SUBSCRIPTION_BUSY
-                    if not retryable or breaks_in_a_row > self._retry.max_retries:
+                    if not is_retryable(error) and error_code(error) not in STREAM_TRANSIENT:
                         detail = f"{type(error).__name__}: {error}"
-                        raise self._error("SubscribeToShard", breaks_in_a_row, detail) from error
+                        raise self._error(_SUBSCRIBE, stalled + 1, detail) from error
                     outcome.retries += 1
-                    self._sleep(self._retry.delay(breaks_in_a_row - 1, self._rng))
-                    event = None
-                if event is None:
-                    subscription.close()
-                    outcome.iterator_renewals += 1
-                    subscription = self._reopen(cursor, outcome, subscribe_at)
+                    event, why = None, f"{type(error).__name__}: {error}"
+                if event is not None:
+                    millis_behind = event.get("MillisBehindLatest")
+                    yield Page(
+                        records=event["Records"],
+                        server_ms=subscription.server_ms,
+                        shard_ended=event.get("ContinuationSequenceNumber") is None,
+                        millis_behind=millis_behind,
+                        may_be_tip=millis_behind == 0,
+                        end_needs_empty_page=False,
+                    )
                     continue
-                breaks_in_a_row = 0
-                yield Page(
-                    records=event["Records"],
-                    server_ms=subscription.server_ms,
-                    shard_ended=event.get("ContinuationSequenceNumber") is None,
-                    millis_behind=event.get("MillisBehindLatest"),
-                    may_be_tip=True,
-                )
+                if cursor.last_seen == progress_mark:
+                    stalled += 1
+                    if stalled > self._retry.max_retries:
+                        raise self._error(
+                            _SUBSCRIBE,
+                            stalled,
+                            f"{stalled} subscriptions in a row ended or broke before a new "
+                            f"record (the last: {why})",
+                        )
+                    self._sleep(self._retry.delay(stalled - 1, self._rng))
+                else:
+                    stalled = 0
+                progress_mark, why = cursor.last_seen, "it ended"
+                subscription.close()
+                outcome.iterator_renewals += 1
+                subscription = self._reopen(cursor, outcome, subscribe_at, _SUBSCRIBE)
         finally:
             subscription.close()
 
@@ -531,24 +547,34 @@ class ShardReader:
         consumer_arn = self._consumer_arn
 
         def subscribe_at(position: dict[str, Any]) -> Subscription:
-            def request() -> Subscription:
+            def count_call() -> None:
                 outcome.calls += 1
-                return Subscription.open(self._client, consumer_arn, self._shard_id, position)
+
+            def request() -> Subscription:
+                return open_when_free(
+                    self._client,
+                    consumer_arn,
+                    self._shard_id,
+                    position,
+                    sleep=self._sleep,
+                    rng=self._rng,
+                    on_call=count_call,
+                )
 
             return self._call(
-                "SubscribeToShard",
+                _SUBSCRIBE,
                 request,
                 outcome,
                 passthrough=_REJECTABLE
                 if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
                 else frozenset(),
-                also_retry=SUBSCRIPTION_BUSY,
-                policy=resubscribe_policy(self._retry),
             )
 
         return subscribe_at
 
-    def _open(self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener) -> Any:
+    def _open(
+        self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener, operation: str
+    ) -> Any:
         """Open a read at ``cursor.start`` with ``opener``.
 
         AFTER_SEQUENCE_NUMBER S is requested as AT_SEQUENCE_NUMBER S so that the first
@@ -569,16 +595,18 @@ class ShardReader:
                 if start.kind == "AT_SEQUENCE_NUMBER" or any(
                     m in message for m in _FOREIGN_SEQUENCE_MESSAGES
                 ):
-                    raise self._error("GetShardIterator", 1, message) from error
-                cursor.rejected(message)
+                    raise self._error(operation, 1, message) from error
+                cursor.rejected(operation, message)
                 return opener({"ShardIteratorType": "TRIM_HORIZON"})
         return opener(start.iterator_args())
 
-    def _reopen(self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener) -> Any:
+    def _reopen(
+        self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener, operation: str
+    ) -> Any:
         """Open again after an iterator expired or a subscription ended: right after the
         last record seen, or at the start."""
         if cursor.last_seen is None:
-            return self._open(cursor, outcome, opener)
+            return self._open(cursor, outcome, opener, operation)
         return opener(
             {
                 "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
@@ -607,11 +635,11 @@ class ReadCursor:
         )
         self._found_resume_record = False
 
-    def rejected(self, message: str) -> None:
+    def rejected(self, operation: str, message: str) -> None:
         """AT_SEQUENCE_NUMBER S was refused (presumably past retention); the read goes on
         from TRIM_HORIZON. Whether anything was lost is decided by the records that follow:
         finding S there proves nothing was."""
-        self._rejection = f"GetShardIterator rejected it: {message}"
+        self._rejection = f"{operation} rejected it: {message}"
         _log.warning(
             "resume sequence number %s rejected, reading from TRIM_HORIZON: %s",
             self.start.sequence_number,

@@ -15,14 +15,16 @@ changes nothing.
 from __future__ import annotations
 
 import binascii
+import random
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from botocore.eventstream import EventStreamBuffer
+from botocore.exceptions import ClientError
 
 from kinesis_lake.kinesis.client import KinesisClient
-from kinesis_lake.kinesis.retry import RetryPolicy
+from kinesis_lake.kinesis.retry import error_code
 from kinesis_lake.kinesis.server_time import server_ms
 
 SUBSCRIPTION_BUSY = frozenset({"ResourceInUseException"})
@@ -30,12 +32,40 @@ SUBSCRIPTION_BUSY = frozenset({"ResourceInUseException"})
 Kinesis frees it seconds after its reader went away, so a later try succeeds."""
 
 
-def resubscribe_policy(policy: RetryPolicy) -> RetryPolicy:
-    """Retries of SubscribeToShard itself. Kinesis refuses a subscription within 5 s of
-    the previous one of the same consumer and shard, and every micro-batch subscribes
-    anew, so that refusal is the normal case, not a fault: tries about a second apart
-    (its limit is one call per second per consumer and shard) for 20 s or more."""
-    return RetryPolicy(max_retries=max(policy.max_retries, 20), base_delay_s=1.0, max_delay_s=2.0)
+STREAM_TRANSIENT = frozenset({"InternalFailureException", "KMSThrottlingException"})
+"""Exception events inside a subscription's stream after which subscribing again can
+succeed (the stream's own names: ``InternalFailureException``, not ``InternalFailure``)."""
+
+BUSY_RETRIES = 20
+"""How often :func:`open_when_free` tries again while the shard is still held."""
+
+
+def open_when_free(
+    client: KinesisClient,
+    consumer_arn: str,
+    shard_id: str,
+    position: Mapping[str, Any],
+    *,
+    sleep: Callable[[float], None],
+    rng: random.Random,
+    on_call: Callable[[], None],
+) -> Subscription:
+    """:meth:`Subscription.open`, waiting out the previous subscription of this consumer
+    and shard. Kinesis refuses a new one within 5 s of the last (ResourceInUseException)
+    and every micro-batch subscribes anew, so that refusal is routine, not a fault: it is
+    tried again 1 to 2 s later (the limit is one call per second per consumer and shard),
+    up to ``BUSY_RETRIES`` times, apart from the caller's ``maxRetries`` for real faults,
+    which are raised."""
+    busy = 0
+    while True:
+        on_call()
+        try:
+            return Subscription.open(client, consumer_arn, shard_id, position)
+        except ClientError as error:
+            if error_code(error) not in SUBSCRIPTION_BUSY or busy >= BUSY_RETRIES:
+                raise
+        busy += 1
+        sleep(1.0 + rng.random())
 
 
 _HOOK_ID = "kinesis-lake-initial-response"
@@ -48,6 +78,8 @@ class Subscription:
         self._events = events
         self._pending = first
         self._iterator: Iterator[Mapping[str, Any]] = iter(events)
+        self.delivered = False
+        """Whether any event came (a subscription that ends without one is a fault)."""
         self.server_ms = server_ms
         """Every record that arrived before this instant is delivered before the events
         report the shard caught up (the response's Date header)."""
@@ -71,10 +103,13 @@ class Subscription:
 
     def next_event(self) -> Mapping[str, Any] | None:
         """The next SubscribeToShardEvent, or None once the subscription has ended."""
+        event: Mapping[str, Any] | None
         if self._pending is not None:
             event, self._pending = self._pending, None
-            return event
-        return _shard_event(next(self._iterator, None))
+        else:
+            event = _shard_event(next(self._iterator, None))
+        self.delivered = self.delivered or event is not None
+        return event
 
     def close(self) -> None:
         self._events.close()
@@ -117,14 +152,17 @@ class WithInitialResponse:
         chunks = self._raw.stream(*args, **kwargs)
         seen: list[bytes] = []
         parser = EventStreamBuffer()
+        first = None
         for chunk in chunks:
             seen.append(chunk)
             parser.add_data(chunk)
             first = next(parser, None)
             if first is not None:
-                if first.headers.get(":event-type") != "initial-response":
-                    yield INITIAL_RESPONSE
                 break
+        # A stream that ended before its first message is a subscription that ended
+        # at once: with an initial-response it reads as such, not as a parse error.
+        if first is None or first.headers.get(":event-type") != "initial-response":
+            yield INITIAL_RESPONSE
         yield from seen
         yield from chunks
 

@@ -210,8 +210,10 @@ def run_ingestion(
                 follower.poll()
             follower.poll()
     finally:
-        query.stop()
-        _release_consumer(settings)
+        try:
+            query.stop()
+        finally:
+            _release_consumer(settings)
     return _summarise(settings, query.recentProgress, time.monotonic() - started, before)
 
 
@@ -320,10 +322,12 @@ def run_continuous(
         # its batch in flight (a big backlog's, on a slow endpoint) always finishes, or a
         # run that reached its cap mid-batch would throw that batch away, and so would the
         # next run, and the next.
-        _stop_gracefully(
-            query, checkpoint_location(settings), wait_s=None if linger is not None else 120
-        )
-        _release_consumer(settings)
+        try:
+            _stop_gracefully(
+                query, checkpoint_location(settings), wait_s=None if linger is not None else 120
+            )
+        finally:
+            _release_consumer(settings)
     # The batch that was in flight when ``stop`` was set committed during the graceful
     # stop: it must be reported like every other.
     follower.poll()

@@ -122,6 +122,19 @@ class KinesisSourceOptions:
                 f"{', '.join(CONSUMER_TYPES)}."
             )
         metadata_path = str(values["metadataPath"])
+        given = {key.lower() for key in options}
+        if consumer_type == "efo" and not {"metadatapath", "consumername"} & given:
+            raise KinesisOptionError(
+                "Option 'consumerType'='efo' needs a consumer of the query's own: set "
+                "'metadataPath' (the consumer is named after it) or 'consumerName'. The "
+                "default metadataPath is shared by every query on this machine, and queries "
+                "sharing a consumer take each other's subscriptions away."
+            )
+        if consumer_type != "efo" and "consumername" in given:
+            raise KinesisOptionError(
+                "Option 'consumerName' applies to consumerType=efo only: set "
+                ".option('consumerType', 'efo') or drop consumerName."
+            )
         return cls(
             stream_name=str(values["streamName"]),
             region_name=values["regionName"] or None,
@@ -134,7 +147,7 @@ class KinesisSourceOptions:
                 None if batch_limit is None else _whole_number("maxRecordsPerBatch", values)
             ),
             metadata_path=metadata_path,
-            metadata_path_defaulted="metadatapath" not in {key.lower() for key in options},
+            metadata_path_defaulted="metadatapath" not in given,
             fail_on_data_loss=_boolean("failOnDataLoss", values),
             idle_ms=_whole_number("idleTimeBetweenReadsMs", values, minimum=0),
             min_call_interval_s=(

@@ -15,11 +15,19 @@ from collections.abc import Iterator
 import pytest
 
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
-from kinesis_lake.kinesis.consumers import Consumer, deregister_consumer, ensure_consumer
+from kinesis_lake.kinesis.consumers import (
+    MAX_CONSUMERS,
+    Consumer,
+    ConsumerError,
+    deregister_consumer,
+    ensure_consumer,
+)
+from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.kinesis_mock import KinesisMockEndpoint
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.retry import RetryPolicy
+from kinesis_lake.kinesis.shard_reader import ShardReader, ShardReadError, StartPosition
 from kinesis_lake.kinesis.streams import describe_stream, ensure_stream, list_shards
 from kinesis_lake.kinesis.subscription import INITIAL_RESPONSE, WithInitialResponse, event_message
 from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
@@ -110,6 +118,76 @@ def test_a_resume_point_that_is_not_in_the_shard_is_reported_as_data_loss(
     assert missing in reader.outcome.data_loss
 
 
+def test_a_subscription_that_ends_or_fails_is_opened_again_at_the_same_place(
+    kinesis_mock_endpoint: KinesisMockEndpoint,
+    client: KinesisClient,
+    stream: str,
+    consumer: Consumer,
+) -> None:
+    """Kinesis ends every subscription after 5 minutes, and connections drop: the proxy
+    ends two subscriptions before their first event and fails the next with a 500."""
+    put(client, stream, entries(20))
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        proxy.inject("SubscribeToShard", "end_subscription", times=2)
+        proxy.inject("SubscribeToShard", "server_error")
+        through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
+        records, reader = _subscribed_read(through_proxy, stream, consumer)
+    finally:
+        proxy.stop()
+    assert [r.data for r in records] == [f"r{i}".encode() for i in range(20)]
+    assert proxy.counts[("SubscribeToShard", "end_subscription")] == 2
+    assert proxy.counts[("SubscribeToShard", "server_error")] == 1
+    assert reader.outcome is not None
+    assert (reader.outcome.iterator_renewals, reader.outcome.retries) == (2, 1)
+
+
+def test_a_subscription_dropped_mid_response_is_retried(
+    kinesis_mock_endpoint: KinesisMockEndpoint,
+    client: KinesisClient,
+    stream: str,
+    consumer: Consumer,
+) -> None:
+    """The connection drops inside the event stream, where urllib3, not botocore, reads:
+    its error must count as transient like botocore's own."""
+    put(client, stream, entries(5))
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        proxy.inject("SubscribeToShard", "drop_subscription")
+        through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
+        records, reader = _subscribed_read(through_proxy, stream, consumer)
+    finally:
+        proxy.stop()
+    assert [r.data for r in records] == [f"r{i}".encode() for i in range(5)]
+    assert proxy.counts[("SubscribeToShard", "drop_subscription")] == 1
+    assert reader.outcome is not None and reader.outcome.retries == 1
+
+
+def test_subscriptions_that_always_end_at_once_fail_the_read_naming_the_shard(
+    kinesis_mock_endpoint: KinesisMockEndpoint,
+    client: KinesisClient,
+    stream: str,
+    consumer: Consumer,
+) -> None:
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        proxy.inject("SubscribeToShard", "end_subscription", times=1000)
+        shard_id = list_shards(client, stream)[0].shard_id
+        reader = ShardReader(
+            kinesis_client(proxy.url, "us-east-1", timeout_s=10),
+            stream,
+            shard_id,
+            retry=RetryPolicy(max_retries=2),
+            consumer_arn=consumer.arn,
+        )
+        with pytest.raises(ShardReadError, match="3 subscriptions in a row ended") as raised:
+            list(reader.read(StartPosition.trim_horizon(), max_records=10))
+    finally:
+        proxy.stop()
+    assert raised.value.shard_id == shard_id and raised.value.operation == "SubscribeToShard"
+    assert proxy.counts[("SubscribeToShard", "end_subscription")] == 3
+
+
 def test_consumers_are_registered_once_and_deregistered(client: KinesisClient, stream: str) -> None:
     arn = describe_stream(client, stream).arn
     name = f"c-{uuid.uuid4().hex[:8]}"
@@ -124,6 +202,21 @@ def test_consumers_are_registered_once_and_deregistered(client: KinesisClient, s
     while name in _consumer_names(client, arn) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert name not in _consumer_names(client, arn)
+
+
+def test_a_stream_with_all_its_consumers_refuses_one_more_at_once(
+    client: KinesisClient, stream: str
+) -> None:
+    """Kinesis answers LimitExceededException both for "too many calls" (wait) and "20
+    consumers already" (waiting is useless): the second must fail at once, naming them."""
+    arn = describe_stream(client, stream).arn
+    for number in range(MAX_CONSUMERS):
+        client.register_stream_consumer(StreamARN=arn, ConsumerName=f"other-{number:02d}")
+    started = time.monotonic()
+    with pytest.raises(ConsumerError, match="has its 20 consumers already") as raised:
+        ensure_consumer(client, arn, "one-too-many", timeout_s=60)
+    assert time.monotonic() - started < 30
+    assert "other-00" in str(raised.value) and "deregister-stream-consumer" in str(raised.value)
 
 
 def _consumer_names(client: KinesisClient, stream_arn: str) -> set[str]:

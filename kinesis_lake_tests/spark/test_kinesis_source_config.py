@@ -54,6 +54,12 @@ CASES = [
         {"consumerType": "fanout"}, ["'consumerType'='fanout'", "polling, efo"], id="consumer"
     ),
     pytest.param(
+        {"consumerType": "efo"}, ["'consumerType'='efo'", "'metadataPath'"], id="efo-shared"
+    ),
+    pytest.param(
+        {"consumerName": "mine"}, ["'consumerName'", "consumerType=efo only"], id="name-polling"
+    ),
+    pytest.param(
         {"streamName": "no-such-stream"},
         ["Option 'streamName'", "'no-such-stream' does not exist"],
         id="stream-missing",
@@ -102,9 +108,10 @@ def test_option_names_are_case_insensitive_and_defaults_apply():
 
 def test_each_query_gets_its_own_default_consumer_name():
     """A consumer holds one subscription per shard: two queries must not share one."""
-    first = KinesisSourceOptions.parse({"streamName": "s", "metadataPath": "/meta/a"})
-    second = KinesisSourceOptions.parse({"streamName": "s", "metadataPath": "/meta/b"})
-    named = KinesisSourceOptions.parse({"streamName": "s", "consumerName": "mine"})
+    efo = {"streamName": "s", "consumerType": "efo"}
+    first = KinesisSourceOptions.parse({**efo, "metadataPath": "/meta/a"})
+    second = KinesisSourceOptions.parse({**efo, "metadataPath": "/meta/b"})
+    named = KinesisSourceOptions.parse({**efo, "consumerName": "mine"})
     assert first.consumer_name != second.consumer_name
     assert first.consumer_name.startswith("kinesis-lake-") and first.consumer_name_defaulted
     assert (named.consumer_name, named.consumer_name_defaulted) == ("mine", False)
