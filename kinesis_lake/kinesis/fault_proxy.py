@@ -148,17 +148,9 @@ class FaultProxy:
     def _send(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> http.client.HTTPConnection:
-        """Send the request upstream; the caller reads the response and closes."""
-        connection = http.client.HTTPConnection(
-            self._upstream_host, self._upstream_port, timeout=60
+        return send_upstream(
+            (self._upstream_host, self._upstream_port), method, path, headers, body
         )
-        connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-        for name, value in headers:
-            if name.lower() not in _HOP_BY_HOP:
-                connection.putheader(name, value)
-        connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body)
-        return connection
 
     def now(self) -> float:
         """The endpoint's clock (epoch seconds), sent in every response's Date header."""
@@ -169,6 +161,25 @@ class FaultProxy:
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """Answer a request that no fault intercepted; subclasses rewrite it here."""
         return self._forward("POST", path, headers, body)
+
+
+def send_upstream(
+    upstream: tuple[str, int],
+    method: str,
+    path: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+) -> http.client.HTTPConnection:
+    """Send a request on as it came, minus hop-by-hop headers; the caller reads the
+    response and closes the connection."""
+    connection = http.client.HTTPConnection(*upstream, timeout=60)
+    connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    for name, value in headers:
+        if name.lower() not in _HOP_BY_HOP:
+            connection.putheader(name, value)
+    connection.putheader("Content-Length", str(len(body)))
+    connection.endheaders(body)
+    return connection
 
 
 def _action(operation: str) -> str:

@@ -118,49 +118,39 @@ def test_a_resume_point_that_is_not_in_the_shard_is_reported_as_data_loss(
     assert missing in reader.outcome.data_loss
 
 
-def test_a_subscription_that_ends_or_fails_is_opened_again_at_the_same_place(
+@pytest.mark.parametrize(
+    ("faults", "renewals_and_retries"),
+    [
+        pytest.param([("end_subscription", 2), ("server_error", 1)], (2, 1), id="ended-5xx"),
+        # Inside the event stream urllib3, not botocore, reads: its error must count as
+        # transient like botocore's own.
+        pytest.param([("drop_subscription", 1)], (0, 1), id="dropped"),
+    ],
+)
+def test_a_subscription_that_ends_fails_or_drops_is_opened_again_at_the_same_place(
     kinesis_mock_endpoint: KinesisMockEndpoint,
     client: KinesisClient,
     stream: str,
     consumer: Consumer,
+    faults: list[tuple[str, int]],
+    renewals_and_retries: tuple[int, int],
 ) -> None:
-    """Kinesis ends every subscription after 5 minutes, and connections drop: the proxy
-    ends two subscriptions before their first event and fails the next with a 500."""
+    """Kinesis ends every subscription after 5 minutes, and connections drop."""
     put(client, stream, entries(20))
     proxy = FaultProxy(kinesis_mock_endpoint.url).start()
     try:
-        proxy.inject("SubscribeToShard", "end_subscription", times=2)
-        proxy.inject("SubscribeToShard", "server_error")
+        for kind, times in faults:
+            proxy.inject("SubscribeToShard", kind, times=times)
         through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
         records, reader = _subscribed_read(through_proxy, stream, consumer)
     finally:
         proxy.stop()
     assert [r.data for r in records] == [f"r{i}".encode() for i in range(20)]
-    assert proxy.counts[("SubscribeToShard", "end_subscription")] == 2
-    assert proxy.counts[("SubscribeToShard", "server_error")] == 1
+    assert [proxy.counts[("SubscribeToShard", kind)] for kind, _ in faults] == [
+        times for _, times in faults
+    ]
     assert reader.outcome is not None
-    assert (reader.outcome.iterator_renewals, reader.outcome.retries) == (2, 1)
-
-
-def test_a_subscription_dropped_mid_response_is_retried(
-    kinesis_mock_endpoint: KinesisMockEndpoint,
-    client: KinesisClient,
-    stream: str,
-    consumer: Consumer,
-) -> None:
-    """The connection drops inside the event stream, where urllib3, not botocore, reads:
-    its error must count as transient like botocore's own."""
-    put(client, stream, entries(5))
-    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
-    try:
-        proxy.inject("SubscribeToShard", "drop_subscription")
-        through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
-        records, reader = _subscribed_read(through_proxy, stream, consumer)
-    finally:
-        proxy.stop()
-    assert [r.data for r in records] == [f"r{i}".encode() for i in range(5)]
-    assert proxy.counts[("SubscribeToShard", "drop_subscription")] == 1
-    assert reader.outcome is not None and reader.outcome.retries == 1
+    assert (reader.outcome.iterator_renewals, reader.outcome.retries) == renewals_and_retries
 
 
 def test_subscriptions_that_always_end_at_once_fail_the_read_naming_the_shard(

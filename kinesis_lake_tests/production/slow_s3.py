@@ -9,12 +9,13 @@ number of requests it held at once: 1 means the client never overlapped its requ
 
 from __future__ import annotations
 
-import http.client
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from kinesis_lake.kinesis.fault_proxy import send_upstream
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
 
@@ -87,14 +88,8 @@ class SlowS3Proxy:
     def _forward(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        connection = http.client.HTTPConnection(*self._upstream, timeout=60)
+        connection = send_upstream(self._upstream, method, path, headers, body)
         try:
-            connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-            for name, value in headers:
-                if name.lower() not in _HOP_BY_HOP:
-                    connection.putheader(name, value)
-            connection.putheader("Content-Length", str(len(body)))
-            connection.endheaders(body)
             response = connection.getresponse()
             return response.status, response.getheaders(), response.read()
         finally:
