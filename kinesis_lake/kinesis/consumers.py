@@ -84,7 +84,12 @@ def _refuse_if_full(
 ) -> None:
     """LimitExceededException means too many calls (wait) or a stream with its 20
     consumers already (waiting is useless): tell them apart by counting."""
-    listed = client.list_stream_consumers(StreamARN=stream_arn).get("Consumers", [])
+    try:
+        listed = client.list_stream_consumers(StreamARN=stream_arn).get("Consumers", [])
+    except ClientError:
+        return  # throttled as well: keep waiting
+    # A DELETING one (ours, released by the previous run) frees its place in seconds.
+    listed = [c for c in listed if c.get("ConsumerStatus") != "DELETING"]
     if len(listed) >= MAX_CONSUMERS:
         names = ", ".join(sorted(str(c["ConsumerName"]) for c in listed))
         raise ConsumerError(

@@ -12,14 +12,18 @@ only, so it works wherever the package does.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
 from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from kinesis_lake.kinesis.subscription import event_message
 
 FAULT_KINDS = (
     "throttle",
@@ -31,6 +35,7 @@ FAULT_KINDS = (
     "invalid_argument",
     "end_subscription",
     "drop_subscription",
+    "failure_event",
 )
 
 # kind -> (HTTP status, AWS error code) for faults answered without contacting upstream.
@@ -79,6 +84,7 @@ class FaultProxy:
         self.signed_by: Counter[tuple[str, str]] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._relays: set[http.client.HTTPConnection] = set()
 
     @property
     def url(self) -> str:
@@ -101,6 +107,14 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        # A relayed subscription waits on its upstream between events: cut it, or its
+        # thread and both sockets would outlive the proxy by up to the upstream timeout.
+        with self._lock:
+            relays, self._relays = list(self._relays), set()
+        for connection in relays:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -118,7 +132,8 @@ class FaultProxy:
             raise ValueError(f"fault kind {kind!r} is not one of {FAULT_KINDS}")
         if kind == "partial_put" and _action(operation) != "PutRecords":
             raise ValueError("partial_put applies to PutRecords only")
-        if kind.endswith("_subscription") and _action(operation) != "SubscribeToShard":
+        subscription_only = kind.endswith("_subscription") or kind == "failure_event"
+        if subscription_only and _action(operation) != "SubscribeToShard":
             raise ValueError(f"{kind} applies to SubscribeToShard only")
         with self._lock:
             self._faults.setdefault(_action(operation), deque()).append([kind, times])
@@ -216,6 +231,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             # A subscription that ends before its first event: what a reader sees when
             # Kinesis ends one (every 5 minutes) or the connection drops, compressed.
             self._reply(200, [("Content-Type", _EVENT_STREAM)], b"")
+        elif fault == "failure_event":
+            # Kinesis reports errors of a subscription inside its stream, as events.
+            failure = event_message(
+                "InternalFailureException", b'{"message": "injected"}', exception=True
+            )
+            self._reply(200, [("Content-Type", _EVENT_STREAM)], failure)
         elif fault == "drop_subscription":
             self._relay(body, drop=True)
         elif action == "SubscribeToShard":
@@ -258,6 +279,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         side closes; with ``drop``, right after the headers, mid-response, as a dropped
         connection does."""
         connection = self.owner._send("POST", self.path, self.headers.items(), body)
+        with self.owner._lock:
+            self.owner._relays.add(connection)
         try:
             response = connection.getresponse()
             self.send_response(response.status)
@@ -276,6 +299,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         except OSError:
             pass  # the reader closed its subscription, or the endpoint went away
         finally:
+            with self.owner._lock:
+                self.owner._relays.discard(connection)
             connection.close()
 
     def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:

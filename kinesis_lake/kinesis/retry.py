@@ -33,6 +33,7 @@ RETRYABLE_ERROR_CODES = frozenset(
         "LimitExceededException",
         "ThrottlingException",
         "InternalFailure",
+        "InternalFailureException",  # how an event stream (SubscribeToShard) names it
         "ServiceUnavailable",
         "KMSThrottlingException",
     }

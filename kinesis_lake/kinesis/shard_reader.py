@@ -35,7 +35,12 @@ from kinesis_lake.kinesis.retry import (
     is_retryable,
 )
 from kinesis_lake.kinesis.server_time import epoch_ms, server_ms
-from kinesis_lake.kinesis.subscription import STREAM_TRANSIENT, Subscription, open_when_free
+from kinesis_lake.kinesis.subscription import (
+    BUSY_RETRIES,
+    BusyWaits,
+    Subscription,
+    open_when_free,
+)
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -496,7 +501,8 @@ class ShardReader:
         an endpoint that ends or breaks every subscription early would otherwise keep the
         task subscribing forever.
         """
-        subscribe_at = self._subscriptions(outcome)
+        waits = BusyWaits()
+        subscribe_at = self._subscriptions(outcome, waits)
         subscription: Subscription = self._open(cursor, outcome, subscribe_at, _SUBSCRIBE)
         stalled = 0
         progress_mark = cursor.last_seen
@@ -506,7 +512,7 @@ class ShardReader:
                 try:
                     event = subscription.next_event()
                 except Exception as error:
-                    if not is_retryable(error) and error_code(error) not in STREAM_TRANSIENT:
+                    if not is_retryable(error):
                         detail = f"{type(error).__name__}: {error}"
                         raise self._error(_SUBSCRIBE, stalled + 1, detail) from error
                     outcome.retries += 1
@@ -533,7 +539,7 @@ class ShardReader:
                         )
                     self._sleep(self._retry.delay(stalled - 1, self._rng))
                 else:
-                    stalled = 0
+                    stalled, waits.left = 0, BUSY_RETRIES
                 progress_mark, why = cursor.last_seen, "it ended"
                 subscription.close()
                 outcome.iterator_renewals += 1
@@ -541,7 +547,7 @@ class ShardReader:
         finally:
             subscription.close()
 
-    def _subscriptions(self, outcome: ReadOutcome) -> Opener:
+    def _subscriptions(self, outcome: ReadOutcome, waits: BusyWaits) -> Opener:
         """Opens SubscribeToShard at a position, with this reader's retries and errors."""
         assert self._consumer_arn is not None
         consumer_arn = self._consumer_arn
@@ -559,6 +565,7 @@ class ShardReader:
                     sleep=self._sleep,
                     rng=self._rng,
                     on_call=count_call,
+                    waits=waits,
                 )
 
             return self._call(

@@ -18,6 +18,7 @@ import binascii
 import random
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.eventstream import EventStreamBuffer
@@ -32,12 +33,16 @@ SUBSCRIPTION_BUSY = frozenset({"ResourceInUseException"})
 Kinesis frees it seconds after its reader went away, so a later try succeeds."""
 
 
-STREAM_TRANSIENT = frozenset({"InternalFailureException", "KMSThrottlingException"})
-"""Exception events inside a subscription's stream after which subscribing again can
-succeed (the stream's own names: ``InternalFailureException``, not ``InternalFailure``)."""
-
 BUSY_RETRIES = 20
-"""How often :func:`open_when_free` tries again while the shard is still held."""
+"""How often one read tries again while its shard is still held (:func:`open_when_free`)."""
+
+
+@dataclass
+class BusyWaits:
+    """The tries a read has left for a shard that is still held: one budget for all of the
+    read's subscriptions, so that it does not multiply with the caller's retries."""
+
+    left: int = BUSY_RETRIES
 
 
 def open_when_free(
@@ -49,22 +54,22 @@ def open_when_free(
     sleep: Callable[[float], None],
     rng: random.Random,
     on_call: Callable[[], None],
+    waits: BusyWaits,
 ) -> Subscription:
     """:meth:`Subscription.open`, waiting out the previous subscription of this consumer
     and shard. Kinesis refuses a new one within 5 s of the last (ResourceInUseException)
     and every micro-batch subscribes anew, so that refusal is routine, not a fault: it is
     tried again 1 to 2 s later (the limit is one call per second per consumer and shard),
-    up to ``BUSY_RETRIES`` times, apart from the caller's ``maxRetries`` for real faults,
-    which are raised."""
-    busy = 0
+    while ``waits`` lasts, apart from the caller's ``maxRetries`` for real faults, which
+    are raised."""
     while True:
         on_call()
         try:
             return Subscription.open(client, consumer_arn, shard_id, position)
         except ClientError as error:
-            if error_code(error) not in SUBSCRIPTION_BUSY or busy >= BUSY_RETRIES:
+            if error_code(error) not in SUBSCRIPTION_BUSY or waits.left <= 0:
                 raise
-        busy += 1
+        waits.left -= 1
         sleep(1.0 + rng.random())
 
 
@@ -78,8 +83,6 @@ class Subscription:
         self._events = events
         self._pending = first
         self._iterator: Iterator[Mapping[str, Any]] = iter(events)
-        self.delivered = False
-        """Whether any event came (a subscription that ends without one is a fault)."""
         self.server_ms = server_ms
         """Every record that arrived before this instant is delivered before the events
         report the shard caught up (the response's Date header)."""
@@ -108,7 +111,6 @@ class Subscription:
             event, self._pending = self._pending, None
         else:
             event = _shard_event(next(self._iterator, None))
-        self.delivered = self.delivered or event is not None
         return event
 
     def close(self) -> None:
@@ -170,11 +172,13 @@ class WithInitialResponse:
         self._raw.close()
 
 
-def event_message(event_type: str, payload: bytes) -> bytes:
-    """One event stream message (the AWS event stream encoding: prelude, CRCs)."""
+def event_message(event_type: str, payload: bytes, *, exception: bool = False) -> bytes:
+    """One event stream message (the AWS event stream encoding: prelude, CRCs); with
+    ``exception``, an exception event of that type, as Kinesis reports errors in-stream."""
+    kind = b"exception" if exception else b"event"
     headers = b"".join(
         bytes([len(name)]) + name + b"\x07" + struct.pack(">H", len(value)) + value
-        for name, value in ((b":message-type", b"event"), (b":event-type", event_type.encode()))
+        for name, value in ((b":message-type", kind), (b":" + kind + b"-type", event_type.encode()))
     )
     prelude = struct.pack(">II", 16 + len(headers) + len(payload), len(headers))
     head = prelude + struct.pack(">I", binascii.crc32(prelude))

@@ -122,7 +122,7 @@ class KinesisSourceOptions:
                 f"{', '.join(CONSUMER_TYPES)}."
             )
         metadata_path = str(values["metadataPath"])
-        given = {key.lower() for key in options}
+        given = {key.lower() for key, value in options.items() if str(value).strip()}
         if consumer_type == "efo" and not {"metadatapath", "consumername"} & given:
             raise KinesisOptionError(
                 "Option 'consumerType'='efo' needs a consumer of the query's own: set "

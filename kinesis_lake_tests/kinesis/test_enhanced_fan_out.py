@@ -125,6 +125,7 @@ def test_a_resume_point_that_is_not_in_the_shard_is_reported_as_data_loss(
         # Inside the event stream urllib3, not botocore, reads: its error must count as
         # transient like botocore's own.
         pytest.param([("drop_subscription", 1)], (0, 1), id="dropped"),
+        pytest.param([("failure_event", 1)], (0, 1), id="failure-event"),
     ],
 )
 def test_a_subscription_that_ends_fails_or_drops_is_opened_again_at_the_same_place(

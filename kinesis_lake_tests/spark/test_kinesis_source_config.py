@@ -57,6 +57,11 @@ CASES = [
         {"consumerType": "efo"}, ["'consumerType'='efo'", "'metadataPath'"], id="efo-shared"
     ),
     pytest.param(
+        {"consumerType": "efo", "consumerName": " "},
+        ["'consumerType'='efo'", "'consumerName'"],
+        id="efo-empty-name",
+    ),
+    pytest.param(
         {"consumerName": "mine"}, ["'consumerName'", "consumerType=efo only"], id="name-polling"
     ),
     pytest.param(
