@@ -4,7 +4,8 @@ Every ``kinesis-lake ingest`` without a Connect server, every bounded Dagster ru
 every test that starts Spark pays the driver JVM's start: it loads and verifies some
 twenty thousand classes from Spark's jars. The JDK can map classes it loaded once from
 an archive instead (AppCDS, ``-XX:SharedArchiveFile``); benchmark 11 measures what that
-saves, and what it costs in memory (the JVM maps the archive privately).
+saves, and what it costs in memory (the JVM maps the archive privately; measured: 397 MB
+of PSS against 387 MB without it).
 
 A JVM that cannot use the archive (another JDK build, another class path) says so in
 Spark's log and loads its classes from the jars as before. Options of the user's own

@@ -7,9 +7,9 @@ its session, with an artifact id of its own, so every ``kinesis-lake ingest`` an
 Dagster run left five daemons behind (its session's data source lookup, and its query's
 planner, writer, sink runner and ``create_data_source``), each with pyarrow, pyiceberg and
 kinesis-lake imported: measured on pip's pyspark 4.3.0, 7, 12 then 17 daemons after three
-runs. A lingering deployment
-starts hundreds of runs a day. Spark's own fix (apache/spark#55131) stops a session's
-daemons when it closes and evicts those idle for five minutes; pip's pyspark 4.3 lacks it.
+runs. A lingering deployment starts hundreds of runs a day. Spark's own fix
+(apache/spark#55131) stops a session's daemons when it closes and evicts those idle for
+five minutes; pip's pyspark 4.3 lacks it.
 
 This does the same from outside the JVM, in the process that started the server: a daemon
 of a Connect session (any artifact id but Spark's ``default``) that has kept no worker and

@@ -71,8 +71,9 @@ def build_spark_session(
     merged = {**driver_address_conf(), **BASE_CONF, **(conf or {})}
     if log_dir is not None:
         merged = _logging_to_file(merged, Path(log_dir))
-    existing = merged.get("spark.driver.extraJavaOptions", "")
-    merged["spark.driver.extraJavaOptions"] = class_archive.java_options(existing)
+    java_options = class_archive.java_options(merged.get("spark.driver.extraJavaOptions", ""))
+    if java_options:
+        merged["spark.driver.extraJavaOptions"] = java_options
     _refuse_speculation(merged)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -143,10 +144,6 @@ def _logging_to_file(conf: dict[str, str], log_dir: Path) -> dict[str, str]:
     properties = log_dir / "log4j2.properties"
     properties.write_text(_LOG4J2.format(log_file=spark_log_file(log_dir).resolve()))
     option = f"-Dlog4j2.configurationFile={properties.resolve().as_uri()}"
-    return _with_driver_java_option(conf, option)
-
-
-def _with_driver_java_option(conf: dict[str, str], option: str) -> dict[str, str]:
     existing = conf.get("spark.driver.extraJavaOptions", "")
     return {**conf, "spark.driver.extraJavaOptions": f"{existing} {option}".strip()}
 
