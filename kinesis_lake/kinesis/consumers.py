@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
-from kinesis_lake.kinesis.retry import error_code
+from kinesis_lake.kinesis.retry import error_code, is_retryable
 
 CONSUMER_TYPES = ("polling", "efo")
 """How a reader reads: GetRecords, or enhanced fan-out under a registered consumer."""
@@ -52,7 +52,13 @@ def ensure_consumer(
     deadline = clock() + timeout_s
     status = "absent"
     while True:
-        description = _describe(client, stream_arn, name)
+        try:
+            description = _describe(client, stream_arn, name)
+        except ClientError:  # throttled (20 calls/s per stream) or a 5xx: ask again
+            if clock() > deadline:
+                raise
+            sleep(_POLL_S)
+            continue
         if description is not None:
             status = str(description["ConsumerStatus"])
             if status == "ACTIVE":
@@ -106,11 +112,15 @@ def find_consumer(client: KinesisClient, stream_arn: str, name: str) -> Consumer
 
 
 def _describe(client: KinesisClient, stream_arn: str, name: str) -> dict[str, Any] | None:
+    """The consumer's description, None if there is none; a transient failure (throttling,
+    a 5xx) is raised as botocore's ClientError for the caller to wait out."""
     try:
         found = client.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
     except ClientError as error:
         if error_code(error) == "ResourceNotFoundException":
             return None
+        if is_retryable(error):
+            raise
         raise ConsumerError(f"DescribeStreamConsumer {name!r} failed: {error}") from error
     return dict(found["ConsumerDescription"])
 

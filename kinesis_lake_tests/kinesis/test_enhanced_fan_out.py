@@ -195,6 +195,24 @@ def test_consumers_are_registered_once_and_deregistered(client: KinesisClient, s
     assert name not in _consumer_names(client, arn)
 
 
+def test_a_throttled_describe_is_waited_out_while_registering(
+    kinesis_mock_endpoint: KinesisMockEndpoint, stream: str
+) -> None:
+    """DescribeStreamConsumer allows 20 calls/s per stream: many queries planning at once
+    get LimitExceededException, which must not fail the query."""
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        proxy.inject("DescribeStreamConsumer", "limit", times=2)
+        through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
+        arn = describe_stream(through_proxy, stream).arn
+        consumer = ensure_consumer(through_proxy, arn, f"c-{uuid.uuid4().hex[:8]}", timeout_s=30)
+        deregister_consumer(through_proxy, consumer)
+    finally:
+        proxy.stop()
+    assert proxy.counts[("DescribeStreamConsumer", "limit")] == 2
+    assert consumer.arn.startswith(arn)
+
+
 def test_a_stream_with_all_its_consumers_refuses_one_more_at_once(
     client: KinesisClient, stream: str
 ) -> None:
