@@ -53,7 +53,7 @@ def ensure_consumer(
     status = "absent"
     while True:
         try:
-            description = _describe(client, stream_arn, name)
+            description = _describe(client, StreamARN=stream_arn, ConsumerName=name)
         except ClientError:  # throttled (20 calls/s per stream) or a 5xx: ask again
             if clock() > deadline:
                 raise
@@ -107,21 +107,23 @@ def _refuse_if_full(
 
 def find_consumer(client: KinesisClient, stream_arn: str, name: str) -> Consumer | None:
     """The consumer ``name`` of the stream in any state, or None."""
-    description = _describe(client, stream_arn, name)
+    description = _describe(client, StreamARN=stream_arn, ConsumerName=name)
     return None if description is None else Consumer(str(description["ConsumerARN"]), name)
 
 
-def _describe(client: KinesisClient, stream_arn: str, name: str) -> dict[str, Any] | None:
-    """The consumer's description, None if there is none; a transient failure (throttling,
-    a 5xx) is raised as botocore's ClientError for the caller to wait out."""
+def _describe(client: KinesisClient, **identity: str) -> dict[str, Any] | None:
+    """The description of the consumer named by ``identity`` (its ARN, or the stream's and
+    its name), None if there is none; a transient failure (throttling, a 5xx) is raised as
+    botocore's ClientError for the caller to wait out."""
     try:
-        found = client.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+        found = client.describe_stream_consumer(**identity)
     except ClientError as error:
         if error_code(error) == "ResourceNotFoundException":
             return None
         if is_retryable(error):
             raise
-        raise ConsumerError(f"DescribeStreamConsumer {name!r} failed: {error}") from error
+        named = identity.get("ConsumerName", identity.get("ConsumerARN"))
+        raise ConsumerError(f"DescribeStreamConsumer {named!r} failed: {error}") from error
     return dict(found["ConsumerDescription"])
 
 
@@ -140,7 +142,7 @@ def deregister_consumer(client: KinesisClient, consumer: Consumer) -> None:
 
 def _deleting(client: KinesisClient, consumer: Consumer) -> bool:
     try:
-        found = client.describe_stream_consumer(ConsumerARN=consumer.arn)
-    except ClientError:
+        description = _describe(client, ConsumerARN=consumer.arn)
+    except (ClientError, ConsumerError):
         return False
-    return bool(found["ConsumerDescription"]["ConsumerStatus"] == "DELETING")
+    return description is not None and description["ConsumerStatus"] == "DELETING"

@@ -33,6 +33,7 @@ FAULT_KINDS = (
     "partial_put",
     "unknown_operation",
     "invalid_argument",
+    "in_use",
     "end_subscription",
     "drop_subscription",
     "failure_event",
@@ -46,6 +47,8 @@ _ERROR_FAULTS = {
     "expired_iterator": (400, "ExpiredIteratorException"),
     "unknown_operation": (400, "UnknownOperationException"),
     "invalid_argument": (400, "InvalidArgumentException"),
+    # SubscribeToShard's answer while the consumer's last subscription of the shard is held.
+    "in_use": (400, "ResourceInUseException"),
 }
 _HOP_BY_HOP = frozenset(
     {

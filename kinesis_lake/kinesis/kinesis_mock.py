@@ -14,6 +14,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import boto3
@@ -28,20 +29,17 @@ INSTALL_HINT = (
 )
 _ANY_INTERFACE = 'em("0.0.0.0")'
 _LOOPBACK = 'em("127.0.0.1")'
-# Its simulated delays (a new consumer takes 500 ms to become ACTIVE, and so on), off:
-# tests wait on states, not on time.
-_NO_DELAYS = {
-    f"{action}_DURATION": "0ms"
-    for action in (
-        "CREATE_STREAM",
-        "DELETE_STREAM",
-        "REGISTER_STREAM_CONSUMER",
-        "DEREGISTER_STREAM_CONSUMER",
-        "SPLIT_SHARD",
-        "MERGE_SHARDS",
-        "UPDATE_SHARD_COUNT",
-    )
-}
+# Its simulated delays (a new consumer takes 500 ms to become ACTIVE, and so on) are off
+# unless a test asks for one: tests wait on states, not on time.
+_DELAYED_ACTIONS = (
+    "CREATE_STREAM",
+    "DELETE_STREAM",
+    "REGISTER_STREAM_CONSUMER",
+    "DEREGISTER_STREAM_CONSUMER",
+    "SPLIT_SHARD",
+    "MERGE_SHARDS",
+    "UPDATE_SHARD_COUNT",
+)
 
 
 def loopback_script(package: Path) -> Path:
@@ -65,14 +63,25 @@ def loopback_script(package: Path) -> Path:
 
 class KinesisMockEndpoint:
     """A kinesis-mock server on 127.0.0.1 (plain HTTP; its TLS port too, unused). State
-    lives in memory only."""
+    lives in memory only.
 
-    def __init__(self) -> None:
+    ``delays`` turns some of its simulated delays back on, for a test about the states
+    AWS takes seconds to leave: ``{"DEREGISTER_STREAM_CONSUMER": "4000ms"}`` keeps a
+    deregistered consumer DELETING for 4 s.
+    """
+
+    def __init__(self, delays: Mapping[str, str] | None = None) -> None:
         package = find_node_package("kinesis-local", "main.js")
         if package is None:
             raise FileNotFoundError(
                 f"kinesis-local (kinesis-mock) is not installed: {INSTALL_HINT}"
             )
+        delays = dict(delays or {})
+        if unknown := set(delays) - set(_DELAYED_ACTIONS):
+            raise ValueError(f"kinesis-mock has no delays named {sorted(unknown)}")
+        self._durations = {
+            f"{action}_DURATION": delays.get(action, "0ms") for action in _DELAYED_ACTIONS
+        }
         self._package = package
         self._port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
@@ -90,7 +99,7 @@ class KinesisMockEndpoint:
             KINESIS_MOCK_PLAIN_PORT=str(self._port),
             KINESIS_MOCK_TLS_PORT=str(free_port()),
             LOG_LEVEL="WARN",
-            **_NO_DELAYS,
+            **self._durations,
         )
         with self._log_path.open("wb") as log:
             self._process = subprocess.Popen(

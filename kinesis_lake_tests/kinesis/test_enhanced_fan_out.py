@@ -8,6 +8,7 @@ What kinesis-mock does not do (report ChildShards at a shard's end) is in docs/e
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +30,13 @@ from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, ShardReadError, StartPosition
 from kinesis_lake.kinesis.streams import describe_stream, ensure_stream, list_shards
-from kinesis_lake.kinesis.subscription import INITIAL_RESPONSE, WithInitialResponse, event_message
+from kinesis_lake.kinesis.subscription import (
+    BUSY_RETRIES,
+    INITIAL_RESPONSE,
+    Subscription,
+    WithInitialResponse,
+    event_message,
+)
 from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
 
 
@@ -179,6 +186,71 @@ def test_subscriptions_that_always_end_at_once_fail_the_read_naming_the_shard(
     assert proxy.counts[("SubscribeToShard", "end_subscription")] == 3
 
 
+def test_a_held_shard_is_waited_out_on_one_budget_per_read_not_one_per_subscription(
+    kinesis_mock_endpoint: KinesisMockEndpoint,
+    client: KinesisClient,
+    stream: str,
+    consumer: Consumer,
+) -> None:
+    """A shard held by another subscription of the same consumer (another query reading
+    under its name) is waited out BUSY_RETRIES times per read. Subscriptions that end
+    empty in between must not each get the whole budget again: 20 waits times
+    maxRetries would keep a task spinning for minutes where it should fail."""
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        for _ in range(4):
+            proxy.inject("SubscribeToShard", "in_use", times=15)
+            proxy.inject("SubscribeToShard", "end_subscription", times=1)
+        slept: list[float] = []
+        reader = ShardReader(
+            kinesis_client(proxy.url, "us-east-1", timeout_s=10),
+            stream,
+            list_shards(client, stream)[0].shard_id,
+            retry=RetryPolicy(max_retries=3),
+            consumer_arn=consumer.arn,
+            sleep=slept.append,
+        )
+        with pytest.raises(ShardReadError, match="ResourceInUseException") as raised:
+            list(reader.read(StartPosition.trim_horizon(), max_records=10))
+    finally:
+        proxy.stop()
+    assert raised.value.operation == "SubscribeToShard"
+    # 15 waits, an empty subscription, 5 waits left and the 21st refusal is raised.
+    assert proxy.counts[("SubscribeToShard", "in_use")] == BUSY_RETRIES + 1
+    assert proxy.counts[("SubscribeToShard", "end_subscription")] == 1
+
+
+def test_stopping_the_fault_proxy_ends_the_subscriptions_it_relays(
+    kinesis_mock_endpoint: KinesisMockEndpoint,
+    client: KinesisClient,
+    stream: str,
+    consumer: Consumer,
+) -> None:
+    """A relayed subscription waits on its upstream between events, for up to the 5
+    minutes a subscription lives: a stopped proxy that left it open would keep feeding a
+    reader that the test believes cut off, and keep its thread and sockets."""
+    put(client, stream, entries(2))
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    subscription = Subscription.open(
+        kinesis_client(proxy.url, "us-east-1", timeout_s=10),
+        consumer.arn,
+        list_shards(client, stream)[0].shard_id,
+        {"ShardIteratorType": "TRIM_HORIZON"},
+    )
+    try:
+        first = subscription.next_event()
+        assert first is not None and [r["Data"] for r in first["Records"]] == [b"r0", b"r1"]
+        proxy.stop()
+        after_stop = []
+        with contextlib.suppress(Exception):  # cut mid-stream: a transport error is fine
+            while (event := subscription.next_event()) is not None and len(after_stop) < 5:
+                after_stop.append(event)
+    finally:
+        subscription.close()
+    # At most the event already in flight when the proxy stopped.
+    assert len(after_stop) <= 1
+
+
 def test_consumers_are_registered_once_and_deregistered(client: KinesisClient, stream: str) -> None:
     arn = describe_stream(client, stream).arn
     name = f"c-{uuid.uuid4().hex[:8]}"
@@ -226,6 +298,37 @@ def test_a_stream_with_all_its_consumers_refuses_one_more_at_once(
         ensure_consumer(client, arn, "one-too-many", timeout_s=60)
     assert time.monotonic() - started < 30
     assert "other-00" in str(raised.value) and "deregister-stream-consumer" in str(raised.value)
+
+
+def test_a_consumer_still_being_deleted_does_not_count_against_the_twenty() -> None:
+    """The previous run's consumer is DELETING for seconds after its release (AWS takes
+    that long; this kinesis-mock is told to, too). A stream with 19 others and that one is
+    not full: registering must wait for the place to free, not refuse at once."""
+    endpoint = KinesisMockEndpoint(delays={"DEREGISTER_STREAM_CONSUMER": "4000ms"}).start()
+    proxy = FaultProxy(endpoint.url).start()
+    try:
+        client = kinesis_client(endpoint.url, "us-east-1", timeout_s=10)
+        name = f"efo-{uuid.uuid4().hex[:10]}"
+        ensure_stream(client, name, 1)
+        arn = describe_stream(client, name).arn
+        for number in range(MAX_CONSUMERS - 1):
+            client.register_stream_consumer(StreamARN=arn, ConsumerName=f"other-{number:02d}")
+        previous = ensure_consumer(client, arn, "previous-run")
+        deregister_consumer(client, previous)
+        listed = client.list_stream_consumers(StreamARN=arn)["Consumers"]
+        assert {c["ConsumerName"]: c["ConsumerStatus"] for c in listed}["previous-run"] == (
+            "DELETING"
+        )
+        # What AWS answers while the stream still holds 20, DELETING included.
+        proxy.inject("RegisterStreamConsumer", "limit", times=1)
+        through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
+        registered = ensure_consumer(through_proxy, arn, "this-run", timeout_s=60)
+        names = _consumer_names(client, arn)
+    finally:
+        proxy.stop()
+        endpoint.stop()
+    assert proxy.counts[("RegisterStreamConsumer", "limit")] == 1
+    assert registered.name == "this-run" and "this-run" in names
 
 
 def _consumer_names(client: KinesisClient, stream_arn: str) -> set[str]:
