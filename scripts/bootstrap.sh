@@ -71,6 +71,14 @@ ensure_class_archive() {
     || say "WARNING: could not record Spark's classes: Spark works, its JVM starts slower."
 }
 
+ensure_compiled_pyspark() {
+  # pyspark's own archives, which Spark puts first on every Python process's path, compiled
+  # once: the processes then stop compiling PySpark each time they start.
+  say "compiling pyspark's archives for faster Python worker starts"
+  .venv/bin/python -m kinesis_lake.spark.compiled_pyspark \
+    || say "WARNING: could not compile pyspark's archives: Spark works, its Python processes start slower."
+}
+
 ensure_kinesalite() {
   if ! command -v node >/dev/null 2>&1; then
     apt_install nodejs npm || true
@@ -113,6 +121,7 @@ if [ "${1:-}" = "--test-tools" ]; then
 fi
 ensure_java
 ensure_python
+ensure_compiled_pyspark
 ensure_class_archive
 ensure_kinesalite
 say "ready"

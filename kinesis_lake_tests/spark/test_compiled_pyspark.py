@@ -1,0 +1,82 @@
+"""Spark's Python processes load PySpark compiled, from the archive ``make setup`` compiles."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from kinesis_lake.spark import compiled_pyspark
+
+IMPORT_FROM = """
+import pyspark.sql.worker.plan_data_source_read as planner
+print(planner.__file__)
+"""
+
+
+def _archive(tmp_path: Path, modules: dict[str, str]) -> Path:
+    archive = tmp_path / "modules.zip"
+    with zipfile.ZipFile(archive, "w") as opened:
+        for name, source in modules.items():
+            opened.writestr(name, source)
+    return archive
+
+
+def _run_from(archive: Path, code: str) -> str:
+    env = dict(os.environ, PYTHONPATH=str(archive), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_setup_compiled_the_archives_spark_puts_first_on_its_python_path() -> None:
+    found = compiled_pyspark.archives()
+    names = [path.name for path in found]
+    assert "pyspark.zip" in names and any(name.startswith("py4j-") for name in names)
+    assert all(compiled_pyspark.is_compiled(path) for path in found), (
+        "make setup compiles them; so does python -m kinesis_lake.spark.compiled_pyspark"
+    )
+    pyspark_zip = compiled_pyspark.ARCHIVE_DIR / "pyspark.zip"
+    # What Spark's planner process imports comes from a .pyc, not from source compiled anew.
+    loaded = _run_from(pyspark_zip, IMPORT_FROM)
+    assert loaded.endswith("pyspark.zip/pyspark/sql/worker/plan_data_source_read.pyc"), loaded
+
+
+def test_a_python_worker_of_spark_runs_pyspark_from_the_compiled_archive(spark) -> None:
+    def where_pyspark_came_from(_):  # no hints: PySpark would read them as a pandas UDF
+        import pyspark.sql.types
+
+        return str(pyspark.sql.types.__file__)
+
+    located = F.udf(where_pyspark_came_from, StringType())
+    (row,) = spark.range(1).select(located("id").alias("file")).collect()
+    assert row.file.endswith("pyspark.zip/pyspark/sql/types.pyc"), row.file
+
+
+def test_compiling_adds_a_pyc_per_module_once_and_a_stale_one_is_never_used(
+    tmp_path: Path,
+) -> None:
+    archive = _archive(tmp_path, {"pkg/__init__.py": "", "pkg/answer.py": "VALUE = 'compiled'\n"})
+    assert compiled_pyspark.compile_archive(archive) == 2
+    assert _run_from(archive, "import pkg.answer as a; print(a.__file__, a.VALUE)").endswith(
+        "pkg/answer.pyc compiled"
+    )
+    before = archive.read_bytes()
+    assert compiled_pyspark.compile_archive(archive) == 0
+    assert archive.read_bytes() == before
+
+    # The source changes under its old .pyc (an archive patched by hand): the .pyc no longer
+    # matches the source's hash, so Python compiles the source instead of running stale code.
+    rewritten = tmp_path / "rewritten.zip"
+    with zipfile.ZipFile(archive) as old, zipfile.ZipFile(rewritten, "w") as new:
+        for entry in old.infolist():
+            data = old.read(entry)
+            if entry.filename == "pkg/answer.py":
+                data = b"VALUE = 'patched'\n"
+            new.writestr(entry, data)
+    assert _run_from(rewritten, "import pkg.answer as a; print(a.VALUE)") == "patched"
