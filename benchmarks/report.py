@@ -31,6 +31,7 @@ ORDER = (
     ("many_shards", "9. Many shards"),
     ("dagster_mode", "10. Dagster mode latency"),
     ("jvm_start", "11. Driver JVM start"),
+    ("python_start", "12. Python start: compiled PySpark archive"),
 )
 
 
@@ -680,7 +681,20 @@ def _jvm_start_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _python_start_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| PySpark archive | median s | every run, s |",
+        "|---|---|---|",
+    ]
+    for label, typical in result["medians"].items():
+        runs = ", ".join(_fmt(value) for value in result["seconds"][label])
+        lines.append(f"| {label.replace('_', ' ')} | {_fmt(typical)} | {runs} |")
+    lines += ["", f"Ratio **{_fmt(result['ratio'])}**. {result['notes']}", ""]
+    return lines
+
+
 _SECTIONS = {
+    "python_start": _python_start_section,
     "jvm_start": _jvm_start_section,
     "dagster_mode": _dagster_mode_section,
     "many_shards": _many_shards_section,

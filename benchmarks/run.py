@@ -52,6 +52,7 @@ BENCHMARKS = (
     "commit_cost",
     "dagster_mode",
     "jvm_start",
+    "python_start",
 )
 
 
