@@ -8,7 +8,8 @@ takes off a whole `kinesis-lake ingest` of a small backlog, where start-up is ne
 of the time (issue 14, target 2). Each round runs the command twice in new processes, once
 over the source-only archive and once over the compiled one, alternating which goes first
 so that a drift of the machine's load hits both alike. The compiled archive is put back at
-the end, whatever happens.
+the end, whatever happens. One more run, compiled, records when each process of the
+command's tree first appeared: the profile of where a cold run's time goes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -57,6 +59,63 @@ def _ingest_once(ctx: BenchContext, stream: str, label: str) -> float:
     return seconds
 
 
+def _role(command: list[str]) -> str:
+    """What a process of the command's tree is, from its command line."""
+    if command and command[0].endswith("java"):
+        return "driver JVM (spark-submit)"
+    if "-m" in command:
+        module = command[command.index("-m") + 1 :]
+        return " ".join(module[:2]) if module else "python"
+    return "python -c (Spark asking the Python version)" if "-c" in command else command[0]
+
+
+def _timeline(ctx: BenchContext, stream: str) -> dict[str, Any]:
+    """One compiled run of the command, with the moment each process first appeared."""
+    import psutil
+
+    settings = settings_for(ctx, stream, "timeline", data_dir=ctx.scratch("python-start-tl"))
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-u", "-m", "kinesis_lake.cli", "ingest"],
+        env=settings_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: dict[int, tuple[float, str]] = {}
+
+    def watch() -> None:
+        while process.poll() is None:
+            try:
+                children = psutil.Process(process.pid).children(recursive=True)
+            except psutil.Error:
+                break
+            for child in children:
+                if child.pid not in seen:
+                    try:
+                        seen[child.pid] = (time.perf_counter() - started, _role(child.cmdline()))
+                    except psutil.Error:
+                        continue
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    ingested_at = None
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("ingested "):
+            ingested_at = time.perf_counter() - started
+    process.wait(timeout=600)
+    watcher.join()
+    # spark-submit's own shell scripts (bash, rm) are not part of the story
+    events = sorted(event for event in seen.values() if event[1] not in ("bash", "rm"))
+    return {
+        "seconds": round(time.perf_counter() - started, 2),
+        "ingested_at_s": round(ingested_at, 2) if ingested_at else None,
+        "processes": [(round(at, 2), role) for at, role in events],
+    }
+
+
 def run(ctx: BenchContext) -> dict[str, Any]:
     installed = ARCHIVE_DIR / "pyspark.zip"
     if not is_compiled(installed):
@@ -79,12 +138,14 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     finally:
         shutil.copy(archives["compiled"], installed)
         compile_archive(installed)  # a no-op unless the copy above failed halfway
+    timeline = _timeline(ctx, stream)
     medians = {label: round(statistics.median(runs), 2) for label, runs in seconds.items()}
     return {
         "records": RECORDS,
         "seconds": seconds,
         "medians": medians,
         "ratio": ratio(medians["compiled"], medians["source_only"]),
+        "timeline": timeline,
         "target": "n/a (measures what issue 14 target 2 is limited by)",
         "verdict": "measured",
         "load_average": load_now(),

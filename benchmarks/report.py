@@ -690,6 +690,19 @@ def _python_start_section(result: dict[str, Any]) -> list[str]:
         runs = ", ".join(_fmt(value) for value in result["seconds"][label])
         lines.append(f"| {label.replace('_', ' ')} | {_fmt(typical)} | {runs} |")
     lines += ["", f"Ratio **{_fmt(result['ratio'])}**. {result['notes']}", ""]
+    timeline = result.get("timeline")
+    if timeline:
+        lines += [
+            f"Where a cold run's time goes (one more run, compiled: {_fmt(timeline['seconds'])} s "
+            f"in all, the result line printed at {_fmt(timeline['ingested_at_s'])} s). Each "
+            "row is a process of the command's tree, when it first appeared; forked Python "
+            "workers show their daemon's command:",
+            "",
+            "| s after start | process |",
+            "|---|---|",
+            *(f"| {_fmt(at)} | `{role}` |" for at, role in timeline["processes"]),
+            "",
+        ]
     return lines
 
 
