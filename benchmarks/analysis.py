@@ -122,45 +122,44 @@ def _ingest(results: dict[str, Any], results_dir: Path) -> list[str]:
 def _end_to_end(results: dict[str, Any], results_dir: Path) -> list[str]:
     """Target 2 (a new process), from benchmark 1's ratios and benchmark 12's timeline."""
     ceiling = results.get("ingest_vs_read_ceiling") or {}
-    timeline = (results.get("python_start") or {}).get("timeline")
+    python_start = results.get("python_start") or {}
+    timeline = python_start.get("timeline")
     whole = ceiling.get("ratio_end_to_end_process")
     if whole is None or whole >= 0.5 or not timeline:
         return []
     processes = timeline["processes"]
-    jvm_at = next(at for at, role in processes if role.startswith("driver JVM"))
-    spark_python = [(at, role) for at, role in processes if role.startswith("pyspark")]
+    jvm = [at for at, role in processes if role.startswith("driver JVM")]
+    spark_python = [at for at, role in processes if role.startswith("pyspark")]
+    if not jvm or not spark_python:
+        return []
     stages: list[str] = []
     for _, role in processes:  # in the order they first appeared
         short = role.split()[-1].rsplit(".", 1)[-1]
         if role.startswith(("pyspark", "kinesis_lake")) and short not in stages:
             stages.append(short)
-    spark_python = [at for at, role in processes if role.startswith("pyspark")]
-    first_python = min(spark_python)
-    done = timeline["ingested_at_s"] or timeline["seconds"]
-    compiled = results["python_start"]["ratio"]
-    connect = ceiling.get("ratio_end_to_end_connect_process")
-    records = results["python_start"]["records"]
-    warm_s = records / ceiling["ours"]["runs"]["warm"]["rows_per_second"]
+    records = python_start["records"]
+    warm_rate = ceiling["ours"]["runs"]["warm"]["rows_per_second"]
     return [
         f"### 1-2. End to end, a new process: {whole:.2f} of the read ceiling (target >= 0.5)",
         "",
         f"**Python processes started one after another.** A new `kinesis-lake ingest` of "
-        f"{records:,} records (benchmark 12's timeline) took "
-        f"{timeline['seconds']:.1f} s: the command's own start and imports {jvm_at:.1f} s, "
-        f"the driver JVM {first_python - jvm_at:.1f} s until Spark's first Python process, "
-        f"then {done - first_python:.1f} s until the result, in which Spark started "
-        f"{len(stages)} kinds of Python process in turn, each waiting for the one before: "
-        f"{', '.join(stages)}. At benchmark 1's warm rate those records are {warm_s:.2f} s "
-        "of work. PySpark 4.3 starts its data-source planners and runners through "
-        "the stock `pyspark.daemon` (`PythonPlannerRunner` asks for no daemon module), so "
-        "they cannot fork from the project's preloaded worker daemon; each imports PySpark, "
-        "unpickles the source or sink and imports what it needs. Compiling PySpark's "
-        f"archive took a share off each (benchmark 12: ratio {compiled:.2f}). What removes "
-        "the sequence is a Spark that stays up with its query: lingering runs (benchmark "
-        f"10). Over Spark Connect without lingering the ratio is {_ratio_text(connect)}: "
-        "the JVM is warm, but every run's query starts its own Python processes in the "
-        "server (Spark keys them on the query's artifact id), so most of the sequence is "
-        "paid again.",
+        f"{records:,} records (benchmark 12's timeline) took {timeline['seconds']:.1f} s: "
+        f"the command's own start and imports {jvm[0]:.1f} s, the driver JVM "
+        f"{spark_python[0] - jvm[0]:.1f} s until Spark's first Python process, then "
+        f"{timeline['seconds'] - spark_python[0]:.1f} s until the command exited, in which "
+        f"Spark started {len(stages)} kinds of Python process in turn, each waiting for the "
+        f"one before: {', '.join(stages)}. At benchmark 1's warm rate those records are "
+        f"{records / warm_rate:.2f} s of work. PySpark 4.3 starts its data-source planners "
+        "and runners through the stock `pyspark.daemon` (`PythonPlannerRunner` asks for no "
+        "daemon module), so they cannot fork from the project's preloaded worker daemon; "
+        "each imports PySpark, unpickles the source or sink and imports what it needs. "
+        "Compiling PySpark's archive took a share off each (benchmark 12: ratio "
+        f"{python_start['ratio']:.2f}). What removes the sequence is a Spark that stays up "
+        "with its query: lingering runs (benchmark 10). Over Spark Connect without "
+        "lingering the ratio is "
+        f"{_ratio_text(ceiling.get('ratio_end_to_end_connect_process'))}: the JVM is warm, "
+        "but every run's query starts its own Python processes in the server (Spark keys "
+        "them on the query's artifact id), so most of the sequence is paid again.",
         "",
     ]
 

@@ -6,17 +6,20 @@ imports PySpark from the archive Spark puts first on its path. :mod:`kinesis_lak
 compiled_pyspark` adds compiled modules to that archive at setup; this measures what that
 takes off a whole `kinesis-lake ingest` of a small backlog, where start-up is nearly all
 of the time (issue 14, target 2). Each round runs the command twice in new processes, once
-over the source-only archive and once over the compiled one, alternating which goes first
-so that a drift of the machine's load hits both alike. The compiled archive is put back at
-the end, whatever happens. One more run, compiled, records when each process of the
-command's tree first appeared: the profile of where a cold run's time goes.
+over the source-only archives and once over the compiled ones, alternating which goes first
+so that a drift of the machine's load hits both alike.
+
+Spark takes the archives from ``$SPARK_HOME/python/lib``, so each variant runs under a
+Spark home of its own: pip's pyspark linked in, but for those archives. The installed
+ones are never touched (running Spark processes would break if they were), and the class
+archive still applies (a linked jars directory passes its check; measured). One more run,
+compiled, records when each process of the command's tree first appeared: the profile of
+where a cold run's time goes.
 """
 
 from __future__ import annotations
 
-import shutil
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -24,134 +27,130 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchContext, load_now, ratio, settings_env, settings_for
-from kinesis_lake.spark.compiled_pyspark import ARCHIVE_DIR, compile_archive, is_compiled
+import psutil
+
+from benchmarks.common import (
+    BenchContext,
+    load_now,
+    ratio,
+    run_with_timeout,
+    settings_env,
+    settings_for,
+)
+from kinesis_lake.spark.compiled_pyspark import ARCHIVE_DIR, archives, is_compiled
 
 NAME = "python_start"
 SPARK_MASTERS: tuple[str, ...] = ()  # its own processes
 ROUNDS = 5
 RECORDS = 2_000
 VARIANTS = ("source_only", "compiled")
+_PYSPARK_DIR = ARCHIVE_DIR.parent.parent
+_RECOMPILE = "python -m kinesis_lake.spark.compiled_pyspark"
 
 
-def _source_only_copy(compiled: Path, target: Path) -> Path:
-    """``compiled`` without its .pyc entries: the archive as pip installs it."""
-    with zipfile.ZipFile(compiled) as full, zipfile.ZipFile(target, "w") as plain:
-        for entry in full.infolist():
-            if not entry.filename.endswith(".pyc"):
-                plain.writestr(entry, full.read(entry))
-    return target
+def _spark_home(work: Path, label: str) -> Path:
+    """pip's pyspark as a Spark home, with the archives compiled or as pip ships them."""
+    home = work / f"spark-home-{label}"
+    lib = home / "python" / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in ("bin", "jars", "sbin"):
+        if (_PYSPARK_DIR / name).exists() and not (home / name).exists():
+            (home / name).symlink_to(_PYSPARK_DIR / name)
+    for installed in archives():
+        with zipfile.ZipFile(installed) as full, zipfile.ZipFile(lib / installed.name, "w") as copy:
+            for entry in full.infolist():
+                if label == "compiled" or not entry.filename.endswith(".pyc"):
+                    copy.writestr(entry, full.read(entry))
+    return home
 
 
-def _ingest_once(ctx: BenchContext, stream: str, label: str) -> float:
+def _ingest(
+    ctx: BenchContext, stream: str, home: Path, label: str, *, watch: bool = False
+) -> tuple[float, list[tuple[float, str]]]:
+    """One new `kinesis-lake ingest` under ``home``: its seconds and, with ``watch``, when
+    each process of its tree first appeared."""
     settings = settings_for(ctx, stream, label, data_dir=ctx.scratch(f"python-start-{label}"))
+    seen: dict[int, tuple[float, str]] = {}
     started = time.perf_counter()
-    completed = subprocess.run(
+
+    def watch_tree(process: Any) -> threading.Thread:
+        def poll() -> None:
+            while process.poll() is None:
+                try:
+                    children = psutil.Process(process.pid).children(recursive=True)
+                except psutil.Error:
+                    return
+                for child in children:
+                    if child.pid not in seen:
+                        try:
+                            seen[child.pid] = (time.perf_counter() - started, _role(child))
+                        except psutil.Error:
+                            continue
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=poll, daemon=True)
+        watcher.start()
+        return watcher
+
+    completed, watcher = run_with_timeout(
         [sys.executable, "-m", "kinesis_lake.cli", "ingest"],
-        env=settings_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        env={**settings_env(settings), "SPARK_HOME": str(home)},
+        timeout_s=600,
+        on_start=watch_tree if watch else None,
     )
     seconds = time.perf_counter() - started
+    if watcher is not None:
+        watcher.join()
     if completed.returncode != 0 or f"ingested {RECORDS} rows" not in completed.stdout:
-        raise RuntimeError(f"kinesis-lake ingest failed:\n{completed.stdout[-2000:]}")
-    return seconds
+        raise RuntimeError(
+            f"kinesis-lake ingest ({label}) failed:\n{completed.stdout[-1500:]}"
+            f"\n{completed.stderr[-3000:]}"
+        )
+    # spark-submit's own shell scripts are not part of the story
+    events = sorted(event for event in seen.values() if event[1] not in ("bash", "rm"))
+    return seconds, events
 
 
-def _role(command: list[str]) -> str:
+def _role(process: psutil.Process) -> str:
     """What a process of the command's tree is, from its command line."""
+    command = process.cmdline()
     if command and command[0].endswith("java"):
         return "driver JVM (spark-submit)"
     if "-m" in command:
-        module = command[command.index("-m") + 1 :]
-        return " ".join(module[:2]) if module else "python"
-    return "python -c (Spark asking the Python version)" if "-c" in command else command[0]
-
-
-def _timeline(ctx: BenchContext, stream: str) -> dict[str, Any]:
-    """One compiled run of the command, with the moment each process first appeared."""
-    import psutil
-
-    settings = settings_for(ctx, stream, "timeline", data_dir=ctx.scratch("python-start-tl"))
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-u", "-m", "kinesis_lake.cli", "ingest"],
-        env=settings_env(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    seen: dict[int, tuple[float, str]] = {}
-
-    def watch() -> None:
-        while process.poll() is None:
-            try:
-                children = psutil.Process(process.pid).children(recursive=True)
-            except psutil.Error:
-                break
-            for child in children:
-                if child.pid not in seen:
-                    try:
-                        seen[child.pid] = (time.perf_counter() - started, _role(child.cmdline()))
-                    except psutil.Error:
-                        continue
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    ingested_at = None
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("ingested "):
-            ingested_at = time.perf_counter() - started
-    process.wait(timeout=600)
-    watcher.join()
-    # spark-submit's own shell scripts (bash, rm) are not part of the story
-    events = sorted(event for event in seen.values() if event[1] not in ("bash", "rm"))
-    return {
-        "seconds": round(time.perf_counter() - started, 2),
-        "ingested_at_s": round(ingested_at, 2) if ingested_at else None,
-        "processes": [(round(at, 2), role) for at, role in events],
-    }
+        return " ".join(command[command.index("-m") + 1 :][:2])
+    if "-c" in command:
+        return "python -c (Spark asking the Python version)"
+    return process.name()
 
 
 def run(ctx: BenchContext) -> dict[str, Any]:
-    installed = ARCHIVE_DIR / "pyspark.zip"
-    if not is_compiled(installed):
-        raise RuntimeError(f"{installed} is not compiled: run make setup first")
+    if not all(is_compiled(path) for path in archives()):
+        raise RuntimeError(f"PySpark's archives in {ARCHIVE_DIR} are not compiled: {_RECOMPILE}")
     work = ctx.scratch("python_start")
-    archives = {
-        "compiled": Path(shutil.copy(installed, work / "compiled.zip")),
-        "source_only": _source_only_copy(installed, work / "source-only.zip"),
-    }
+    homes = {label: _spark_home(work, label) for label in VARIANTS}
     stream = ctx.stream_with(RECORDS)
     seconds: dict[str, list[float]] = {label: [] for label in VARIANTS}
-    try:
-        for round_number in range(ROUNDS):
-            order = VARIANTS if round_number % 2 == 0 else VARIANTS[::-1]
-            for label in order:
-                shutil.copy(archives[label], installed)
-                seconds[label].append(
-                    round(_ingest_once(ctx, stream, f"{label}_{round_number}"), 2)
-                )
-    finally:
-        shutil.copy(archives["compiled"], installed)
-        compile_archive(installed)  # a no-op unless the copy above failed halfway
-    timeline = _timeline(ctx, stream)
+    for round_number in range(ROUNDS):
+        for label in VARIANTS if round_number % 2 == 0 else VARIANTS[::-1]:
+            took, _ = _ingest(ctx, stream, homes[label], f"{label}_{round_number}")
+            seconds[label].append(round(took, 2))
+    took, processes = _ingest(ctx, stream, homes["compiled"], "timeline", watch=True)
     medians = {label: round(statistics.median(runs), 2) for label, runs in seconds.items()}
     return {
         "records": RECORDS,
         "seconds": seconds,
         "medians": medians,
         "ratio": ratio(medians["compiled"], medians["source_only"]),
-        "timeline": timeline,
+        "timeline": {
+            "seconds": round(took, 2),
+            "processes": [(round(at, 2), role) for at, role in processes],
+        },
         "target": "n/a (measures what issue 14 target 2 is limited by)",
         "verdict": "measured",
         "load_average": load_now(),
         "notes": (
             f"ratio = median seconds of a new `kinesis-lake ingest` of {RECORDS:,} records "
-            f"(JVM start included) with the compiled archive / with the source-only one, "
+            f"(JVM start included) with the compiled archives / with the source-only ones, "
             f"{ROUNDS} alternating rounds, each run a new process, JVM and data directory."
         ),
     }

@@ -694,9 +694,8 @@ def _python_start_section(result: dict[str, Any]) -> list[str]:
     if timeline:
         lines += [
             f"Where a cold run's time goes (one more run, compiled: {_fmt(timeline['seconds'])} s "
-            f"in all, the result line printed at {_fmt(timeline['ingested_at_s'])} s). Each "
-            "row is a process of the command's tree, when it first appeared; forked Python "
-            "workers show their daemon's command:",
+            "until the command exited). Each row is a process of the command's tree, when it "
+            "first appeared; forked Python workers show their daemon's command:",
             "",
             "| s after start | process |",
             "|---|---|",

@@ -217,6 +217,7 @@ def test_a_held_shard_is_waited_out_on_one_budget_per_read_not_one_per_subscript
     assert raised.value.operation == "SubscribeToShard"
     # 15 waits, an empty subscription, 5 waits left and the 21st refusal is raised.
     assert proxy.counts[("SubscribeToShard", "in_use")] == BUSY_RETRIES + 1
+    assert len(slept) == BUSY_RETRIES + 1  # the 20 waits and one before reopening
     assert proxy.counts[("SubscribeToShard", "end_subscription")] == 1
 
 
@@ -304,29 +305,32 @@ def test_a_consumer_still_being_deleted_does_not_count_against_the_twenty() -> N
     """The previous run's consumer is DELETING for seconds after its release (AWS takes
     that long; this kinesis-mock is told to, too). A stream with 19 others and that one is
     not full: registering must wait for the place to free, not refuse at once."""
-    endpoint = KinesisMockEndpoint(delays={"DEREGISTER_STREAM_CONSUMER": "4000ms"}).start()
-    proxy = FaultProxy(endpoint.url).start()
+    endpoint = KinesisMockEndpoint(delays={"DEREGISTER_STREAM_CONSUMER": "10000ms"}).start()
     try:
-        client = kinesis_client(endpoint.url, "us-east-1", timeout_s=10)
-        name = f"efo-{uuid.uuid4().hex[:10]}"
-        ensure_stream(client, name, 1)
-        arn = describe_stream(client, name).arn
-        for number in range(MAX_CONSUMERS - 1):
-            client.register_stream_consumer(StreamARN=arn, ConsumerName=f"other-{number:02d}")
-        previous = ensure_consumer(client, arn, "previous-run")
-        deregister_consumer(client, previous)
-        listed = client.list_stream_consumers(StreamARN=arn)["Consumers"]
-        assert {c["ConsumerName"]: c["ConsumerStatus"] for c in listed}["previous-run"] == (
-            "DELETING"
-        )
-        # What AWS answers while the stream still holds 20, DELETING included.
-        proxy.inject("RegisterStreamConsumer", "limit", times=1)
-        through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
-        registered = ensure_consumer(through_proxy, arn, "this-run", timeout_s=60)
-        names = _consumer_names(client, arn)
+        proxy = FaultProxy(endpoint.url).start()
+        try:
+            client = kinesis_client(endpoint.url, "us-east-1", timeout_s=10)
+            through_proxy = kinesis_client(proxy.url, "us-east-1", timeout_s=10)
+            name = f"efo-{uuid.uuid4().hex[:10]}"
+            ensure_stream(client, name, 1)
+            arn = describe_stream(client, name).arn
+            for number in range(MAX_CONSUMERS - 1):
+                client.register_stream_consumer(StreamARN=arn, ConsumerName=f"other-{number:02d}")
+            previous = ensure_consumer(client, arn, "previous-run")
+            deregister_consumer(client, previous)
+            # What AWS answers while the stream still holds 20, DELETING included.
+            proxy.inject("RegisterStreamConsumer", "limit", times=1)
+            registered = ensure_consumer(through_proxy, arn, "this-run", timeout_s=60)
+            names = _consumer_names(client, arn)
+        finally:
+            proxy.stop()
     finally:
-        proxy.stop()
         endpoint.stop()
+    # The refusal made it count the stream's consumers, previous-run still DELETING among them.
+    listings = [
+        calls for (action, _), calls in proxy.signed_by.items() if action == "ListStreamConsumers"
+    ]
+    assert sum(listings) >= 1
     assert proxy.counts[("RegisterStreamConsumer", "limit")] == 1
     assert registered.name == "this-run" and "this-run" in names
 

@@ -16,6 +16,7 @@ from kinesis_lake.spark import compiled_pyspark
 IMPORT_FROM = """
 import pyspark.sql.worker.plan_data_source_read as planner
 print(planner.__file__)
+print(planner.main.__code__.co_filename)
 """
 
 
@@ -43,8 +44,11 @@ def test_setup_compiled_the_archives_spark_puts_first_on_its_python_path() -> No
     )
     pyspark_zip = compiled_pyspark.ARCHIVE_DIR / "pyspark.zip"
     # What Spark's planner process imports comes from a .pyc, not from source compiled anew.
-    loaded = _run_from(pyspark_zip, IMPORT_FROM)
-    assert loaded.endswith("pyspark.zip/pyspark/sql/worker/plan_data_source_read.pyc"), loaded
+    loaded, compiled_from = _run_from(pyspark_zip, IMPORT_FROM).splitlines()
+    assert loaded == f"{pyspark_zip}/pyspark/sql/worker/plan_data_source_read.pyc"
+    # Its code names the source as if zipimport had compiled it: PySpark trims its own
+    # frames from task tracebacks by that path.
+    assert compiled_from == f"{pyspark_zip}/pyspark/sql/worker/plan_data_source_read.py"
 
 
 def test_a_python_worker_of_spark_runs_pyspark_from_the_compiled_archive(spark) -> None:
@@ -58,25 +62,38 @@ def test_a_python_worker_of_spark_runs_pyspark_from_the_compiled_archive(spark) 
     assert row.file.endswith("pyspark.zip/pyspark/sql/types.pyc"), row.file
 
 
-def test_compiling_adds_a_pyc_per_module_once_and_a_stale_one_is_never_used(
+def test_compiling_adds_a_checked_pyc_per_module_once_and_a_stale_one_is_never_used(
     tmp_path: Path,
 ) -> None:
-    archive = _archive(tmp_path, {"pkg/__init__.py": "", "pkg/answer.py": "VALUE = 'compiled'\n"})
-    assert compiled_pyspark.compile_archive(archive) == 2
-    assert _run_from(archive, "import pkg.answer as a; print(a.__file__, a.VALUE)").endswith(
-        "pkg/answer.pyc compiled"
+    archive = _archive(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/answer.py": "VALUE = 'compiled'\n\ndef where():\n    pass\n",
+            "pkg/tests/test_answer.py": "",
+        },
     )
+    assert compiled_pyspark.compile_archive(archive) == 2  # test packages are left alone
+    with zipfile.ZipFile(archive) as opened:
+        assert "pkg/tests/test_answer.pyc" not in opened.namelist()
+        flags = int.from_bytes(opened.read("pkg/answer.pyc")[4:8], "little")
+    assert flags == 0b11  # hash-based and checked against the source on every import
+    loaded = _run_from(
+        archive, "import pkg.answer as a; print(a.__file__, a.VALUE, a.where.__code__.co_filename)"
+    )
+    assert loaded == f"{archive}/pkg/answer.pyc compiled {archive}/pkg/answer.py"
     before = archive.read_bytes()
     assert compiled_pyspark.compile_archive(archive) == 0
     assert archive.read_bytes() == before
 
-    # The source changes under its old .pyc (an archive patched by hand): the .pyc no longer
-    # matches the source's hash, so Python compiles the source instead of running stale code.
+    # The source changes under its old .pyc, to a source of the same size (an archive
+    # patched by hand): the .pyc no longer matches the source's hash, so Python compiles
+    # the source instead of running stale code.
     rewritten = tmp_path / "rewritten.zip"
     with zipfile.ZipFile(archive) as old, zipfile.ZipFile(rewritten, "w") as new:
         for entry in old.infolist():
             data = old.read(entry)
             if entry.filename == "pkg/answer.py":
-                data = b"VALUE = 'patched'\n"
+                data = data.replace(b"compiled", b"modified")
             new.writestr(entry, data)
-    assert _run_from(rewritten, "import pkg.answer as a; print(a.VALUE)") == "patched"
+    assert _run_from(rewritten, "import pkg.answer as a; print(a.VALUE)") == "modified"
