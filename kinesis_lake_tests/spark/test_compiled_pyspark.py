@@ -8,6 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
@@ -21,6 +22,7 @@ print(planner.main.__code__.co_filename)
 
 
 def _archive(tmp_path: Path, modules: dict[str, str]) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     archive = tmp_path / "modules.zip"
     with zipfile.ZipFile(archive, "w") as opened:
         for name, source in modules.items():
@@ -97,3 +99,19 @@ def test_compiling_adds_a_checked_pyc_per_module_once_and_a_stale_one_is_never_u
                 data = data.replace(b"compiled", b"modified")
             new.writestr(entry, data)
     assert _run_from(rewritten, "import pkg.answer as a; print(a.VALUE)") == "modified"
+
+
+def test_an_archive_keeps_its_mode_and_one_that_does_not_compile_is_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    archive = _archive(tmp_path, {"pkg/__init__.py": "", "pkg/ok.py": "X = 1\n"})
+    archive.chmod(0o640)
+    compiled_pyspark.compile_archive(archive)
+    assert archive.stat().st_mode & 0o777 == 0o640
+
+    broken = _archive(tmp_path / "broken", {"pkg/__init__.py": "", "pkg/bad.py": "def (:\n"})
+    before = broken.read_bytes()
+    with pytest.raises(RuntimeError, match="do not compile"):
+        compiled_pyspark.compile_archive(broken)
+    assert broken.read_bytes() == before
+    assert [path.name for path in broken.parent.iterdir()] == ["modules.zip"]
