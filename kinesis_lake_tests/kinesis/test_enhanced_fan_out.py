@@ -318,6 +318,11 @@ def test_a_consumer_still_being_deleted_does_not_count_against_the_twenty() -> N
                 client.register_stream_consumer(StreamARN=arn, ConsumerName=f"other-{number:02d}")
             previous = ensure_consumer(client, arn, "previous-run")
             deregister_consumer(client, previous)
+            statuses = {
+                listed["ConsumerName"]: listed["ConsumerStatus"]
+                for listed in client.list_stream_consumers(StreamARN=arn)["Consumers"]
+            }
+            assert statuses["previous-run"] == "DELETING"  # for 10 s: what the fix is about
             # What AWS answers while the stream still holds 20, DELETING included.
             proxy.inject("RegisterStreamConsumer", "limit", times=1)
             registered = ensure_consumer(through_proxy, arn, "this-run", timeout_s=60)
