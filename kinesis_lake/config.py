@@ -22,7 +22,7 @@ from typing import Any, get_args, get_type_hints
 
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, RAW_TABLE
-from kinesis_lake.iceberg.catalog import default_data_dir
+from kinesis_lake.iceberg.defaults import DEFAULT_NAMESPACE, default_data_dir
 from kinesis_lake.kinesis.client import AssumedRole
 from kinesis_lake.kinesis.consumers import CONSUMER_TYPES
 from kinesis_lake.kinesis.shard_reader import (
@@ -65,9 +65,6 @@ def setting(
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
-
-
-DEFAULT_NAMESPACE = "kinesis_lake"
 
 
 SPARK_CONNECT_PORT = 15002

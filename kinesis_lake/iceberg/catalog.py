@@ -23,17 +23,9 @@ from sqlalchemy.orm import Session
 
 from kinesis_lake.errors import TableError
 from kinesis_lake.iceberg import metadata_cache
+from kinesis_lake.iceberg.defaults import DEFAULT_CATALOG_NAME
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_CATALOG_NAME = "kinesis_lake"
-
-
-def default_data_dir() -> Path:
-    """Home of the embedded default catalog and warehouse when nothing says otherwise:
-    ``.data`` in the repository (beside the package), whatever the working directory, so
-    the CLI, Dagster and a Spark job started elsewhere find the same lake."""
-    return Path(__file__).resolve().parents[2] / ".data"
 
 
 class DataDirMovedError(TableError, RuntimeError):

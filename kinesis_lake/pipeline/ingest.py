@@ -27,9 +27,9 @@ from pyspark.sql.streaming import StreamingQuery
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import ensure_raw_table as ensure_raw_iceberg_table
-from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID
+from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID, committed_positions
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.spark.iceberg_sink import SINK_NAME, committed_positions
+from kinesis_lake.spark.iceberg_sink import SINK_NAME
 from kinesis_lake.spark.kinesis_offsets import SourceOffset
 from kinesis_lake.spark.kinesis_source import release_consumer
 from kinesis_lake.spark.shard_progress import ShardProgressStore

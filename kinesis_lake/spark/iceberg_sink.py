@@ -35,43 +35,37 @@ a second, stale checkpoint (a machine that was replaced, then came back) writing
 another query already wrote (:class:`OverlappingPositionsError`).
 
 Options: the table :data:`OPTIONS` (an unknown key is refused, naming the known ones).
+
+This module holds the data source and its options; the write half is
+:mod:`kinesis_lake.spark.iceberg_writer` and the read half
+:mod:`kinesis_lake.spark.iceberg_table_reader`, imported by the methods that return them.
+Spark imports this module in every Python process it starts for a query, one after
+another, and the first two (the data-source lookup and the data source's creation) need
+only the class: keeping Iceberg's table, file and catalog code out of them took about a
+second off a new ``kinesis-lake ingest`` (benchmark 12).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import uuid
-from collections.abc import Iterator
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.table import Table
-from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from kinesis_lake.errors import ConfigurationError, IngestionError
-from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, default_data_dir, open_catalog
-from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
-from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
-from kinesis_lake.iceberg.maintenance import delete_unreferenced
-from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
-from kinesis_lake.spark.iceberg_table_reader import READ_OPTIONS, TableRead, TableReader, qualified
-from kinesis_lake.spark.worker_process import freeze_imported_objects
+from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.iceberg.defaults import DEFAULT_CATALOG_NAME, DEFAULT_NAMESPACE, default_data_dir
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from kinesis_lake.spark.iceberg_table_reader import TableRead, TableReader
+    from kinesis_lake.spark.iceberg_writer import IcebergBatchWriter, IcebergStreamWriter
 
 SINK_NAME = "kinesis_lake_iceberg"
-_QUERY_ID_PROPERTY = "sql.streaming.queryId"
-_BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class IcebergSinkOptionError(ConfigurationError):
@@ -102,10 +96,42 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
     "checkpointLocation": (None, "Spark's own streaming checkpoint (read by Spark)."),
     "queryName": (None, "The streaming query's name (Spark passes .queryName() here)."),
 }
+READ_OPTIONS: dict[str, tuple[str | None, str]] = {
+    "snapshot-id": (None, "Reads: the snapshot to read (time travel by id)."),
+    "as-of-timestamp": (
+        None,
+        "Reads: the snapshot current at this time (epoch milliseconds or ISO-8601).",
+    ),
+    "columns": (None, "Reads: comma-separated top-level columns to read (default all)."),
+    "filter": (
+        None,
+        "Reads: an Iceberg row filter (pyiceberg syntax): only matching rows are read, from "
+        "only the partitions and files whose statistics can hold them.",
+    ),
+    "namespace": (
+        None,
+        "Reads: namespace of a bare table name (default KINESIS_LAKE_NAMESPACE, else "
+        f"{DEFAULT_NAMESPACE}).",
+    ),
+}
+
+
 _SUMMARY_PREFIX = "summary."
 """Options ``summary.<key>`` become extra snapshot-summary entries."""
 OPTIONS.update(READ_OPTIONS)
 _KNOWN = {name.lower() for name in OPTIONS} | {"path"}
+
+
+def qualified(name: str, namespace: str | None) -> tuple[str, str | None]:
+    """``raw_events`` -> ``<namespace>.raw_events``, and where that namespace came from
+    (None for a name that was qualified already)."""
+    if "." in name:
+        return name, None
+    if namespace:
+        return f"{namespace}.{name}", "option 'namespace'"
+    if os.environ.get("KINESIS_LAKE_NAMESPACE"):
+        return f"{os.environ['KINESIS_LAKE_NAMESPACE']}.{name}", "KINESIS_LAKE_NAMESPACE"
+    return f"{DEFAULT_NAMESPACE}.{name}", "the default namespace"
 
 
 @dataclass(frozen=True)
@@ -172,6 +198,8 @@ class SinkOptions:
         )
 
     def load_table(self) -> Table:
+        from kinesis_lake.iceberg.catalog import open_catalog
+
         catalog = open_catalog(self.catalog, data_dir=self.data_dir)
         try:
             return catalog.load_table(self.table)
@@ -199,22 +227,6 @@ class SinkOptions:
         return self.load_table()
 
 
-@dataclass
-class DataFilesWritten(WriterCommitMessage):
-    """What one task wrote: data files (not yet in the table) and where they belong."""
-
-    files: list[WrittenFile]
-    rows: int
-    query_id: str | None
-    batch_id: int | None
-    positions: dict[str, str] = field(default_factory=dict)
-    first_positions: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def paths(self) -> list[str]:
-        return [file.path for file in self.files]
-
-
 class IcebergDataSource(DataSource):
     """Spark data source ``kinesis_lake_iceberg``: batch and streaming writes, batch reads
     (:mod:`kinesis_lake.spark.iceberg_table_reader`)."""
@@ -229,6 +241,8 @@ class IcebergDataSource(DataSource):
         the frame's rows keep the snapshot and columns its schema was given."""
         planned: TableRead | None = getattr(self, "_read", None)
         if planned is None:
+            from kinesis_lake.spark.iceberg_table_reader import TableRead
+
             options = SinkOptions.parse(dict(self.options))
             planned = self._read = TableRead.plan(options.load_table(), dict(self.options))
         return planned
@@ -237,6 +251,8 @@ class IcebergDataSource(DataSource):
         return self._planned_read().spark_schema
 
     def reader(self, schema: StructType) -> TableReader:
+        from kinesis_lake.spark.iceberg_table_reader import TableReader
+
         return TableReader(SinkOptions.parse(dict(self.options)).load_table, self._planned_read())
 
     def writer(self, schema: StructType, overwrite: bool) -> IcebergBatchWriter:
@@ -244,6 +260,9 @@ class IcebergDataSource(DataSource):
             raise IcebergSinkOptionError(
                 f"{SINK_NAME} appends only; overwrite mode is not supported. Use mode('append')."
             )
+        from kinesis_lake.iceberg.data_files import TableWriteTarget
+        from kinesis_lake.spark.iceberg_writer import IcebergBatchWriter
+
         options = SinkOptions.parse(dict(self.options))
         if options.writer_id is None or options.batch_id is None:
             raise IcebergSinkOptionError(
@@ -255,206 +274,10 @@ class IcebergDataSource(DataSource):
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> IcebergStreamWriter:
+        from kinesis_lake.iceberg.data_files import TableWriteTarget
+        from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter
+
         options = SinkOptions.parse(dict(self.options))
         return IcebergStreamWriter(
             options, TableWriteTarget.from_table(options.load_table_to_write())
         )
-
-
-class _FileWritingTask:
-    """Executor half shared by the batch and streaming writers."""
-
-    def __init__(self, options: SinkOptions, target: TableWriteTarget) -> None:
-        self.options = options
-        self.target = target
-
-    def _write_task(self, batches: Iterator[pa.RecordBatch]) -> DataFilesWritten:
-        freeze_imported_objects()
-        context = TaskContext.get()
-        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY) if context else None
-        raw_batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY) if context else None
-        batch_id = int(raw_batch_id) if raw_batch_id is not None else self.options.batch_id
-        prefix = "-".join(
-            str(part)
-            for part in (
-                (query_id or self.options.writer_id or "writer")[:8],
-                batch_id,
-                context.partitionId() if context else 0,
-                context.attemptNumber() if context else 0,
-                uuid.uuid4().hex[:12],
-            )
-        )
-        tracker = _BatchTracker(self.options.position_columns)
-        aligned = (
-            tracker(_with_batch_id(batch, self.options.batch_id_column, batch_id))
-            for batch in batches
-        )
-        files = write_data_files(self.target, aligned, file_prefix=prefix)
-        return DataFilesWritten(
-            files, tracker.rows, query_id, batch_id, tracker.positions, tracker.first_positions
-        )
-
-    def _commit(self, messages: list, batch_id: int, writer_id: str | None) -> CommitOutcome | None:
-        written = [m for m in messages if isinstance(m, DataFilesWritten)]
-        files = [f for m in written for f in m.files]
-        paths = [p for m in written for p in m.paths]
-        writer = writer_id or next((m.query_id for m in written if m.query_id), None)
-        if writer is None:
-            return None  # no task ran: an empty micro-batch has nothing to make durable
-        table = self.options.load_table()
-        summary = {**self.options.summary, "kinesis-lake.rows": str(sum(m.rows for m in written))}
-
-        def positions_on(base) -> dict[str, str]:
-            """Guard and merged positions, decided on the base this attempt commits to."""
-            positions = committed_positions(base)
-            _refuse_overlap(base, written, positions, batch_id)
-            for message in written:
-                positions = merge_positions(positions, message.positions)
-            return {POSITIONS: json.dumps(positions, sort_keys=True)}
-
-        prepare = positions_on if self.options.position_columns is not None else None
-        try:
-            outcome = commit_files(
-                table,
-                files,
-                writer_id=writer,
-                batch_id=batch_id,
-                summary=summary,
-                prepare=prepare,
-                just_loaded=True,
-            )
-        except OverlappingPositionsError:
-            delete_unreferenced(table, paths)
-            raise
-        if outcome.skipped_duplicate:
-            # Not necessarily orphans: an attempt that landed but was reported as failed
-            # (a lost answer) makes the batch a duplicate of itself.
-            delete_unreferenced(table, paths)
-        return outcome
-
-    def _abort(self, messages: list) -> None:
-        """Delete the batch's files that no snapshot references, after a refresh.
-
-        Spark aborts for ANY exception of ``commit``, including one raised after the
-        catalog applied the commit (a lost answer): the exception proves nothing, so only
-        files the refreshed table does not reference are deleted. When the table cannot
-        be read, nothing is deleted; orphan-file removal reclaims what is truly unused.
-        """
-        paths = [p for m in messages if isinstance(m, DataFilesWritten) for p in m.paths]
-        if not paths:
-            return
-        try:
-            table = self.options.load_table()
-        except Exception:
-            logger.warning(
-                "Abort of a batch of %s kept its %d files: the table could not be read to "
-                "prove them unreferenced (orphan-file removal reclaims them)",
-                self.options.table,
-                len(paths),
-                exc_info=True,
-            )
-            return
-        delete_unreferenced(table, paths)
-
-
-class IcebergStreamWriter(_FileWritingTask, DataSourceStreamArrowWriter):
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> DataFilesWritten:
-        return self._write_task(iterator)
-
-    def commit(self, messages: list, batchId: int) -> None:
-        self._commit(messages, batchId, self.options.writer_id)
-
-    def abort(self, messages: list, batchId: int) -> None:
-        self._abort(messages)
-
-
-class IcebergBatchWriter(_FileWritingTask, DataSourceArrowWriter):
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> DataFilesWritten:
-        return self._write_task(iterator)
-
-    def commit(self, messages: list) -> None:
-        assert self.options.batch_id is not None
-        self._commit(messages, self.options.batch_id, self.options.writer_id)
-
-    def abort(self, messages: list) -> None:
-        self._abort(messages)
-
-
-class OverlappingPositionsError(IngestionError, RuntimeError):
-    """A batch holds records at or before positions the table has already committed."""
-
-
-def _refuse_overlap(
-    table, written: list[DataFilesWritten], committed: dict[str, str], batch_id: int
-) -> None:
-    """Refuse a batch that would add records at or before positions ``table`` committed.
-
-    Called on the base of every commit attempt, after the watermark said the batch is new
-    for its writer (a replay of its own batch is skipped before this). A batch that
-    starts at or before a committed position comes from a checkpoint that fell behind
-    the table, and committing it would duplicate rows.
-    """
-    overlap = {
-        shard: sequence
-        for message in written
-        for shard, sequence in message.first_positions.items()
-        if shard in committed and int(sequence) <= int(committed[shard])
-    }
-    if overlap:
-        shard, sequence = sorted(overlap.items())[0]
-        raise OverlappingPositionsError(
-            f"Batch {batch_id} starts at or before what {table.name()} "
-            f"has already committed (shard {shard}: record {sequence}, committed up to "
-            f"{committed[shard]}; {len(overlap)} shard(s) in all). Its checkpoint is behind "
-            "the table, so another query has ingested this range: committing would "
-            "duplicate rows. Delete this query's checkpoint folder; a new checkpoint "
-            "resumes after the table's committed positions."
-        )
-
-
-class _BatchTracker:
-    """Counts rows and keeps the lowest and highest sequence number per shard."""
-
-    def __init__(self, position_columns: tuple[str, str] | None) -> None:
-        self.rows = 0
-        self.positions: dict[str, str] = {}
-        self.first_positions: dict[str, str] = {}
-        self._columns = position_columns
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        self.rows += batch.num_rows
-        if self._columns is not None and batch.num_rows:
-            shard_column, sequence_column = self._columns
-            shards = batch.column(shard_column).to_pylist()
-            sequences = batch.column(sequence_column).to_pylist()
-            for shard, sequence in zip(shards, sequences, strict=True):
-                self.positions[shard] = _higher(self.positions.get(shard), sequence)
-                first = self.first_positions.get(shard)
-                if first is None or int(sequence) < int(first):
-                    self.first_positions[shard] = sequence
-        return batch
-
-
-def _higher(a: str | None, b: str) -> str:
-    """Kinesis sequence numbers are decimal strings: compare them as integers."""
-    return b if a is None or int(b) > int(a) else a
-
-
-def merge_positions(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
-    merged = dict(old)
-    for shard, sequence in new.items():
-        merged[shard] = _higher(merged.get(shard), sequence)
-    return merged
-
-
-def _with_batch_id(
-    batch: pa.RecordBatch, column: str | None, batch_id: int | None
-) -> pa.RecordBatch:
-    """Stamp the micro-batch id on every row (write_data_files conforms the rest)."""
-    if column is None:
-        return batch
-    values = pa.array([batch_id] * batch.num_rows, pa.int64())
-    index = batch.schema.get_field_index(column)
-    if index >= 0:
-        return batch.set_column(index, column, values)
-    return batch.append_column(column, values)

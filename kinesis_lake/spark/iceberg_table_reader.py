@@ -19,7 +19,6 @@ kinesis-lake writes copy-on-write and its per-file tasks do not apply deletes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -32,46 +31,14 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from kinesis_lake.config import DEFAULT_NAMESPACE
 from kinesis_lake.errors import ConfigurationError, TableError
 from kinesis_lake.iceberg.data_files import TableWriteTarget, table_arrow_schema
 from kinesis_lake.kinesis.shard_reader import TIMESTAMP_FORMS, parse_timestamp_ms
 from kinesis_lake.spark.iceberg_files_reader import FilesReader, FileTask
 
-READ_OPTIONS: dict[str, tuple[str | None, str]] = {
-    "snapshot-id": (None, "Reads: the snapshot to read (time travel by id)."),
-    "as-of-timestamp": (
-        None,
-        "Reads: the snapshot current at this time (epoch milliseconds or ISO-8601).",
-    ),
-    "columns": (None, "Reads: comma-separated top-level columns to read (default all)."),
-    "filter": (
-        None,
-        "Reads: an Iceberg row filter (pyiceberg syntax): only matching rows are read, from "
-        "only the partitions and files whose statistics can hold them.",
-    ),
-    "namespace": (
-        None,
-        "Reads: namespace of a bare table name (default KINESIS_LAKE_NAMESPACE, else "
-        f"{DEFAULT_NAMESPACE}).",
-    ),
-}
-
 
 class TableReadError(ConfigurationError):
     """A read option names a snapshot, time or column the table does not have."""
-
-
-def qualified(name: str, namespace: str | None) -> tuple[str, str | None]:
-    """``raw_events`` -> ``<namespace>.raw_events``, and where that namespace came from
-    (None for a name that was qualified already)."""
-    if "." in name:
-        return name, None
-    if namespace:
-        return f"{namespace}.{name}", "option 'namespace'"
-    if os.environ.get("KINESIS_LAKE_NAMESPACE"):
-        return f"{os.environ['KINESIS_LAKE_NAMESPACE']}.{name}", "KINESIS_LAKE_NAMESPACE"
-    return f"{DEFAULT_NAMESPACE}.{name}", "the default namespace"
 
 
 @dataclass(frozen=True)

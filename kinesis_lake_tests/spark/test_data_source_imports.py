@@ -1,0 +1,42 @@
+"""Spark's planner processes import only what their step needs from the sink's module.
+
+For every query Spark starts Python processes that only look up, create or plan the data
+sources: ``lookup_data_sources`` imports every ``pyspark_*`` module, ``create_data_source``
+unpickles the source. Each is a new process, one after another (benchmark 12's
+timeline), so what importing ``pyspark_iceberg_sink`` pulls in is paid in each. Those steps
+need the data source class and its options, not Iceberg's table, file and catalog code.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ICEBERG_IO = ("pyiceberg.table", "pyiceberg.io.pyarrow", "pyiceberg.catalog.sql", "sqlalchemy")
+
+
+def _imported_after(statement: str) -> set[str]:
+    probe = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return set(done.stdout.split())
+
+
+@pytest.mark.parametrize("hook", ["pyspark_iceberg_sink", "pyspark_kinesis"])
+def test_looking_up_a_data_source_imports_no_iceberg_table_code(hook: str) -> None:
+    imported = _imported_after(f"import {hook}")
+    assert f"{hook}" in imported
+    assert sorted(set(ICEBERG_IO) & imported) == []
+
+
+def test_the_sink_imports_its_writer_when_spark_asks_for_one() -> None:
+    imported = _imported_after(
+        "from kinesis_lake.spark.iceberg_sink import IcebergDataSource\n"
+        "from kinesis_lake.spark import iceberg_writer"
+    )
+    assert {"pyiceberg.table", "pyiceberg.io.pyarrow"} <= imported
