@@ -42,7 +42,8 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
-from kinesis_lake.iceberg.catalog import DEFAULT_CATALOG_NAME, local_catalog_properties
+from kinesis_lake.iceberg.catalog import local_catalog_properties
+from kinesis_lake.iceberg.defaults import DEFAULT_CATALOG_NAME
 
 FAULT_FILE_PROPERTY = "kinesis-lake.fault-file"
 LANDS_THEN_RAISES = "lands-then-raises"

@@ -29,7 +29,7 @@ from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
-from kinesis_lake.spark.iceberg_sink import SinkOptions
+from kinesis_lake.spark.iceberg_sink_options import SinkOptions
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 logger = logging.getLogger(__name__)

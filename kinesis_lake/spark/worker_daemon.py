@@ -22,8 +22,8 @@ PRELOADED = (
     "pyiceberg.table",
     "boto3",
     "kinesis_lake.spark.kinesis_source",
-    "kinesis_lake.spark.iceberg_sink",
     "kinesis_lake.spark.iceberg_writer",
+    "kinesis_lake.spark.iceberg_table_reader",
     "kinesis_lake.spark.iceberg_files_reader",
     "kinesis_lake.pipeline.derive",
 )

@@ -8,12 +8,12 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from kinesis_lake.iceberg.catalog import (
-    DEFAULT_CATALOG_NAME,
     catalog_properties,
     ensure_namespace,
     local_catalog_properties,
     open_catalog,
 )
+from kinesis_lake.iceberg.defaults import DEFAULT_CATALOG_NAME
 
 
 def test_default_is_a_local_sqlite_catalog_under_the_data_dir(data_dir: Path) -> None:
