@@ -462,8 +462,9 @@ samples, -39% Python CPU; benchmark 2 went from 0.45 to over 1):
 8. **The driver read the previous epoch's progress records one after another** (a GET
    per shard per micro-batch on S3). Fixed: one concurrent fsspec `cat`.
 9. **Every shard wrote its own data file per micro-batch** (342 files per commit at 500
-   shards). `KINESIS_LAKE_MAX_WRITE_TASKS` now coalesces shard reads into fewer writer
-   tasks (8 files per commit with 8).
+   shards). Shard reads are now coalesced into fewer writer tasks: by default one per
+   core (`KINESIS_LAKE_MAX_WRITE_TASKS` unset), or the setting's number (8 files per
+   commit with 8).
 10. **Every commit parsed the same metadata file three times** (the sink's load, a
    refresh, and the catalog's own load inside `commit_table`), a file that process had
    just written, each parse growing with the retained snapshots. Fixed: parsed metadata

