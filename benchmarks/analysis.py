@@ -100,7 +100,7 @@ def _cpu_paragraph(result: dict[str, Any], ingest_profile: dict[str, Any] | None
             f"{_pct(_bucket(ingest_profile, 'sink commit'))}."
         )
     text += (
-        " Structure adds latency on top: `local[2]` runs 2 of the 4 shard tasks at a time, "
+        " Structure adds latency on top: `local[2]` runs 2 tasks at a time, "
         "each task reads and writes in two Python workers plus the JVM hand-over, and "
         "every run pays query start, planning and a commit."
     )

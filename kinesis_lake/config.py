@@ -123,9 +123,8 @@ class Settings:
         "KINESIS_LAKE_MAX_WRITE_TASKS",
         "At most this many tasks write each micro-batch (so at most this many data files per "
         "partition value per commit): shard reads are coalesced into them. Unset: one per "
-        "core Spark runs tasks on (its default parallelism; over Spark Connect, the server's "
-        "spark.default.parallelism if set, else one per shard), as many as run at once anyway. "
-        "0: one task per shard.",
+        "core on a local[N] master (no more run at once); on a cluster or over Spark Connect, "
+        "spark.default.parallelism if configured, else one per shard. 0: one task per shard.",
         default=None,
     )
     consumer_type: str = setting(

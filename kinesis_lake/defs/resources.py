@@ -17,7 +17,7 @@ import os
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 import boto3
 import botocore.session
@@ -76,9 +76,11 @@ def _from_env(
         if raw is None or raw == "":
             continue
         annotation = cls.model_fields[attribute].annotation
-        if annotation is int:
+        # An optional setting's field is `kind | None`: the EnvVar follows the kind.
+        kind = next((k for k in get_args(annotation) if k is not type(None)), annotation)
+        if kind is int:
             values[attribute] = dg.EnvVar.int(variable)
-        elif annotation in (float, bool):
+        elif kind in (float, bool):
             values[attribute] = parse_setting(variable, raw)
         else:
             values[attribute] = dg.EnvVar(variable)

@@ -174,18 +174,28 @@ def start_ingestion_query(
     return writer.trigger(processingTime=processing_time).start()
 
 
+def _is_local(master: str) -> bool:
+    """``local`` or ``local[N]``: one JVM whose cores are known at once (``local-cluster``
+    starts executor processes that register later, like a real cluster)."""
+    return master == "local" or master.startswith("local[")
+
+
 def _write_tasks(spark: SparkSession, settings: Settings) -> int:
     """How many tasks write a micro-batch; 0 for one per shard.
 
     Spark runs at most one task per core at a time, so tasks beyond that only queue, and
     each writes files of its own: by default shard reads are coalesced into one task per
     core, which measured the same throughput with half the files (4 shards, 2 cores).
+    Only a local master knows its cores when the query starts. A cluster's executors
+    register later (none yet under dynamic allocation, which also scales on pending
+    tasks), so there only a configured ``spark.default.parallelism`` counts; without one
+    each shard keeps its task.
     """
     if settings.max_write_tasks is not None:
         return settings.max_write_tasks
-    if isinstance(spark, SparkSession):
+    if isinstance(spark, SparkSession) and _is_local(spark.sparkContext.master or ""):
         return spark.sparkContext.defaultParallelism
-    # A Spark Connect session has no SparkContext: the server's setting, if it has one.
+    # Over Spark Connect (no SparkContext here) or on a cluster: the configured value.
     return int(spark.conf.get("spark.default.parallelism", "0") or 0)
 
 

@@ -155,6 +155,7 @@ def test_settings_resource_reads_the_same_variables_as_settings(monkeypatch, tmp
         "KINESIS_LAKE_FRESHNESS_MINUTES": "3",
         "KINESIS_LAKE_QUARANTINE_WARN_RATIO": "0.25",
         "KINESIS_LAKE_FAIL_ON_DATA_LOSS": "false",
+        "KINESIS_LAKE_MAX_WRITE_TASKS": "8",
     }
     # Every variable Settings documents is one the resource maps, and vice versa.
     assert {variable for variable, _, _ in Settings().describe()} == {v for v, _ in ENV_VARIABLES}
@@ -165,6 +166,7 @@ def test_settings_resource_reads_the_same_variables_as_settings(monkeypatch, tmp
 
     assert resolved == Settings.from_env(env)
     assert resolved.fail_on_data_loss is False
+    assert resolved.max_write_tasks == 8
 
 
 def test_unset_variables_fall_back_to_settings_defaults(monkeypatch):

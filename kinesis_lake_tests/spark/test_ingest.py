@@ -120,6 +120,7 @@ def test_by_default_a_commit_holds_a_file_per_core_not_per_shard(
     keys = raw_keys(settings)
     assert result.rows == 600 == len(set(keys)) == len(keys)
     assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+    assert len({shard for shard, _, _ in keys}) == 6
     cores = spark.sparkContext.defaultParallelism
     assert cores == 2
     added = _files_added_per_commit(settings)
