@@ -43,8 +43,9 @@ This module holds the data source; its options are
 :mod:`kinesis_lake.spark.iceberg_table_reader`, imported by the methods that return them.
 Spark imports this module in every Python process it starts for a query, one after
 another, and the first two (the data-source lookup and the data source's creation) need
-only the class: keeping Iceberg's table, file and catalog code out of them took 1.4 s
-off a new ``kinesis-lake ingest`` of 2,000 records (15.5 s to 14.1 s, median of 3).
+only the class. Keeping Iceberg's table, file and catalog code out of them took a new
+``kinesis-lake ingest`` of 2,000 records from 18.4 s to 15.6 s (medians of 4 alternating
+runs against the code before the split).
 """
 
 from __future__ import annotations
