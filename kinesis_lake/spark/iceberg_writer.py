@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -206,7 +207,11 @@ def _refuse_overlap(
 
 
 class _BatchTracker:
-    """Counts rows and keeps the lowest and highest sequence number per shard."""
+    """Counts rows and keeps the lowest and highest sequence number per shard.
+
+    In Arrow, a group-by per batch: a loop over rows in Python cost a tenth of the
+    executor's Python CPU in the ingest profile (benchmarks/results/REPORT.md).
+    """
 
     def __init__(self, position_columns: tuple[str, str] | None) -> None:
         self.rows = 0
@@ -218,14 +223,44 @@ class _BatchTracker:
         self.rows += batch.num_rows
         if self._columns is not None and batch.num_rows:
             shard_column, sequence_column = self._columns
-            shards = batch.column(shard_column).to_pylist()
-            sequences = batch.column(sequence_column).to_pylist()
-            for shard, sequence in zip(shards, sequences, strict=True):
-                self.positions[shard] = _higher(self.positions.get(shard), sequence)
+            for shard, low, high in _sequence_extremes(
+                batch.column(shard_column), batch.column(sequence_column)
+            ):
+                self.positions[shard] = _higher(self.positions.get(shard), high)
                 first = self.first_positions.get(shard)
-                if first is None or int(sequence) < int(first):
-                    self.first_positions[shard] = sequence
+                self.first_positions[shard] = low if first is None else _lower(first, low)
         return batch
+
+
+def _sequence_extremes(shards: pa.Array, sequences: pa.Array) -> list[tuple[str, str, str]]:
+    """(shard, lowest, highest) sequence number of each shard in the arrays.
+
+    Kinesis sequence numbers are decimal strings without leading zeros: padded with
+    zeros to one width, their text order is their numeric order.
+    """
+    width = pc.max(pc.utf8_length(sequences)).as_py()
+    extremes = (
+        pa.table({"shard": shards, "sequence": pc.utf8_lpad(sequences, width, "0")})
+        .group_by("shard")
+        .aggregate([("sequence", "min"), ("sequence", "max")])
+    )
+    return [
+        (shard, _unpadded(low), _unpadded(high))
+        for shard, low, high in zip(
+            extremes.column("shard").to_pylist(),
+            extremes.column("sequence_min").to_pylist(),
+            extremes.column("sequence_max").to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def _unpadded(sequence: str) -> str:
+    return sequence.lstrip("0") or "0"
+
+
+def _lower(a: str, b: str) -> str:
+    return b if int(b) < int(a) else a
 
 
 def _higher(a: str | None, b: str) -> str:

@@ -79,6 +79,24 @@ def test_positions_of_every_shard_accumulate_in_a_table_property_not_in_every_sn
     assert all("kinesis-lake.positions" not in summary for summary in summaries)
 
 
+def test_a_task_tracks_each_shard_s_lowest_and_highest_sequence_number_as_numbers(tmp_path):
+    """One Arrow batch can hold several shards (Spark re-chunks what a coalesced task
+    reads), in any order, and sequence numbers are decimal strings of varying length: "9"
+    is below "10", though it sorts after it as text."""
+    writer, _ = sink_for(tmp_path)
+    mixed = pa.concat_batches(
+        [
+            raw_batch([10, 9, 123], shard="a"),
+            raw_batch([7], shard="b"),
+            raw_batch([99, 100], shard="a"),
+        ]
+    )
+    written = writer.write(iter([mixed, raw_batch([8], shard="b")]))
+    assert written.rows == 7
+    assert written.positions == {"a": "123", "b": "8"}
+    assert written.first_positions == {"a": "9", "b": "7"}
+
+
 def test_an_aborted_batch_leaves_no_files(tmp_path):
     writer, catalog = sink_for(tmp_path)
     message = writer.write(iter([raw_batch(range(1, 11), shard="a")]))
