@@ -6,7 +6,8 @@ this package themselves, and a reused worker runs a full ``gc.collect()`` after 
 task that walks all of it: a quarter and a third of the worker CPU in the ingestion
 profile (``benchmarks/results/REPORT.md``). Imported here, the modules are inherited by
 every fork for free, and frozen (``gc.freeze``), the collections skip them; objects the
-tasks create are still collected. The daemon itself is PySpark's, unchanged.
+tasks create are still collected. So is botocore's parsed Kinesis model, which each
+worker's first client read again before. The daemon itself is PySpark's, unchanged.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ PYSPARK_RUNNERS = (
 def preload() -> None:
     for name in PRELOADED:
         importlib.import_module(name)
+    from kinesis_lake.kinesis.client import preload_service_models
+
+    preload_service_models()
     for name in PYSPARK_RUNNERS:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)

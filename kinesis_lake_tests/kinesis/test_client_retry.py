@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 from botocore.exceptions import (
@@ -71,3 +74,42 @@ def test_botocore_does_not_retry_behind_our_back(proxy: FaultProxy) -> None:
         client.list_streams()
     assert proxy.counts[("ListStreams", "throttle")] == 1
     assert "StreamNames" in client.list_streams()
+
+
+_MODEL_FILES_OPENED = """
+import sys
+from kinesis_lake.spark import worker_daemon
+worker_daemon.preload()
+opened = []
+sys.addaudithook(
+    lambda event, args: opened.append(str(args[0]))
+    if event == "open" and "botocore/data" in str(args[0])
+    else None
+)
+from kinesis_lake.kinesis.client import kinesis_client
+kinesis_client("http://127.0.0.1:9", "us-east-1")
+kinesis_client("http://127.0.0.1:10", "us-east-1")
+print(opened)
+"""
+
+
+def test_clients_built_in_a_forked_spark_worker_read_no_service_model(tmp_path) -> None:
+    """Every Spark task that reads a shard builds its client in a worker forked from the
+    daemon: the Kinesis service model (a 100 kB JSON file and its endpoint rules) is read
+    and parsed once, in the daemon, not again in each worker and for each endpoint."""
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _MODEL_FILES_OPENED],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.strip() == "[]", result.stdout
