@@ -16,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -380,7 +381,22 @@ class ShardReader:
         if self._consumer_arn is not None and end is None:
             pages = self._subscribed_pages(cursor, outcome)
         else:
-            pages = self._polled_pages(cursor, outcome, max_records)
+
+            def reads_past(page: Page) -> bool:
+                """Whether the loop below will ask for the page after ``page`` (judged
+                by its last record): only then is that page fetched ahead."""
+                if page.may_be_tip and not page.millis_behind:
+                    return False  # caught up, most likely
+                if not page.records:
+                    return True
+                last = page.records[-1]
+                if end is not None and int(last["SequenceNumber"]) >= end:
+                    return False
+                return arrival_cutoff_ms is None or (
+                    epoch_ms(last["ApproximateArrivalTimestamp"]) <= arrival_cutoff_ms
+                )
+
+            pages = self._polled_pages(cursor, outcome, max_records, reads_past)
         stop = ""
         with closing(pages):
             for page in pages:
@@ -459,39 +475,68 @@ class ShardReader:
         self.outcome = outcome
 
     def _polled_pages(
-        self, cursor: ReadCursor, outcome: ReadOutcome, max_records: int
+        self,
+        cursor: ReadCursor,
+        outcome: ReadOutcome,
+        max_records: int,
+        reads_past: Callable[[Page], bool],
     ) -> Generator[Page]:
-        """GetRecords pages, renewing expired iterators, until the caller stops asking."""
+        """GetRecords pages, renewing expired iterators, until the caller stops asking.
+
+        While the caller works on a page it will read past (``reads_past``), the next
+        page is already being fetched: the shard's server works while Spark's worker
+        decodes and hands over the previous answer, instead of one waiting for the other.
+        One call is in flight at a time, still spaced by the minimum interval, and a
+        page the caller stops on is not followed by a call it would not use. Errors of
+        the call made ahead surface when the caller asks for its page, so an expired
+        iterator is renewed after the records the caller has taken, as without it.
+        """
 
         def iterator_at(position: dict[str, Any]) -> str:
             return self._iterator(outcome, **position)
 
         iterator = self._open(cursor, outcome, iterator_at, "GetShardIterator")
         expirations_in_a_row = 0
-        while True:
-            limit = min(self._max_per_call, max_records - outcome.records_read)
-            try:
-                response = self._get_records(iterator, limit, outcome)
-            except ClientError as error:  # ExpiredIteratorException only (passthrough)
-                expirations_in_a_row += 1
-                if expirations_in_a_row > self._retry.max_retries:
-                    raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
-                outcome.iterator_renewals += 1
-                iterator = self._reopen(cursor, outcome, iterator_at, "GetShardIterator")
-                continue
-            expirations_in_a_row = 0
-            next_iterator = response.get("NextShardIterator")
-            yield Page(
-                records=response["Records"],
-                server_ms=server_ms(response),
-                shard_ended=next_iterator is None,
-                millis_behind=response.get("MillisBehindLatest"),
-                may_be_tip=len(response["Records"]) < limit,
-                end_needs_empty_page=True,
-            )
-            if next_iterator is None:
-                return  # the shard ended: the caller stops on this page
-            iterator = next_iterator
+        ahead: tuple[int, Future[Mapping[str, Any]]] | None = None  # (Limit, answer)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as fetcher:
+            while True:
+                if ahead is None:
+                    limit = min(self._max_per_call, max_records - outcome.records_read)
+                    ahead = (limit, fetcher.submit(self._get_records, iterator, limit, outcome))
+                (limit, answer), ahead = ahead, None
+                try:
+                    response = answer.result()
+                except ClientError as error:  # ExpiredIteratorException only (passthrough)
+                    expirations_in_a_row += 1
+                    if expirations_in_a_row > self._retry.max_retries:
+                        raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
+                    outcome.iterator_renewals += 1
+                    iterator = self._reopen(cursor, outcome, iterator_at, "GetShardIterator")
+                    continue
+                expirations_in_a_row = 0
+                next_iterator = response.get("NextShardIterator")
+                page = Page(
+                    records=response["Records"],
+                    server_ms=server_ms(response),
+                    shard_ended=next_iterator is None,
+                    millis_behind=response.get("MillisBehindLatest"),
+                    may_be_tip=len(response["Records"]) < limit,
+                    end_needs_empty_page=True,
+                )
+                # What the caller can still take if it takes this whole page: a lower
+                # bound, since it may skip records or stop short.
+                next_limit = min(
+                    self._max_per_call, max_records - outcome.records_read - len(page.records)
+                )
+                if next_iterator is not None and next_limit > 0 and reads_past(page):
+                    ahead = (
+                        next_limit,
+                        fetcher.submit(self._get_records, next_iterator, next_limit, outcome),
+                    )
+                yield page
+                if next_iterator is None:
+                    return  # the shard ended: the caller stops on this page
+                iterator = next_iterator
 
     def _subscribed_pages(self, cursor: ReadCursor, outcome: ReadOutcome) -> Generator[Page]:
         """Events of SubscribeToShard, subscribing again right after the last record seen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -360,3 +361,56 @@ def test_positions_and_outcomes_round_trip_through_json() -> None:
 def test_invalid_start_positions_are_rejected(args) -> None:
     with pytest.raises(ValueError):
         StartPosition(*args)
+
+
+def test_the_next_page_is_fetched_while_the_caller_works_on_this_one(client, new_stream) -> None:
+    """The shard's server and the caller (decoding, Arrow, Spark's hand-over) work at the
+    same time: the second GetRecords starts while the first page is still in the
+    caller's hands, and the records come out the same."""
+    stream = new_stream(client)
+    put(client, stream, entries(25))
+    requests = 0
+    second_request = threading.Event()
+
+    def clock() -> float:  # read once by the first request, twice by each later one
+        nonlocal requests
+        requests += 1
+        if requests >= 2:
+            second_request.set()
+        return time.monotonic()
+
+    reader = _reader(client, stream, max_records_per_call=10, clock=clock)
+    pages = reader.read(StartPosition.trim_horizon(), max_records=100)
+    first = next(pages)
+    assert second_request.wait(10), "no GetRecords was made ahead of the caller"
+    records = first + [record for page in pages for record in page]
+    assert [r.data for r in records] == [f"r{i}".encode() for i in range(25)]
+    assert reader.outcome.calls == 3
+    assert reader.outcome.stopped_by == "caught_up"
+
+
+def test_no_page_is_fetched_ahead_of_where_the_read_stops(client, new_stream) -> None:
+    """A call made ahead that the read then does not use would spend one of the shard's
+    five GetRecords per second for nothing: at the tip, at the record limit, at the end
+    of a pinned range and at the arrival cutoff, the reader makes no call beyond the page
+    it stops on."""
+    stream = new_stream(client)
+    sequence_numbers = put(client, stream, entries(30))
+    time.sleep(1.1)
+    cutoff_ms = int(time.time() * 1000)
+    time.sleep(1.1)
+    put(client, stream, entries(10, prefix="late"))
+
+    def calls(**read_args) -> int:
+        reader = _reader(client, stream, max_records_per_call=10)
+        _read(reader, StartPosition.trim_horizon(), **read_args)
+        assert reader.outcome is not None
+        return reader.outcome.calls
+
+    assert calls(max_records=15) == 2  # pages of 10 and 5
+    assert calls(max_records=100, end_sequence_number=sequence_numbers[14]) == 2
+    assert calls(max_records=100, arrival_cutoff_ms=cutoff_ms) == 4  # 10, 10, 10, then the late page it stops on
+    tip = _reader(client, stream, max_records_per_call=50)
+    assert len(_read(tip, StartPosition.after(sequence_numbers[-1]), max_records=100)) == 10
+    assert tip.outcome.stopped_by == "caught_up"
+    assert tip.outcome.calls == 1
