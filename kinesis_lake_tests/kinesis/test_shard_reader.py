@@ -409,7 +409,8 @@ def test_no_page_is_fetched_ahead_of_where_the_read_stops(client, new_stream) ->
 
     assert calls(max_records=15) == 2  # pages of 10 and 5
     assert calls(max_records=100, end_sequence_number=sequence_numbers[14]) == 2
-    assert calls(max_records=100, arrival_cutoff_ms=cutoff_ms) == 4  # 10, 10, 10, then the late page it stops on
+    # Pages of 10, 10 and 10, then the page of late records it stops on:
+    assert calls(max_records=100, arrival_cutoff_ms=cutoff_ms) == 4
     tip = _reader(client, stream, max_records_per_call=50)
     assert len(_read(tip, StartPosition.after(sequence_numbers[-1]), max_records=100)) == 10
     assert tip.outcome.stopped_by == "caught_up"
