@@ -68,7 +68,7 @@ def _cpu_paragraph(result: dict[str, Any], ingest_profile: dict[str, Any] | None
     gc = _gc_share(ingest_profile)
     ts = _bucket(ingest_profile, "botocore timestamp")
     imports = _bucket(ingest_profile, "imports in Python workers")
-    client = _bucket(ingest_profile, "kinesis_client()")
+    client = _bucket(ingest_profile, "Kinesis client")
     get_records = _bucket(ingest_profile, "GetRecords request")
     text = (
         f"**CPU per record.** Per 100k records our warm run cost {ours_total:.1f} "
@@ -92,9 +92,10 @@ def _cpu_paragraph(result: dict[str, Any], ingest_profile: dict[str, Any] | None
             "the driver tree; shares of samples, overlapping): PySpark's `gc.collect()` "
             f"after every task in each reused worker {_pct(gc)}; module imports in newly "
             f"started Python workers and runners {_pct(imports)}; GetRecords calls "
-            f"{_pct(get_records)}, of which botocore's per-record timestamp parsing "
-            f"(dateutil `tzlocal`) plus `_epoch_ms` {_pct(ts)}; building a boto3 client "
-            f"per task {_pct(client)}; Arrow conversion "
+            f"{_pct(get_records)}, of which the per-record timestamp parsing {_pct(ts)}; "
+            f"building a Kinesis client in a new worker {_pct(client)}; the sink's "
+            f"per-shard position tracking {_pct(_bucket(ingest_profile, 'sink position'))}; "
+            "Arrow conversion "
             f"{_pct(_bucket(ingest_profile, 'records_to_arrow'))}; Parquet writing "
             f"{_pct(_bucket(ingest_profile, 'Parquet writing'))}; the driver-side commit "
             f"{_pct(_bucket(ingest_profile, 'sink commit'))}."
@@ -233,8 +234,8 @@ def _freshness(results: dict[str, Any], results_dir: Path) -> list[str]:
             f" py-spy over the steady-state window: PySpark's `gc.collect()` after every "
             f"task {_pct(_gc_share(profile))} of all Python samples (each worker that "
             "imported kinesis-lake, pyiceberg and boto3 holds ~200k tracked objects; one "
-            "full collection costs 0.1-0.4 s); `kinesis_client()` per task "
-            f"{_pct(_bucket(profile, 'kinesis_client()'))}; GetRecords calls "
+            "full collection costs 0.1-0.4 s); building a Kinesis client in a new worker "
+            f"{_pct(_bucket(profile, 'Kinesis client'))}; GetRecords calls "
             f"{_pct(_bucket(profile, 'GetRecords request'))} (botocore timestamp parsing "
             f"{_pct(_bucket(profile, 'botocore timestamp'))}); Parquet writing "
             f"{_pct(_bucket(profile, 'Parquet writing'))}; the driver-side commit "

@@ -122,8 +122,13 @@ def _role(command: str) -> str:
 # its stack matches one of the bucket's markers.
 BUCKETS: dict[str, tuple[str, ...]] = {
     "gc.collect() after each task (PySpark daemon)": ("gc.collect() after each task",),
-    "botocore timestamp parsing + _epoch_ms": ("_handle_timestamp", "_epoch_ms ("),
-    "kinesis_client() per call": ("kinesis_client (kinesis_lake/kinesis/client.py",),
+    "botocore timestamp parsing + epoch_ms": (
+        "_handle_timestamp",
+        "_parse_timestamp_utc (",
+        "epoch_ms (kinesis_lake",
+    ),
+    "Kinesis client built in a new worker": ("kinesis_client (kinesis_lake/kinesis/client.py",),
+    "sink position tracking": ("_BatchTracker.__call__ (",),
     "imports in Python workers": ("<frozen importlib._bootstrap>", "<frozen zipimport>"),
     "GetRecords request + response parsing": ("ShardReader._get_records",),
     "records_to_arrow": ("records_to_arrow (",),
