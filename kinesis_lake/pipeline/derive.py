@@ -367,7 +367,15 @@ def deduplicate(
     earlier = _written_in_days(spark, valid, table, key)
     identity = F.struct(*C.IDENTITY_COLUMNS)
     if earlier is not None:
-        occurrences = earlier.groupBy(key, "__day").agg(F.collect_set(identity).alias("__ids"))
+        # The day partitions hold every key of those days; only the new rows' keys can
+        # match, and on a busy day they are few: drop the rest before the aggregation.
+        # (No broadcast hint: a backfill's new keys can be millions; Spark decides.)
+        new_keys = valid.select(key, "__day").distinct()
+        occurrences = (
+            earlier.join(new_keys, [key, "__day"], "left_semi")
+            .groupBy(key, "__day")
+            .agg(F.collect_set(identity).alias("__ids"))
+        )
         ranked = ranked.join(occurrences, [key, "__day"], "left")
         seen = F.size(F.array_except("__ids", F.array(identity))) > 0
     else:
