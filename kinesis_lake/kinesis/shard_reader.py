@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -196,6 +197,10 @@ class Page:
 Opener = Callable[[dict[str, Any]], Any]
 
 
+class _ReadAbandonedError(RuntimeError):
+    """A call made ahead whose page the caller will never ask for."""
+
+
 class ShardReadError(KinesisError, RuntimeError):
     """A shard could not be read as asked; names everything needed to find out why."""
 
@@ -303,14 +308,20 @@ class ShardReader:
         )
         return str(response["ShardIterator"])
 
-    def _get_records(self, iterator: str, limit: int, outcome: ReadOutcome) -> Mapping[str, Any]:
+    def _get_records(
+        self, iterator: str, limit: int, outcome: ReadOutcome, abandoned: threading.Event
+    ) -> Mapping[str, Any]:
         def request() -> Mapping[str, Any]:
             # Kinesis allows 5 GetRecords calls per second per shard, shared by all readers:
-            # spacing our own calls leaves room for others and avoids self-inflicted throttling.
+            # spacing our own calls avoids self-inflicted throttling. A reader that is behind
+            # keeps to one call per interval (the default 200 ms is the whole 5/s), so a
+            # larger minCallIntervalMs is what leaves room for other consumers.
             if self._last_call_at is not None:
                 wait = self._last_call_at + self._min_interval_s - self._clock()
                 if wait > 0:
                     self._sleep(wait)
+            if abandoned.is_set():  # checked before every attempt, after the wait
+                raise _ReadAbandonedError()
             self._last_call_at = self._clock()
             outcome.calls += 1
             return self._client.get_records(ShardIterator=iterator, Limit=limit)
@@ -498,11 +509,19 @@ class ShardReader:
         iterator = self._open(cursor, outcome, iterator_at, "GetShardIterator")
         expirations_in_a_row = 0
         ahead: tuple[int, Future[Mapping[str, Any]]] | None = None  # (Limit, answer)
+        # Set once the caller is gone: a call made ahead then stops before its next
+        # attempt, instead of spending the shard's calls and retries on a page no one takes.
+        abandoned = threading.Event()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as fetcher:
+
+            def fetch(iterator: str, limit: int) -> tuple[int, Future[Mapping[str, Any]]]:
+                return limit, fetcher.submit(self._get_records, iterator, limit, outcome, abandoned)
+
             while True:
                 if ahead is None:
-                    limit = min(self._max_per_call, max_records - outcome.records_read)
-                    ahead = (limit, fetcher.submit(self._get_records, iterator, limit, outcome))
+                    ahead = fetch(
+                        iterator, min(self._max_per_call, max_records - outcome.records_read)
+                    )
                 (limit, answer), ahead = ahead, None
                 try:
                     response = answer.result()
@@ -529,11 +548,12 @@ class ShardReader:
                     self._max_per_call, max_records - outcome.records_read - len(page.records)
                 )
                 if next_iterator is not None and next_limit > 0 and reads_past(page):
-                    ahead = (
-                        next_limit,
-                        fetcher.submit(self._get_records, next_iterator, next_limit, outcome),
-                    )
-                yield page
+                    ahead = fetch(next_iterator, next_limit)
+                try:
+                    yield page
+                except GeneratorExit:
+                    abandoned.set()
+                    raise
                 if next_iterator is None:
                     return  # the shard ended: the caller stops on this page
                 iterator = next_iterator

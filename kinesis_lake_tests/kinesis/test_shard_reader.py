@@ -415,3 +415,35 @@ def test_no_page_is_fetched_ahead_of_where_the_read_stops(client, new_stream) ->
     assert len(_read(tip, StartPosition.after(sequence_numbers[-1]), max_records=100)) == 10
     assert tip.outcome.stopped_by == "caught_up"
     assert tip.outcome.calls == 1
+
+
+class _CountingClient:
+    """A real client that counts the GetRecords requests it sends."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.get_records_calls = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def get_records(self, **kwargs):
+        self.get_records_calls += 1
+        return self._client.get_records(**kwargs)
+
+
+def test_a_call_made_ahead_is_dropped_when_the_caller_stops_before_taking_its_page(
+    client, new_stream
+) -> None:
+    """A caller that stops mid-read (its task failed, say) leaves the call made ahead
+    waiting out the shard's call interval: it must not be sent, nor retried, once the
+    read is closed, for a page no one will take."""
+    stream = new_stream(client)
+    put(client, stream, entries(25))
+    counting = _CountingClient(client)
+    reader = _reader(counting, stream, max_records_per_call=10, min_call_interval_s=1.0)
+    pages = reader.read(StartPosition.trim_horizon(), max_records=100)
+    assert len(next(pages)) == 10
+    pages.close()  # while the second call waits out the interval
+    assert counting.get_records_calls == 1
+    assert reader.outcome is None
