@@ -6,8 +6,9 @@ this package themselves, and a reused worker runs a full ``gc.collect()`` after 
 task that walks all of it: a quarter and a third of the worker CPU in the ingestion
 profile (``benchmarks/results/REPORT.md``). Imported here, the modules are inherited by
 every fork for free, and frozen (``gc.freeze``), the collections skip them; objects the
-tasks create are still collected. So is botocore's parsed Kinesis model, which each
-worker's first client read again before. The daemon itself is PySpark's, unchanged.
+tasks create are still collected. botocore's parsed Kinesis model is inherited the same
+way (each worker's first client read and parsed it again before). The daemon itself is
+PySpark's, unchanged.
 """
 
 from __future__ import annotations

@@ -93,10 +93,14 @@ print(opened)
 """
 
 
-def test_clients_built_in_a_forked_spark_worker_read_no_service_model(tmp_path) -> None:
+def test_clients_built_after_the_worker_daemon_s_preload_read_no_service_model(
+    tmp_path,
+) -> None:
     """Every Spark task that reads a shard builds its client in a worker forked from the
-    daemon: the Kinesis service model (a 100 kB JSON file and its endpoint rules) is read
-    and parsed once, in the daemon, not again in each worker and for each endpoint."""
+    daemon, which inherits what the daemon's preload read: the Kinesis service model (a
+    100 kB JSON file and its endpoint rules) is parsed once there, not again in each
+    worker and for each endpoint. (Preload and clients run in one process here; a fork
+    inherits the same memory.)"""
     env = {
         **os.environ,
         "AWS_ACCESS_KEY_ID": "test",
