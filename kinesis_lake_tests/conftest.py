@@ -63,7 +63,10 @@ def shared_endpoints_survive(request: pytest.FixtureRequest) -> Iterator[None]:
             test = re.sub(r"[^\w.-]+", "_", request.node.nodeid)[-150:]
             log = _DIED_LOGS / f"{endpoint.kind}-{test}.log"
             log.write_text(last_words)
-            died.append(f"the shared {endpoint.kind} endpoint died during this test; see {log}")
+            died.append(
+                f"the shared {endpoint.kind} endpoint died during this test; see {log}; it "
+                f"ended with:\n{last_words[-1500:]}"  # CI keeps the output, not the file
+            )
     if died:
         pytest.fail("; ".join(died))
 

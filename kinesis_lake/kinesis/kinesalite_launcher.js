@@ -56,6 +56,17 @@ const server = require(modulePath)({
   shardLimit: 1000,
 })
 
+// Fix for kinesalite 3.3.3: its request handler rethrows a request's 'error', which Node
+// emits when the client hangs up before the request is whole (a producer or Spark worker
+// killed mid-send). The throw escaped to the event loop and the whole server died, taking
+// every other client's streams with it. Real Kinesis drops that one request. This listener
+// runs after kinesalite's (both are 'request' listeners, in order) and swaps its rethrow
+// for a no-op: the client is gone, so there is no one to answer.
+server.on('request', (req) => {
+  req.removeAllListeners('error')
+  req.on('error', () => {})
+})
+
 server.on('error', (err) => {
   console.error('kinesalite failed: ' + (err.stack || err))
   process.exit(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -95,3 +96,25 @@ def test_an_endpoint_that_died_on_its_own_is_revived_on_its_url_with_its_last_wo
         assert "-9" in last_words  # its exit status
         assert endpoint.url == url
         kinesis_client(url).list_streams()  # answering again
+
+
+@pytest.mark.parametrize("kind", ["kinesalite", "moto"])
+def test_a_client_that_hangs_up_halfway_through_a_request_leaves_the_endpoint_serving(
+    kind: str,
+) -> None:
+    """A producer or Spark worker killed while sending (a PutRecords body spans many
+    packets) leaves a request half sent. Real Kinesis drops it; kinesalite 3.3.3 rethrew
+    the request's error and died, taking every other client's stream with it."""
+    with LocalKinesisEndpoint(kind) as endpoint:
+        port = int(endpoint.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as half_sent:
+            half_sent.sendall(
+                b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/x-amz-json-1.1\r\n"
+                b"X-Amz-Target: Kinesis_20131202.ListStreams\r\n"
+                b"Content-Length: 100\r\n\r\n{"
+            )
+            time.sleep(0.2)  # the server has read the headers and waits for the body
+        time.sleep(0.5)  # and has seen the connection close
+        assert endpoint.revive() is None, "the endpoint died"
+        kinesis_client(endpoint.url).list_streams()
