@@ -10,6 +10,7 @@ so a fixed bug shows up as a smaller share and a better ratio.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -305,7 +306,8 @@ def _commits(results: dict[str, Any], results_dir: Path) -> list[str]:
         text += (
             " py-spy of the commit loop: pyiceberg's `Transaction.table_metadata` takes "
             f"{_pct(_bucket(profile, 'pyiceberg Transaction.table_metadata'))} of the "
-            f"samples (all of `commit_files`: {_pct(_bucket(profile, 'commit_files'))})."
+            f"samples (`commit_files` on its own thread: {_pct(_bucket(profile, 'commit_files'))}; "
+            "pyiceberg merges manifests on threads of its own)."
         )
     text += (
         " Each rebuild of the metadata deep-copies every retained snapshot; commits now "
@@ -313,12 +315,35 @@ def _commits(results: dict[str, Any], results_dir: Path) -> list[str]:
         "what still grows is that one copy, the catalog's validation and the metadata "
         "JSON written and read per commit, all proportional to the retained snapshots."
     )
+    text += " " + _merges(result["samples"], profile)
     return [
         f"### 5. Commit cost: ratio {result['ratio']:.2f} ({result['target']})",
         "",
         text + _profile_note(profile),
         "",
     ]
+
+
+def _merges(samples: list[dict[str, Any]], profile: dict[str, Any] | None) -> str:
+    """What the medians leave out: the commits that merged manifests (the count drops)."""
+    merges = [s for prev, s in pairwise(samples) if s["manifests"] < prev["manifests"]]
+    if not merges:
+        return ""
+    total = sum(s["commit_s"] for s in samples)
+    slowest = max(merges, key=lambda s: s["commit_s"])
+    text = (
+        f"The tail grows where the medians do not: {len(merges)} of the {len(samples):,} "
+        f"commits merged manifests and took {sum(s['commit_s'] for s in merges):.0f} s of "
+        f"the {total:.0f} s spent in commit_files. A merge rewrites every entry of the "
+        "manifests it merges, and the raw table's merged manifest is merged again every "
+        "ninth commit until it passes `commit.manifest.target-size-bytes` (1 MB), so a merge "
+        f"costs more as files accumulate (the slowest, commit {slowest['commit']}: "
+        f"{slowest['commit_s']:.2f} s)."
+    )
+    if profile is not None:
+        share = _pct(_bucket(profile, "manifest merges"))
+        text += f" In the profile, manifest merges take {share} of the samples (their threads)."
+    return text
 
 
 def _memory(results: dict[str, Any], results_dir: Path) -> list[str]:

@@ -107,6 +107,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         )
         t3 = time.perf_counter()
         cpu = time.process_time() - cpu
+        current = table.current_snapshot()  # never None here: a commit just landed
         samples.append(
             {
                 "commit": batch_id + 1,
@@ -115,7 +116,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
                 "commit_s": round(t3 - t2, 4),
                 "commit_cpu_s": round(cpu, 4),
                 "snapshots": len(table.metadata.snapshots),
-                "manifests": len(table.current_snapshot().manifests(table.io)),
+                "manifests": len(current.manifests(table.io)) if current else 0,
             }
         )
         if (batch_id + 1) % every == 0:

@@ -137,6 +137,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "source planning on the driver": ("KinesisStreamReader.latestOffset (",),
     "pyiceberg Transaction.table_metadata (deepcopy)": ("Transaction.table_metadata (",),
     "commit_files": ("commit_files (",),
+    "manifest merges (pyiceberg merge_append)": ("_ManifestMergeManager._merge_group",),
     "expire_snapshots": ("expire_snapshots (kinesis_lake",),
     "derive: route_on_executors": ("route_on_executors.",),
 }

@@ -444,7 +444,7 @@ def _derive_section(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"| `{step}` | {_fmt(reads['small'].get(step))} | {_fmt(reads['large'].get(step))} |"
         )
-    steps = {}
+    steps: dict[tuple[str, str], list[float]] = {}
     for refresh in result["refreshes"]:
         for step, seconds in refresh["step_seconds"].items():
             steps.setdefault((refresh["table"], step), []).append(seconds)

@@ -1,6 +1,6 @@
 """Run the kinesis-lake benchmarks and write results, plots and REPORT.md.
 
-    python -m benchmarks.run --quick            # make bench: < 10 minutes on 2 cores
+    python -m benchmarks.run --quick            # make bench: about half an hour on 2 cores
     python -m benchmarks.run --full             # make bench-full
     python -m benchmarks.run --quick --scale 0.05 --only commit_cost,freshness
 
