@@ -98,10 +98,13 @@ RAW_TABLE_PROPERTIES: dict[str, str] = {
     # One manifest per streaming commit would grow scan planning without bound: merge them.
     "commit.manifest-merge.enabled": "true",
     # Merge early and small (Iceberg's defaults: at 100 manifests, into 8 MB ones): each
-    # commit lists every manifest, and a merge of all of them rewrites every data file's
-    # entry (benchmark 5: 1.1 s at 4,000 files). 1 MB manifests leave a merged one alone.
+    # commit lists every manifest, and a merge rewrites every entry of the manifests it
+    # merges, the merged one included, until that one passes the target size. At 1 MB
+    # that was every data file up to ~2,600 of them, every ninth commit, up to 1 s each
+    # (benchmark 5); at 256 KB a merge rewrites at most ~650 entries, and a table gets
+    # one more manifest per ~650 files until maintenance compacts them.
     "commit.manifest.min-count-to-merge": "10",
-    "commit.manifest.target-size-bytes": str(1024 * 1024),
+    "commit.manifest.target-size-bytes": str(256 * 1024),
 }
 
 

@@ -332,3 +332,34 @@ def test_a_table_said_to_be_just_loaded_but_stale_still_commits_exactly_once(
 
     assert (outcome.committed, outcome.skipped_duplicate, outcome.attempts) == (False, True, 2)
     assert keys_of(table) == list(range(10))
+
+
+def test_a_manifest_merge_on_the_raw_table_rewrites_a_bounded_number_of_entries(
+    raw: Table,
+) -> None:
+    """A merge rewrites every entry of the manifests it merges, and a merged manifest is
+    merged again at each merge until it reaches the table's manifest target size. With a
+    1 MB target that was every data file up to about 2,600 of them, every ninth commit, up
+    to a second each (benchmark 5): commits grew costlier as files accumulated."""
+    target = TableWriteTarget.from_table(raw)
+    days = 30  # one data file per day partition: 30 per commit
+    for batch_id in range(100):
+        batches = [
+            raw_batch([batch_id * days + day], day=day, batch_id=batch_id) for day in range(days)
+        ]
+        written = write_data_files(target, batches, file_prefix=f"w-{batch_id}")
+        assert len(written) == days
+        commit_files(raw, written, writer_id="w", batch_id=batch_id)
+
+    rewritten_per_commit = [
+        sum(
+            manifest.existing_files_count or 0
+            for manifest in snapshot.manifests(raw.io)
+            if manifest.added_snapshot_id == snapshot.snapshot_id
+        )
+        for snapshot in raw.snapshots()
+    ]
+    assert len(rewritten_per_commit) == 100
+    assert max(rewritten_per_commit) > 0, "merges ran"
+    # 256 KB of manifest holds about 700 of these entries; 1 MB about 2,700.
+    assert max(rewritten_per_commit) <= 1_000, [n for n in rewritten_per_commit if n]
