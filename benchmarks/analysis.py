@@ -336,7 +336,7 @@ def _merges(samples: list[dict[str, Any]], profile: dict[str, Any] | None) -> st
         f"commits merged manifests and took {sum(s['commit_s'] for s in merges):.0f} s of "
         f"the {total:.0f} s spent in commit_files. A merge rewrites every entry of the "
         "manifests it merges, and the raw table's merged manifest is merged again every "
-        "ninth commit until it passes `commit.manifest.target-size-bytes` (1 MB), so a merge "
+        "ninth commit until it passes `commit.manifest.target-size-bytes`, so a merge "
         f"costs more as files accumulate (the slowest, commit {slowest['commit']}: "
         f"{slowest['commit_s']:.2f} s)."
     )

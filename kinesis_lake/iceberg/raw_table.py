@@ -101,8 +101,9 @@ RAW_TABLE_PROPERTIES: dict[str, str] = {
     # commit lists every manifest, and a merge rewrites every entry of the manifests it
     # merges, the merged one included, until that one passes the target size. At 1 MB
     # that was every data file up to ~2,600 of them, every ninth commit, up to 1 s each
-    # (benchmark 5); at 256 KB a merge rewrites at most ~650 entries, and a table gets
-    # one more manifest per ~650 files until maintenance compacts them.
+    # (benchmark 5); at 256 KB a merge rewrites at most ~700 entries, and a table gets
+    # one more manifest per ~700 files until maintenance compacts them (a commit of more
+    # files than that writes a manifest above the target, which is never merged again).
     "commit.manifest.min-count-to-merge": "10",
     "commit.manifest.target-size-bytes": str(256 * 1024),
 }
