@@ -11,3 +11,7 @@ a test, a CLI, a Dagster asset or a Spark executor alike.
 * ``query``: SQL, history and printable results for people and checks.
 * ``maintenance``: snapshot expiry, compaction, orphan-file removal.
 """
+
+from kinesis_lake.iceberg import pyiceberg_fixes
+
+pyiceberg_fixes.apply()

@@ -193,14 +193,19 @@ def _snapshot_dataset(table: Table, snapshot_id: int) -> pa.Table | pa_dataset.D
     """The snapshot's data files as one dataset in the table's schema; pyiceberg's own
     full read where a dataset cannot stand for the table: a schema that evolved (files
     are matched by field id there, a dataset matches by name and cannot add a field
-    inside a struct), delete files, or a FileIO that is not PyArrow's."""
-    tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
+    inside a struct), delete files, or a FileIO that is not PyArrow's. The current snapshot
+    reads in the current schema (a column added since the last write shows, as nulls), an
+    older one in its own, as Iceberg's time travel does."""
+    current = snapshot_id == table.metadata.current_snapshot_id
+    scan = table.scan() if current else table.scan(snapshot_id=snapshot_id)
+    tasks = list(scan.plan_files())
     if (
         len(table.schemas()) > 1
         or not isinstance(table.io, PyArrowFileIO)
         or any(t.delete_files for t in tasks)
     ):
-        return table.scan(snapshot_id=snapshot_id).to_arrow()
+        # Correct for null lists of structs only with pyiceberg_fixes applied (#3833).
+        return scan.to_arrow()
     arrow_schema = table_arrow_schema(table.schema())
     if not tasks:
         return arrow_schema.empty_table()

@@ -11,10 +11,17 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import BinaryType, NestedField, StringType
+from pyiceberg.types import (
+    BinaryType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
-from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.commit import commit_arrow, commit_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, table_arrow_schema, write_data_files
 from kinesis_lake.iceberg.maintenance import compact
 from kinesis_lake.iceberg.query import QueryError, format_table, run_sql, table_history
 from kinesis_lake.iceberg.tables import ensure_table
@@ -170,3 +177,41 @@ def test_a_query_reads_only_the_columns_it_uses_not_whole_tables(catalog: Catalo
 
     assert result.to_pylist() == [{"n": 16}]
     assert read < 4 << 20, f"read {read / 2**20:.1f} MiB for one small column"
+
+
+ORDERS = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(
+        2,
+        "items",
+        ListType(3, StructType(NestedField(4, "sku", StringType(), required=False)), False),
+        required=False,
+    ),
+)
+ORDER_ITEMS = [None, [], [{"sku": "a"}], [None]]
+"""A null list, an empty one, one with a value, one holding a null struct: all different."""
+
+
+def _orders(catalog: Catalog) -> Table:
+    """ORDERS as the sink writes it (its own Parquet files, then a commit of them)."""
+    table = ensure_table(catalog, "lake.orders", ORDERS)
+    batch = pa.RecordBatch.from_pydict(
+        {"id": list(range(len(ORDER_ITEMS))), "items": ORDER_ITEMS},
+        schema=table_arrow_schema(ORDERS),
+    )
+    written = write_data_files(TableWriteTarget.from_table(table), [batch], file_prefix="orders")
+    commit_files(table, written, writer_id="w", batch_id=0)
+    return table
+
+
+def test_a_null_list_of_structs_reads_as_null_after_the_schema_evolved(catalog: Catalog) -> None:
+    """pyiceberg's full read, which `query` takes once a table's schema evolved, showed []
+    where a list of structs was null (apache/iceberg-python#3833)."""
+    _orders(catalog)
+    evolved = Schema(*ORDERS.fields, NestedField(5, "note", StringType(), required=False))
+    ensure_table(catalog, "lake.orders", evolved)
+
+    result = run_sql(catalog, "lake", "SELECT id, items, note FROM orders ORDER BY id")
+
+    assert result.column("items").to_pylist() == ORDER_ITEMS
+    assert result.column("note").to_pylist() == [None] * len(ORDER_ITEMS)

@@ -1,0 +1,50 @@
+"""Work-arounds for pyiceberg defects that would change what readers see; applied once, when
+``kinesis_lake.iceberg`` is imported, so every read and write of ours goes through them.
+
+* A null list of structs became ``[]`` (apache/iceberg-python#3833, open in pyiceberg
+  0.12). pyiceberg projects every batch it writes (``Table.append``: our upsert, SQL and
+  replayed tables) and every file it reads once a table's schema evolved (``query``)
+  through ``ArrowProjectionVisitor.list``, which rebuilds a list of structs from its
+  offsets and values only (a work-around of its own for apache/arrow#38809) and so drops
+  the list's validity. We put the validity back; a pyiceberg that keeps it is left alone.
+  Remove this once the upstream fix is in the pinned pyiceberg (the tests in
+  ``kinesis_lake_tests/iceberg/test_pyiceberg_fixes.py`` and ``test_query.py`` show it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import ArrowProjectionVisitor
+from pyiceberg.types import ListType
+
+_ListProjection = Callable[[Any, ListType, pa.Array | None, pa.Array | None], pa.Array | None]
+
+
+def _keeping_null_lists(project: _ListProjection) -> _ListProjection:
+    """``project`` (pyiceberg's list projection) with the input list's nulls kept."""
+
+    def list_keeping_nulls(
+        visitor: Any, list_type: ListType, list_array: pa.Array | None, value_array: pa.Array | None
+    ) -> pa.Array | None:
+        projected = project(visitor, list_type, list_array, value_array)
+        if (
+            list_array is None
+            or not isinstance(projected, pa.ListArray | pa.LargeListArray)
+            or projected.null_count == list_array.null_count
+        ):
+            return projected
+        return type(projected).from_arrays(
+            projected.offsets, projected.values, type=projected.type, mask=list_array.is_null()
+        )
+
+    list_keeping_nulls.__wrapped__ = project  # type: ignore[attr-defined]
+    return list_keeping_nulls
+
+
+def apply() -> None:
+    """Install the work-arounds (idempotent)."""
+    if not hasattr(ArrowProjectionVisitor.list, "__wrapped__"):
+        ArrowProjectionVisitor.list = _keeping_null_lists(ArrowProjectionVisitor.list)  # type: ignore[method-assign, assignment]
