@@ -364,7 +364,15 @@ def cmd_check(args: argparse.Namespace) -> None:
     from kinesis_lake.check_runner import check_command
 
     junit = Path(args.junit_xml) if args.junit_xml else None
-    sys.exit(check_command(_settings(), args.select, junit, warnings_fail=args.warnings_fail))
+    sys.exit(
+        check_command(
+            _settings(),
+            args.select,
+            junit,
+            warnings_fail=args.warnings_fail,
+            debug=args.debug,
+        )
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
