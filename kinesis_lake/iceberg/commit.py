@@ -24,12 +24,23 @@ writes, and the metadata holds them once. Copied into every snapshot's summary t
 made a 500-shard table's metadata 4.7 MB at 100 retained snapshots, written and read back
 by every commit (50 MB at 5,000 shards).
 
+Invariant: POSITIONS NEVER MOVE BACKWARDS, whatever commit carries them. ``prepare``
+computes them from the attempt's base, and a commit applies to the catalog's CURRENT
+metadata, so a commit that wrote positions without requiring its base would overwrite
+those of a commit that landed in between (issue 31: a stale query's empty batch rolled
+them back, and its next batch re-committed rows another query had committed). So a
+commit writes positions only when they differ from its base's, and then only under
+``AssertRefSnapshotId(main = base)``; positions change only in such commits, so the base
+they were merged from is the latest. An empty batch (no record read, nothing to advance)
+moves only its writer's watermark.
+
 Precondition: batch ids of one writer grow, and one live process commits per writer id
 at a time (Spark's checkpoint guarantees both for a streaming query).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Callable
@@ -45,6 +56,7 @@ from pyiceberg.utils.properties import property_as_bool
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.data_files import WrittenFile, data_files_of
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
 logger = logging.getLogger(__name__)
@@ -232,13 +244,12 @@ def _commit_batch(
             keys.WRITER_ID: writer_id,
             keys.BATCH_ID: str(batch_id),
         }
-        properties = {watermark_property(writer_id): str(batch_id)}
-        if keys.POSITIONS in snapshot_properties:
-            properties[keys.POSITIONS] = snapshot_properties.pop(keys.POSITIONS)
+        positions = snapshot_properties.pop(keys.POSITIONS, None)
         view = fail_fast(table)
         tx = MetadataReusingTransaction(view)
         stage(tx, snapshot_properties)
-        tx.set_properties(properties)
+        properties = {watermark_property(writer_id): str(batch_id)}
+        tx.set_properties({**properties, **_positions_update(table, tx, positions)})
         try:
             tx.commit_transaction()
         except CommitFailedException:
@@ -265,6 +276,40 @@ def _commit_batch(
             files=0,
             rows=_summary_int(snapshot, "added-records"),
         )
+
+
+def _positions_update(
+    base: Table, tx: MetadataReusingTransaction, positions: str | None
+) -> dict[str, str]:
+    """The positions property to write with this attempt, if any: see the module docstring.
+
+    The proposal is merged into the base's positions shard by shard, so no caller can
+    lower one. Positions equal to the base's are not written (an empty batch read no
+    record to advance them, and writing the base's value back could only undo a commit
+    that won the race). Positions that change are written only under the requirement
+    that ``main`` is still the base they were computed from.
+    """
+    if positions is None:
+        return {}
+    current = committed_positions(base)
+    merged = merge_positions(current, json.loads(positions))
+    if merged == current:
+        return {}
+    tx.require_base_snapshot()
+    return {keys.POSITIONS: json.dumps(merged, sort_keys=True)}
+
+
+def later_sequence(a: str | None, b: str) -> str:
+    """The later of two Kinesis sequence numbers: decimal strings, compared as integers."""
+    return b if a is None or int(b) > int(a) else a
+
+
+def merge_positions(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    """``old`` with every shard of ``new`` moved forward to ``new``'s position, never back."""
+    merged = dict(old)
+    for shard, sequence in new.items():
+        merged[shard] = later_sequence(merged.get(shard), sequence)
+    return merged
 
 
 def _own_snapshot(table: Table, writer_id: str, batch_id: int) -> Snapshot | None:

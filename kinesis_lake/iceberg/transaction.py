@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import TableUpdate
+from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.update import AssertRefSnapshotId, TableUpdate
 
 
 class MetadataReusingTransaction(Transaction):
@@ -41,3 +42,23 @@ class MetadataReusingTransaction(Transaction):
         metadata = super().table_metadata
         self._rebuilt = (base, updates, metadata)
         return metadata
+
+    def require_base_snapshot(self) -> None:
+        """Make the commit apply only while ``main`` is where this transaction's base had it.
+
+        A snapshot update carries that requirement already; a metadata-only commit carries
+        none, and whatever it writes from its base (positions computed from a stale table)
+        would land over a commit that won the race. Added after staging: the requirement
+        is checked against the catalog's table, not the staged metadata.
+        """
+        if any(
+            isinstance(requirement, AssertRefSnapshotId) and requirement.ref == MAIN_BRANCH
+            for requirement in self._requirements
+        ):
+            return
+        main = self._table.metadata.refs.get(MAIN_BRANCH)
+        # By alias: mypy reads the pydantic model's generated __init__, which wants them.
+        requirement = AssertRefSnapshotId.model_validate(
+            {"snapshot-id": main.snapshot_id if main is not None else None, "ref": MAIN_BRANCH}
+        )
+        self._requirements += (requirement,)

@@ -26,7 +26,12 @@ from pyspark.sql.datasource import (
 )
 
 from kinesis_lake.errors import IngestionError
-from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
+from kinesis_lake.iceberg.commit import (
+    CommitOutcome,
+    commit_files,
+    later_sequence,
+    merge_positions,
+)
 from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
@@ -226,7 +231,7 @@ class _BatchTracker:
             for shard, low, high in _sequence_extremes(
                 batch.column(shard_column), batch.column(sequence_column)
             ):
-                self.positions[shard] = _higher(self.positions.get(shard), high)
+                self.positions[shard] = later_sequence(self.positions.get(shard), high)
                 first = self.first_positions.get(shard)
                 self.first_positions[shard] = low if first is None else _lower(first, low)
         return batch
@@ -261,18 +266,6 @@ def _unpadded(sequence: str) -> str:
 
 def _lower(a: str, b: str) -> str:
     return b if int(b) < int(a) else a
-
-
-def _higher(a: str | None, b: str) -> str:
-    """Kinesis sequence numbers are decimal strings: compare them as integers."""
-    return b if a is None or int(b) > int(a) else a
-
-
-def merge_positions(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
-    merged = dict(old)
-    for shard, sequence in new.items():
-        merged[shard] = _higher(merged.get(shard), sequence)
-    return merged
 
 
 def _with_batch_id(

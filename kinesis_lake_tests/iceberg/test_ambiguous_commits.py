@@ -225,3 +225,33 @@ def test_two_writers_racing_between_load_and_commit_never_both_commit_a_range(fa
     assert isinstance(results["stale-query"], OverlappingPositionsError)
     assert sequences(data_dir) == expected("a", 1, 20)
     assert committed_positions(live.options.load_table()) == {"a": "20"}
+
+
+def test_an_empty_batch_racing_a_commit_never_moves_positions_back(faults, tmp_path):
+    """Issue 31, defect 1: two queries on one table, the stale one with an empty batch.
+
+    The stale writer loads the table (positions up to 10) for its empty batch; the live
+    writer commits records 11-20 before the stale writer's commit reaches the catalog.
+    The empty batch carries no data, so no snapshot requirement: had it written the
+    positions it loaded, they would fall back to 10, the stale writer's next batch
+    (records 11-20 again) would pass the overlap guard, and a checkpoint-less restart
+    would read 11-20 again.
+    """
+    data_dir = tmp_path / "data"
+    live, stale = sink(data_dir, "live-query"), sink(data_dir, "stale-query")
+    live.commit([live.write(iter([raw_batch(range(1, 11), shard="a")]))], batchId=0)
+    raced = threading.Lock()
+
+    def live_commits_first(_table: str) -> None:
+        if raced.acquire(blocking=False):  # inside the stale writer's commit: once
+            live.commit([live.write(iter([raw_batch(range(11, 21), shard="a")]))], batchId=1)
+
+    with pause_commits(live_commits_first):
+        stale.commit([stale.write(iter([]))], batchId=1)
+
+    table = stale.options.load_table()
+    assert committed_positions(table) == {"a": "20"}, "positions moved backwards"
+    assert table.properties["kinesis-lake.writer.stale-query.last-batch-id"] == "1"
+    with pytest.raises(OverlappingPositionsError):
+        stale.commit([stale.write(iter([raw_batch(range(11, 21), shard="a")]))], batchId=2)
+    assert sequences(data_dir) == expected("a", 1, 20)

@@ -363,3 +363,44 @@ def test_a_manifest_merge_on_the_raw_table_rewrites_a_bounded_number_of_entries(
     assert max(rewritten_per_commit) > 0, "merges ran"
     # 256 KB of manifest holds about 700 of these entries; 1 MB about 2,700.
     assert max(rewritten_per_commit) <= 1_000, [n for n in rewritten_per_commit if n]
+
+
+def test_positions_never_move_backwards_whatever_commit_carries_them(
+    raw: Table, data_dir: Path
+) -> None:
+    """A commit without files whose ``prepare`` proposes positions, raced by a commit of
+    other positions: the metadata-only commit carries no snapshot requirement of its own,
+    and its proposal is below what the other writer committed for one shard. Positions
+    must end as the per-shard maximum of both, never as either alone."""
+    import json
+
+    from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
+
+    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
+    table = racing.load_table(RAW)
+    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing.before_next_commit(
+        lambda: commit_files(
+            other,
+            _write(other, range(5), "o"),
+            writer_id="other",
+            batch_id=0,
+            summary={POSITIONS: json.dumps({"s": "50", "t": "5"})},
+        )
+    )
+
+    outcome = commit_files(
+        table,
+        [],
+        writer_id="w",
+        batch_id=0,
+        prepare=lambda _base: {POSITIONS: json.dumps({"s": "20", "u": "3"})},
+    )
+
+    assert outcome.committed
+    assert committed_positions(open_catalog(data_dir=data_dir).load_table(RAW)) == {
+        "s": "50",
+        "t": "5",
+        "u": "3",
+    }
+    assert outcome.attempts == 2, "the positions were not committed against their base"
