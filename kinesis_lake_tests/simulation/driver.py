@@ -1,0 +1,261 @@
+"""Spark's control flow around the real source and sink, on the simulation's clock.
+
+Spark is not in the loop: what it contributes to the protocol is control flow, and this
+module replicates exactly that, nothing more:
+
+* a **checkpoint** (:class:`Checkpoint`): the query id (the sink's writer id), the offset
+  log (batch b's end offset, written before the batch runs) and the commit log (batches
+  whose sink commit Spark recorded);
+* a **restart**: with a checkpoint, a batch in the offset log but not in the commit log is
+  run again with the same start and end (the replay); without one, a new query id and the
+  starting position ``pipeline/ingest.py`` gives (after the table's committed positions);
+* a **micro-batch**: plan (the source's ``latestOffset``), log, one task per shard read,
+  the sink's ``write`` per task and ``commit`` on the driver, ``abort`` when the commit
+  raised, then the commit log and the source's ``commit``.
+
+Everything else is the real code: :class:`KinesisStreamReader` plans the initial offset
+and the partitions, :func:`plan_next_offset` the epochs, :class:`ShardReader` reads,
+:class:`ShardProgressStore` pins what was read, the sink's ``IcebergStreamWriter`` writes
+and commits through ``iceberg/commit.py``. Two pieces of glue are replicated because the
+real ones build their own boto3 client and read the wall clock: ``latestOffset`` (here
+:func:`latest_offset`, with the virtual clock as ``now``) and the executor's ``read``
+(here :func:`read_shard`, the same rules in the same order; a difference between the two
+is a bug of this module).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pyarrow as pa
+
+from kinesis_lake.iceberg.summary import committed_positions
+from kinesis_lake.kinesis.retry import RetryPolicy
+from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.streams import list_shards
+from kinesis_lake.spark.iceberg_writer import DataFilesWritten
+from kinesis_lake.spark.kinesis_offsets import (
+    PlanningInput,
+    SourceOffset,
+    plan_next_offset,
+    resting,
+)
+from kinesis_lake.spark.kinesis_source import (
+    KinesisStreamReader,
+    ShardReadTask,
+    _already_processed,
+    _data_loss,
+    records_to_arrow,
+)
+from kinesis_lake.spark.kinesis_source_options import KinesisSourceOptions
+from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+from kinesis_lake_tests.simulation.kinesis import SimulatedKinesis
+from kinesis_lake_tests.simulation.lake import Lake
+
+# Where a batch can die (Spark's driver killed, or the executor's task failing).
+BEFORE_COMMIT = "before-commit"  # tasks wrote their files; the sink never committed
+AFTER_COMMIT = "after-commit"  # the sink committed; Spark's commit log never recorded it
+DURING_ABORT = "during-abort"  # the sink's commit raised; the driver died before abort
+CRASH_POINTS = (BEFORE_COMMIT, AFTER_COMMIT, DURING_ABORT)
+
+
+class Crash(Exception):
+    """The simulated driver process died at a crash point."""
+
+
+@dataclass
+class Checkpoint:
+    """What Spark keeps in ``checkpointLocation`` (copyable: a stale machine keeps one)."""
+
+    query_id: str
+    initial: dict[str, Any] | None = None
+    offsets: list[dict[str, Any]] = field(default_factory=list)
+    committed: int = 0
+    """Batches recorded in the commit log: batch ``committed`` is the next to finish."""
+
+    def copy(self) -> Checkpoint:
+        return copy.deepcopy(self)
+
+
+@dataclass
+class BatchResult:
+    batch_id: int | None
+    rows: int = 0
+    replay: bool = False
+    loss: dict[str, str] = field(default_factory=dict)
+    """Shard -> what a read reported as lost (data_loss outcomes, skipped under
+    failOnDataLoss=false)."""
+
+
+class Query:
+    """One streaming query of the ingestion job: a checkpoint, a writer, a source."""
+
+    def __init__(
+        self,
+        kinesis: SimulatedKinesis,
+        lake: Lake,
+        checkpoint: Checkpoint | None,
+        *,
+        metadata_path: Path,
+        now_ms: Callable[[], int],
+        fail_on_data_loss: bool = True,
+        max_records_per_shard: int = 50,
+    ) -> None:
+        self.kinesis = kinesis
+        self.lake = lake
+        self.now_ms = now_ms
+        self.checkpoint = checkpoint or Checkpoint(query_id=uuid.uuid4().hex)
+        options: dict[str, str] = {
+            "streamName": kinesis.stream_name,
+            "regionName": "us-east-1",
+            "metadataPath": str(metadata_path),
+            "failOnDataLoss": str(fail_on_data_loss).lower(),
+            "maxRecordsPerShard": str(max_records_per_shard),
+            "maxRetries": "3",
+        }
+        # pipeline/ingest.py passes the table's positions whenever it has some: a query
+        # without checkpoint resumes after them, and a replay of a range they cover
+        # reads nothing (Spark ignores startingPosition when a checkpoint exists, but
+        # the source still sees the option).
+        resume_after = committed_positions(lake.table())
+        options["startingPosition"] = (
+            json.dumps(resume_after, sort_keys=True) if resume_after else "trim_horizon"
+        )
+        self.options = KinesisSourceOptions.parse(options)
+        self.source = KinesisStreamReader(self.options)
+        self.source._client = kinesis  # the simulated AWS
+        self.store = ShardProgressStore(self.options.metadata_path)
+
+    # ------------------------------------------------------------------ one micro-batch
+
+    def run_batch(self, crash_at: str | None = None) -> BatchResult:
+        """Run the next micro-batch (a replay first, if one is pending).
+
+        Returns ``BatchResult(None)`` when the source has nothing new (Spark runs no
+        batch). Raises what the real code raised, or :class:`Crash`.
+        """
+        cp = self.checkpoint
+        if cp.initial is None:
+            cp.initial = self.source.initialOffset()
+        replay = len(cp.offsets) > cp.committed
+        batch_id = cp.committed
+        start = cp.offsets[batch_id - 1] if batch_id else cp.initial
+        if replay:
+            end = cp.offsets[batch_id]
+        else:
+            end = latest_offset(self.source, self.kinesis, start, self.now_ms())
+            if end == start:
+                return BatchResult(None)
+            cp.offsets.append(end)
+        result = BatchResult(batch_id, replay=replay)
+        writer = self.lake.writer(cp.query_id, batch_id)
+        messages = []
+        for partition in self.source.partitions(start, end):
+            task = cast(ShardReadTask, partition)
+            batches, loss = read_shard(task, self.kinesis, self.store, self.options)
+            if loss:
+                result.loss[task.shard_id] = loss
+            message: DataFilesWritten = writer.write(iter(batches))
+            result.rows += message.rows
+            messages.append(message)
+        if crash_at == BEFORE_COMMIT:
+            raise Crash(crash_at)
+        try:
+            writer.commit(messages, batch_id)
+        except Exception:
+            if crash_at == DURING_ABORT:
+                raise Crash(crash_at) from None
+            writer.abort(messages, batch_id)
+            raise
+        if crash_at == AFTER_COMMIT:
+            raise Crash(crash_at)
+        cp.committed += 1
+        self.source.commit(end)
+        return result
+
+
+def latest_offset(
+    source: KinesisStreamReader, kinesis: SimulatedKinesis, start: dict[str, Any], now_ms: int
+) -> dict[str, Any]:
+    """``KinesisStreamReader.latestOffset`` under ``ReadAllAvailable``, at ``now_ms``."""
+    current = SourceOffset.from_dict(start)
+    records = source._completed_epoch(current)
+    outcomes = {shard_id: r.outcome for shard_id, r in records.items()}
+    options = source.options
+    if resting(current, outcomes, now_ms, options.idle_ms):
+        return start
+    source._check_stream_identity(current)
+    planned = plan_next_offset(
+        current,
+        PlanningInput(
+            listed_shards=list_shards(kinesis, options.stream_name),
+            outcomes=outcomes,
+            max_records_per_shard=options.max_records_per_shard,
+            now_ms=now_ms,
+            idle_ms=options.idle_ms,
+            fail_on_data_loss=options.fail_on_data_loss,
+        ),
+    )
+    return planned.to_dict()
+
+
+def read_shard(
+    task: ShardReadTask,
+    kinesis: SimulatedKinesis,
+    store: ShardProgressStore,
+    options: KinesisSourceOptions,
+) -> tuple[list[pa.RecordBatch], str | None]:
+    """``KinesisStreamReader.read`` for one task, with the simulated client.
+
+    Returns the task's Arrow batches and the data loss its read reported (only when
+    ``failOnDataLoss=false``; otherwise that raises ``DataLossError`` as the task does).
+    """
+    pinned = store.load(task.run_id, task.epoch, task.shard_id)
+    end = pinned.outcome.last_sequence_number if pinned is not None else None
+    if pinned is not None and end is None:
+        return [], None
+    if end is not None and _already_processed(task.processed_through, end):
+        return [], None
+    reader = ShardReader(
+        kinesis,
+        task.stream_name,
+        task.shard_id,
+        retry=RetryPolicy(max_retries=task.max_retries),
+        min_call_interval_s=task.min_call_interval_s,
+        sleep=lambda _seconds: None,
+        clock=lambda: kinesis_seconds(kinesis),
+    )
+    ingested_at = pa.scalar(kinesis.now_ms() * 1000, pa.timestamp("us", tz="UTC"))
+    batches = [
+        # pipeline/ingest.py adds ingested_at (Spark's current_timestamp) to every row.
+        _with_ingested_at(records_to_arrow(task.stream_name, task.shard_id, records), ingested_at)
+        for records in reader.read(
+            StartPosition.from_dict(task.start),
+            max_records=task.limit,
+            end_sequence_number=end,
+            arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
+            quiet_since_ms=task.quiet_since_ms,
+            retention_ms=task.retention_ms,
+        )
+    ]
+    outcome = reader.outcome
+    assert outcome is not None
+    if outcome.data_loss and task.fail_on_data_loss:
+        raise _data_loss(task, outcome.data_loss)
+    if pinned is None:
+        store.save(task.run_id, task.epoch, ProgressRecord(outcome, {"simulated": True}))
+    return batches, outcome.data_loss
+
+
+def _with_ingested_at(batch: pa.RecordBatch, at: pa.Scalar) -> pa.RecordBatch:
+    return batch.append_column("ingested_at", pa.array([at] * batch.num_rows, at.type))
+
+
+def kinesis_seconds(kinesis: SimulatedKinesis) -> float:
+    return kinesis.now_ms() / 1000

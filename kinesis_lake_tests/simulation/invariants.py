@@ -1,0 +1,127 @@
+"""The guarantees, checked against what the simulated stream was given.
+
+Each check compares the real state (the Iceberg table, its committed positions, the
+sensor's probe, the reports the code made) with the stream's own truth, which the
+simulation knows exactly: every record put, when it arrived, and whether retention has
+taken it. A violation is a :class:`Violation` with a short stable ``kind`` (what the
+shrinker keeps constant while it shortens a schedule) and a detail for the report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from kinesis_lake.kinesis.backlog import probe_backlog
+from kinesis_lake_tests.simulation.kinesis import SimulatedKinesis
+
+DUPLICATE = "duplicate"
+POSITIONS_BACKWARDS = "positions-moved-backwards"
+POSITIONS_BEHIND_DATA = "positions-behind-data"
+SILENT_LOSS = "silent-loss"
+FALSE_LOSS = "false-loss"
+MISSED_BACKLOG = "sensor-missed-backlog"
+PHANTOM_BACKLOG = "sensor-phantom-backlog"
+STUCK = "ingestion-stuck"
+
+
+class Violation(AssertionError):
+    """A guarantee that did not hold; ``kind`` names which."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+def lost_unread(
+    kinesis: SimulatedKinesis, in_table: set[tuple[str, str]], started_ms: int | None
+) -> dict[str, list[int]]:
+    """Shard -> sequence numbers that left retention without reaching the table, of the
+    records that arrived once ingestion had started (what expired before is no one's)."""
+    horizon = kinesis.now_ms() - kinesis.retention_ms
+    lost: dict[str, list[int]] = {}
+    if started_ms is None:
+        return lost
+    for shard in kinesis.shards.values():
+        for record in shard.records:
+            key = (shard.shard_id, str(record.sequence_number))
+            if started_ms <= record.arrival_ms <= horizon and key not in in_table:
+                lost.setdefault(shard.shard_id, []).append(record.sequence_number)
+    return lost
+
+
+def check_table(
+    rows: Counter[tuple[str, str, int]],
+    positions: Mapping[str, str],
+    highest_positions: Mapping[str, int],
+) -> None:
+    """No row twice; positions never lower than before and never below a row's."""
+    twice = [key for key, count in rows.items() if count > 1]
+    if twice:
+        raise Violation(DUPLICATE, f"{len(twice)} row(s) twice, e.g. {sorted(twice)[:3]}")
+    for shard, highest in highest_positions.items():
+        now = positions.get(shard)
+        if now is None or int(now) < highest:
+            raise Violation(
+                POSITIONS_BACKWARDS,
+                f"shard {shard}: committed position {now} after {highest} was committed",
+            )
+    for shard, sequence, _sub in rows:
+        if shard not in positions or int(sequence) > int(positions[shard]):
+            raise Violation(
+                POSITIONS_BEHIND_DATA,
+                f"row {shard}/{sequence} is in the table past its committed position "
+                f"{positions.get(shard)}",
+            )
+
+
+def check_loss_reported(
+    lost: Mapping[str, list[int]], positions: Mapping[str, str], reported: set[str]
+) -> None:
+    """A record that expired unread, once ingestion moved past it, was reported."""
+    for shard, sequences in sorted(lost.items()):
+        position = positions.get(shard)
+        if shard in reported or position is None:
+            continue
+        passed = [s for s in sequences if s < int(position)]
+        if passed:
+            raise Violation(
+                SILENT_LOSS,
+                f"shard {shard}: {len(passed)} record(s) expired unread (first {passed[0]}) and "
+                f"ingestion moved past them to {position} without reporting a loss",
+            )
+
+
+def check_loss_report(shard: str, lost: Mapping[str, list[int]], detail: str) -> None:
+    """A loss reported for ``shard`` is real: some record of it expired unread."""
+    if not lost.get(shard):
+        raise Violation(FALSE_LOSS, f"shard {shard}: loss reported, none happened: {detail}")
+
+
+def check_sensor(
+    kinesis: SimulatedKinesis, positions: Mapping[str, str], in_table: set[tuple[str, str]]
+) -> bool:
+    """The backlog probe sees a backlog exactly when the stream holds unconsumed records."""
+    with kinesis.faults_suspended():
+        probe = probe_backlog(kinesis, kinesis.stream_name, positions)
+    expected = sorted(
+        shard.shard_id
+        for shard in kinesis.shards.values()
+        if kinesis.listed(shard)
+        and any(
+            (shard.shard_id, str(r.sequence_number)) not in in_table
+            and (
+                shard.shard_id not in positions
+                or r.sequence_number > int(positions[shard.shard_id])
+            )
+            for r in kinesis.retained(shard)
+        )
+    )
+    if expected and not probe.has_backlog:
+        raise Violation(MISSED_BACKLOG, f"shards {expected} hold unconsumed records")
+    if not expected and probe.has_backlog:
+        raise Violation(
+            PHANTOM_BACKLOG, f"probe found a backlog on {probe.shards_with_backlog}, none exists"
+        )
+    return probe.has_backlog

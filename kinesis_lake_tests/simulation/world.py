@@ -1,0 +1,344 @@
+"""One simulated deployment: a stream, a lake, the ingestion queries and an operator.
+
+A schedule is a list of steps (plain tuples, so a failure prints a replay that can be
+pasted into a regression test). :meth:`World.step` applies one; :meth:`World.check`
+verifies every invariant afterwards. Steps are written so that any sub-list of a schedule
+is a valid schedule (arguments are resolved against the state at the time, an index
+modulo the open shards, an action without its precondition a no-op): that is what lets
+the shrinker drop steps freely.
+
+The operator follows the runbook: a query that died is restarted from its checkpoint; a
+data-loss error is acknowledged by running once with ``failOnDataLoss=false``; a query
+refused for overlapping the table has its checkpoint deleted, as the message says.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kinesis_lake.iceberg.maintenance import compact, expire_snapshots
+from kinesis_lake.iceberg.summary import committed_positions
+from kinesis_lake.kinesis.backlog import probe_backlog
+from kinesis_lake.kinesis.kpl import aggregate
+from kinesis_lake.spark.iceberg_writer import OverlappingPositionsError
+from kinesis_lake.spark.kinesis_offsets import SourcePlanningError
+from kinesis_lake.spark.kinesis_source import DataLossError
+from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
+from kinesis_lake_tests.simulation import invariants
+from kinesis_lake_tests.simulation.driver import Checkpoint, Crash, Query
+from kinesis_lake_tests.simulation.kinesis import GRANT, SimulatedKinesis
+from kinesis_lake_tests.simulation.lake import Lake, interleaved, lake_environment
+
+Step = tuple[Any, ...]
+START_MS = 1_800_000_000_000
+TRIGGER_MS = 1_000
+MAX_BATCHES_PER_RUN = 12
+SENSOR_EVERY_MS = 4 * 3_600_000
+_SHARD_IN_MESSAGE = re.compile(r"shard (shardId-\d+)", re.IGNORECASE)
+
+
+class World:
+    """State of one schedule; every step runs the real code against simulated AWS."""
+
+    def __init__(self, root: Path, fault_file: Path, *, shards: int, trimmed_position: str):
+        self.clock_ms = START_MS
+        self.root = root
+        self.kinesis = SimulatedKinesis(
+            self.now_ms, shards=shards, trimmed_position=trimmed_position
+        )
+        self.lake = Lake(root, fault_file)
+        self.checkpoints: dict[str, Checkpoint | None] = {"main": None, "second": None}
+        self.queries: dict[str, Query | None] = {"main": None, "second": None}
+        self.saved: Checkpoint | None = None
+        self.active = {"main"}
+        self.unobserved = False
+        self.started_ms: int | None = None
+        """When ingestion first started: what expired before is nobody's loss."""
+        self.acknowledge: set[str] = set()
+        self.reported: set[str] = set()
+        self.highest: dict[str, int] = {}
+        self.failures: dict[str, tuple[str, int]] = {}
+        self.faults: Counter[str] = Counter()
+        self.pending_faults = 0
+        self.steps = 0
+
+    def now_ms(self) -> int:
+        return self.clock_ms
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, step: Step) -> None:
+        kind, *args = step
+        getattr(self, f"_step_{kind}")(*args)
+        self.steps += 1
+
+    def _step_put(self, shard_index: int, count: int, aggregated: bool = False) -> None:
+        shard = self._open_shard(shard_index)
+        for n in range(count):
+            key = f"pk-{self.clock_ms % 97}-{n}"
+            data = b'{"n": %d}' % n
+            if aggregated:
+                data = aggregate([(key, data), (key + "b", data)])
+            self.kinesis.put(shard, key, data)
+            self.clock_ms += 1
+
+    def _step_advance(self, ms: int) -> None:
+        """Time passes with the deployment up: the backlog sensor ticks throughout (every
+        ``SENSOR_EVERY_MS`` here, every 30 s in a real one: what matters is that ticks are
+        far apart from each other in comparison to retention never)."""
+        end = self.clock_ms + ms
+        while self.clock_ms + SENSOR_EVERY_MS < end:
+            self.clock_ms += SENSOR_EVERY_MS
+            self._sensor_tick()
+        self.clock_ms = end
+
+    def _step_outage(self, ms: int) -> None:
+        """Time passes with nothing running: no sensor, no query. An outage as long as
+        retention (less a tick) leaves a gap nothing observed: a loss reported for it
+        cannot be told from a quiet shard, and is not counted as false."""
+        self.clock_ms += ms
+        self.faults["outage"] += 1
+        if ms >= self.kinesis.retention_ms - SENSOR_EVERY_MS:
+            self.unobserved = True
+
+    def _step_split(self, shard_index: int) -> None:
+        self.kinesis.split(self._open_shard(shard_index))
+        self.faults["split"] += 1
+
+    def _step_merge(self, shard_index: int) -> None:
+        open_shards = self.kinesis.open_shards()
+        if len(open_shards) < 2:
+            return
+        first = shard_index % len(open_shards)
+        self.kinesis.merge(open_shards[first], open_shards[(first + 1) % len(open_shards)])
+        self.faults["merge"] += 1
+
+    def _step_throttle(self, shard_index: int, calls: int) -> None:
+        self.kinesis.throttle(self._open_shard(shard_index), calls)
+        self.faults["throttle"] += calls
+
+    def _step_expire_iterators(self, after_calls: int) -> None:
+        self.kinesis.expire_iterators(after_calls)
+        self.faults["iterator-expiry"] += 1
+
+    def _step_lagging_pages(self, pages: int) -> None:
+        self.kinesis.lag_with_empty_pages(pages)
+        self.faults["empty-page-behind"] += pages
+
+    def _step_catalog_fault(self, lands: bool, error: str) -> None:
+        self.lake.arm(LANDS_THEN_RAISES if lands else RAISES_BEFORE, error)
+        self.faults[f"commit-{'lands-then-raises' if lands else 'raises-before'}"] += 1
+
+    def _step_run(self, who: str, batches: int, crash_at: str | None = None) -> None:
+        """A lingering run: up to ``batches`` micro-batches, one trigger apart."""
+        for index in range(batches):
+            self.clock_ms += TRIGGER_MS
+            last = index == batches - 1
+            if not self._batch(who, crash_at if last else None):
+                return
+
+    def _step_sensor(self) -> None:
+        self._sensor_tick()
+
+    def _sensor_tick(self) -> None:
+        """A sensor tick: probe; with a backlog, a run until the source has nothing new."""
+        positions = committed_positions(self.lake.table())
+        with self.kinesis.faults_suspended():
+            probe = probe_backlog(self.kinesis, self.kinesis.stream_name, positions)
+        if not probe.has_backlog:
+            return
+        self.faults["sensor-run"] += 1
+        self.queries["main"] = None  # a Dagster run is a new process
+        for _ in range(MAX_BATCHES_PER_RUN):
+            self.clock_ms += TRIGGER_MS
+            if not self._batch("main", None):
+                return
+
+    def _step_save_checkpoint(self) -> None:
+        checkpoint = self.checkpoints["main"]
+        self.saved = checkpoint.copy() if checkpoint is not None else None
+
+    def _step_second_writer(self, from_saved: bool) -> None:
+        """Start a second query on the same table: an old machine coming back with its
+        saved checkpoint, or a replacement started without one."""
+        if "second" in self.active:
+            return
+        self.active.add("second")
+        self.checkpoints["second"] = self.saved.copy() if from_saved and self.saved else None
+        self.queries["second"] = None
+        self.faults["second-writer"] += 1
+        self._ensure_query("second")
+
+    def _step_stop_second(self) -> None:
+        self.active.discard("second")
+        self.checkpoints["second"] = None
+        self.queries["second"] = None
+
+    def _step_race(self, outer: str, inner: str, puts: int = 0) -> None:
+        """``outer``'s next batch commits with a batch of ``inner`` landing inside its
+        commit, after ``outer`` read its records and loaded the table: two writers at the
+        same moment. ``puts`` records arrive on the first open shard in between, so
+        ``inner`` reads what ``outer`` did not."""
+        if inner not in self.active or outer not in self.active:
+            return
+        self.faults["race"] += 1
+        self.clock_ms += TRIGGER_MS
+
+        def other_writer() -> None:
+            self._step_put(0, puts)
+            self.clock_ms += TRIGGER_MS
+            self._batch(inner, None)
+
+        with interleaved(other_writer):
+            self._batch(outer, None)
+
+    def _step_lose_checkpoint(self) -> None:
+        self.checkpoints["main"] = None
+        self.queries["main"] = None
+        self.faults["checkpoint-lost"] += 1
+
+    def _step_maintenance(self, expire: bool) -> None:
+        table = self.lake.table()
+        if expire:
+            current = table.current_snapshot()
+            if current is not None:
+                expire_snapshots(table, older_than_ms=current.timestamp_ms + 1, retain_last=1)
+            self.faults["snapshot-expiry"] += 1
+        else:
+            compact(table, target_file_size_bytes=64 * 1024 * 1024)
+            self.faults["compaction"] += 1
+
+    # ------------------------------------------------------------------ batches
+
+    def _batch(self, who: str, crash_at: str | None) -> bool:
+        """Run one batch of ``who``; False when the query stopped (idle, died, refused)."""
+        query = self._ensure_query(who)
+        if query is None:
+            return False
+        try:
+            result = query.run_batch(crash_at)
+        except Crash as crash:
+            self.faults[f"crash-{crash}"] += 1
+            self.queries[who] = None
+            return False
+        except (DataLossError, SourcePlanningError) as error:
+            self._loss_reported(who, str(error))
+            self.queries[who] = None
+            self.acknowledge.add(who)
+            self._failed(who, error)
+            return False
+        except OverlappingPositionsError:
+            self.faults["refused-overlap"] += 1
+            self.checkpoints[who] = None  # the runbook: delete the refused checkpoint
+            self.queries[who] = None
+            return False
+        except Exception as error:
+            self.faults[f"failed-{type(error).__name__}"] += 1
+            self.queries[who] = None
+            self._failed(who, error)
+            return False
+        self.failures.pop(who, None)
+        for shard, detail in result.loss.items():
+            self._loss_reported(who, f"shard {shard}: {detail}")
+        if query.options.fail_on_data_loss is False:
+            self.acknowledge.discard(who)
+            self.queries[who] = None  # the acknowledged run ends; the next is normal
+        return result.batch_id is not None
+
+    def _ensure_query(self, who: str) -> Query | None:
+        if who not in self.active:
+            return None
+        if self.queries[who] is None:
+            if self.started_ms is None:
+                self.started_ms = self.clock_ms
+            query = Query(
+                self.kinesis,
+                self.lake,
+                self.checkpoints[who],
+                metadata_path=self.root / "progress" / who,
+                now_ms=self.now_ms,
+                fail_on_data_loss=who not in self.acknowledge,
+            )
+            self.checkpoints[who] = query.checkpoint
+            self.queries[who] = query
+        return self.queries[who]
+
+    def _loss_reported(self, who: str, message: str) -> None:
+        found = _SHARD_IN_MESSAGE.search(message)
+        shard = found.group(1) if found else "?"
+        self.faults["loss-reported"] += 1
+        if who == "main" and not self.unobserved:
+            invariants.check_loss_report(shard, self._lost(), message)
+        self.reported.add(shard)
+
+    def _failed(self, who: str, error: Exception) -> None:
+        """Three failures in a row of one kind, with no fault left to explain them."""
+        name = type(error).__name__
+        previous, count = self.failures.get(who, ("", 0))
+        count = count + 1 if previous == name else 1
+        self.failures[who] = (name, count)
+        if count >= 3 and not isinstance(error, DataLossError):
+            raise invariants.Violation(invariants.STUCK, f"{who} query fails again: {error}")
+
+    # ------------------------------------------------------------------ invariants
+
+    def _in_table(self, rows: Counter[tuple[str, str, int]]) -> set[tuple[str, str]]:
+        return {(shard, sequence) for shard, sequence, _ in rows}
+
+    def _lost(self) -> dict[str, list[int]]:
+        return invariants.lost_unread(
+            self.kinesis, self._in_table(self.lake.rows()), self.started_ms
+        )
+
+    def check(self) -> None:
+        rows = self.lake.rows()
+        positions = committed_positions(self.lake.table())
+        invariants.check_table(rows, positions, self.highest)
+        for shard, sequence in positions.items():
+            self.highest[shard] = max(self.highest.get(shard, 0), int(sequence))
+        in_table = self._in_table(rows)
+        invariants.check_loss_reported(
+            invariants.lost_unread(self.kinesis, in_table, self.started_ms),
+            positions,
+            self.reported,
+        )
+        invariants.check_sensor(self.kinesis, positions, in_table)
+
+    def _open_shard(self, index: int) -> str:
+        open_shards = self.kinesis.open_shards()
+        return open_shards[index % len(open_shards)]
+
+
+@contextmanager
+def world(root: Path, *, shards: int = 2, trimmed_position: str = GRANT) -> Iterator[World]:
+    with lake_environment(root) as fault_file:
+        yield World(root, fault_file, shards=shards, trimmed_position=trimmed_position)
+
+
+def run_schedule(
+    root: Path,
+    steps: list[Step],
+    *,
+    shards: int = 2,
+    trimmed_position: str = GRANT,
+    on_step: Callable[[World], None] | None = None,
+) -> World:
+    """Apply ``steps`` in a fresh world under ``root``, checking after each; raises the
+    first :class:`~kinesis_lake_tests.simulation.invariants.Violation`."""
+    with world(root, shards=shards, trimmed_position=trimmed_position) as state:
+        for index, step in enumerate(steps):
+            try:
+                state.step(step)
+                state.check()
+            except invariants.Violation as violation:
+                raise invariants.Violation(
+                    violation.kind, f"step {index} {step!r}: {violation.detail}"
+                ) from violation
+            if on_step is not None:
+                on_step(state)
+        return state
