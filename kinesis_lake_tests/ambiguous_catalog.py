@@ -16,6 +16,14 @@ Faults, taken in order, one per commit (of any table, or of the named table):
   answer is lost, ``generic`` -> ``ConnectionError``).
 * ``RAISES_BEFORE``: the call raises and nothing is applied (the clean failure every
   catalog can produce).
+* ``LANDS_LATE``: the call raises and the commit is NOT applied yet: the catalog is still
+  processing it (a REST server behind a gateway that timed out, a Glue ``UpdateTable``
+  that goes through after the client gave up, a Postgres backend finishing ``COMMIT``
+  after the connection dropped). The request is kept in the fault file and applied,
+  requirements checked against the table as it is THEN, by :func:`apply_late_commits`
+  or at the start of the next commit of the same table, whichever comes first. Whatever
+  the client reads in between (an abort's reload) shows the table without it. What it
+  does not model: reads that lag writes the client saw succeed (stale reads).
 
 Arming works across processes: faults live in a JSON file named by the catalog property
 ``kinesis-lake.fault-file``, read and consumed under a file lock on every commit. A test
@@ -39,7 +47,7 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableRequest, CommitTableResponse, Table, TableIdentifier
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from kinesis_lake.iceberg.catalog import local_catalog_properties
@@ -48,6 +56,8 @@ from kinesis_lake.iceberg.defaults import DEFAULT_CATALOG_NAME
 FAULT_FILE_PROPERTY = "kinesis-lake.fault-file"
 LANDS_THEN_RAISES = "lands-then-raises"
 RAISES_BEFORE = "raises-before"
+LANDS_LATE = "lands-late"
+_HELD = "held"  # a LANDS_LATE commit the catalog has not applied yet
 _ERRORS: dict[str, Callable[[str], Exception]] = {
     "unknown": CommitStateUnknownException,
     "conflict": CommitFailedException,
@@ -72,14 +82,41 @@ class AmbiguousCatalog(SqlCatalog):
             hooks = list(_hooks)
         for hook in hooks:
             hook(name)
-        fault = _take_fault(self.properties.get(FAULT_FILE_PROPERTY), name)
+        fault_file = self.properties.get(FAULT_FILE_PROPERTY)
+        if fault_file:
+            self._apply_held(Path(fault_file), name)
+        fault = _take_fault(fault_file, name)
         if fault is None:
             return super().commit_table(table, requirements, updates)
         error = _ERRORS[fault.get("error", "unknown")]
         if fault["mode"] == RAISES_BEFORE:
             raise error(f"injected: commit of {name} failed before it was applied")
+        if fault["mode"] == LANDS_LATE:
+            _hold(Path(fault_file or ""), table, requirements, updates)
+            raise error(f"injected: commit of {name} is still being applied; the answer was lost")
         super().commit_table(table, requirements, updates)
         raise error(f"injected: commit of {name} was applied, then the answer was lost")
+
+    def _apply_held(self, fault_file: Path, table: str | None) -> list[bool]:
+        """Apply the held commits (of ``table``, if named), as the catalog finally would.
+
+        Each is applied to the table as it is now, so its requirements decide, as they
+        would on the server: True for a commit that landed, False for one refused.
+        """
+        with _locked(fault_file) as faults:
+            held = [f for f in faults if f["mode"] == _HELD and table in (None, f["table"])]
+            faults[:] = [f for f in faults if f not in held]
+        outcomes = []
+        for fault in held:
+            request = CommitTableRequest.model_validate_json(fault["request"])
+            target = self.load_table(fault["table"])
+            try:
+                super().commit_table(target, request.requirements, request.updates)
+            except CommitFailedException:
+                outcomes.append(False)
+            else:
+                outcomes.append(True)
+        return outcomes
 
 
 def catalog_environment(
@@ -104,16 +141,27 @@ def arm(
     fault_file: Path, mode: str, *, error: str = "unknown", table: str | None = None, times: int = 1
 ) -> None:
     """Queue ``times`` faults of ``mode`` for the next commits (of ``table``, if named)."""
-    if mode not in (LANDS_THEN_RAISES, RAISES_BEFORE) or error not in _ERRORS:
+    if mode not in (LANDS_THEN_RAISES, RAISES_BEFORE, LANDS_LATE) or error not in _ERRORS:
         raise ValueError(f"unknown fault {mode!r} / error {error!r}")
     with _locked(fault_file) as faults:
         faults.extend({"mode": mode, "error": error, "table": table} for _ in range(times))
 
 
 def pending(fault_file: Path) -> int:
-    """How many armed faults no commit has consumed yet."""
+    """How many armed faults no commit has consumed yet (held commits not counted)."""
     with _locked(fault_file) as faults:
-        return len(faults)
+        return len([fault for fault in faults if fault["mode"] != _HELD])
+
+
+def held_commits(fault_file: Path) -> int:
+    """How many ``LANDS_LATE`` commits the catalog has not applied yet."""
+    with _locked(fault_file) as faults:
+        return len([fault for fault in faults if fault["mode"] == _HELD])
+
+
+def apply_late_commits(catalog: AmbiguousCatalog) -> list[bool]:
+    """Let ``catalog`` apply every ``LANDS_LATE`` commit it holds; True for each that landed."""
+    return catalog._apply_held(Path(catalog.properties[FAULT_FILE_PROPERTY]), None)
 
 
 @contextmanager
@@ -133,9 +181,27 @@ def _take_fault(fault_file: str | None, table: str) -> dict | None:
         return None
     with _locked(Path(fault_file)) as faults:
         for index, fault in enumerate(faults):
-            if fault.get("table") in (None, table):
+            if fault["mode"] != _HELD and fault.get("table") in (None, table):
                 return faults.pop(index)
     return None
+
+
+def _hold(
+    fault_file: Path,
+    table: Table,
+    requirements: tuple[TableRequirement, ...],
+    updates: tuple[TableUpdate, ...],
+) -> None:
+    """Keep a commit for later, as the REST request body it would be (JSON, any process)."""
+    name = table.name()
+    request = CommitTableRequest(
+        identifier=TableIdentifier(namespace=list(name[:-1]), name=name[-1]),
+        requirements=requirements,
+        updates=updates,
+    )
+    held = {"mode": _HELD, "table": ".".join(name), "request": request.model_dump_json()}
+    with _locked(fault_file) as faults:
+        faults.append(held)
 
 
 @contextmanager

@@ -132,15 +132,32 @@ class _FileWritingTask:
         return outcome
 
     def _abort(self, messages: list) -> None:
-        """Delete the batch's files that no snapshot references, after a refresh.
+        """Delete the batch's files only when its commit never ran.
 
-        Spark aborts for ANY exception of ``commit``, including one raised after the
-        catalog applied the commit (a lost answer): the exception proves nothing, so only
-        files the refreshed table does not reference are deleted. When the table cannot
-        be read, nothing is deleted; orphan-file removal reclaims what is truly unused.
+        Spark aborts for ANY exception of ``commit``, and an exception proves nothing: the
+        catalog may have applied the commit and lost the answer, or may apply it LATER (a
+        REST server still processing it, a Glue update going through after the client's
+        timeout). No read of the table can prove a commit in flight will never land, so
+        once commit ran nothing is deleted (Iceberg's Java client also keeps its files on
+        an unknown commit state): the replay of the batch learns from the watermark
+        whether it landed, and orphan-file removal reclaims the files of one that did not.
+
+        Commit ran iff every task delivered its message: Spark passes None for a task
+        that failed, and calls commit only when none did. Then the files of the tasks that
+        succeeded were never sent to the catalog, and those the refreshed table does not
+        reference are deleted. When the table cannot be read, nothing is deleted.
         """
         paths = [p for m in messages if isinstance(m, DataFilesWritten) for p in m.paths]
         if not paths:
+            return
+        if all(message is not None for message in messages):
+            logger.warning(
+                "Abort of batch files of %s kept its %d files: its commit ran and may land "
+                "yet; the batch's replay decides, and orphan-file removal reclaims them if "
+                "it never lands",
+                self.options.table,
+                len(paths),
+            )
             return
         try:
             table = self.options.load_table()

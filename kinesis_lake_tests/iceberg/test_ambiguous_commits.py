@@ -8,6 +8,7 @@ replay that follows, every row must be readable (no data file missing) and there
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,15 +17,17 @@ from pyiceberg.exceptions import CommitStateUnknownException
 
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.data_files import TableWriteTarget
-from kinesis_lake.iceberg.maintenance import compact, expire_snapshots
+from kinesis_lake.iceberg.maintenance import compact, expire_snapshots, remove_orphan_files
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.spark.iceberg_sink_options import SinkOptions
 from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter, OverlappingPositionsError
 from kinesis_lake_tests.ambiguous_catalog import (
+    LANDS_LATE,
     LANDS_THEN_RAISES,
     RAISES_BEFORE,
     AmbiguousCatalog,
+    apply_late_commits,
     arm,
     catalog_environment,
     pause_commits,
@@ -111,7 +114,11 @@ def test_a_landed_commit_reported_as_a_conflict_is_skipped_without_deleting_its_
     assert committed_positions(writer.options.load_table()) == {"a": "149"}
 
 
-def test_a_commit_that_failed_before_landing_is_cleaned_up_and_replayed_once(faults, tmp_path):
+def test_a_commit_that_failed_before_landing_is_replayed_once_and_its_files_reclaimed_later(
+    faults, tmp_path
+):
+    """The client cannot tell this failure from a commit still landing (see the next
+    test), so the abort keeps the files; orphan-file removal reclaims them, and only them."""
     data_dir = tmp_path / "data"
     writer = sink(data_dir)
     arm(faults, RAISES_BEFORE, error="generic")
@@ -119,9 +126,15 @@ def test_a_commit_that_failed_before_landing_is_cleaned_up_and_replayed_once(fau
     with pytest.raises(ConnectionError):
         writer.commit([first], batchId=0)
     writer.abort([first], batchId=0)
-    assert not any(exists(p) for p in first.paths), "unreferenced files of an abort stay"
+    assert all(exists(p) for p in first.paths), "an exception proved nothing, yet files went"
     replay = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     writer.commit([replay], batchId=0)
+    assert sequences(data_dir) == expected("a", 100, 50)
+
+    table = writer.options.load_table()
+    remove_orphan_files(table, older_than_ms=int(time.time() * 1000) + 60_000)
+    assert not any(exists(p) for p in first.paths)
+    assert all(exists(p) for p in replay.paths)
     assert sequences(data_dir) == expected("a", 100, 50)
 
 
@@ -255,3 +268,27 @@ def test_an_empty_batch_racing_a_commit_never_moves_positions_back(faults, tmp_p
     with pytest.raises(OverlappingPositionsError):
         stale.commit([stale.write(iter([raw_batch(range(11, 21), shard="a")]))], batchId=2)
     assert sequences(data_dir) == expected("a", 1, 20)
+
+
+def test_a_commit_the_catalog_applies_after_the_abort_finds_its_files_in_place(faults, tmp_path):
+    """Issue 31, suspected d: the catalog applies the commit after the abort's reload.
+
+    The abort reads a table that does not reference the batch's files yet (the catalog
+    is still processing the commit whose answer was lost); whatever it deletes on that
+    evidence, the table references once the commit lands.
+    """
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    arm(faults, LANDS_LATE)
+    first = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
+    with pytest.raises(CommitStateUnknownException):
+        writer.commit([first], batchId=0)
+    writer.abort([first], batchId=0)  # what Spark does for any exception of commit
+
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    assert isinstance(catalog, AmbiguousCatalog)
+    assert apply_late_commits(catalog) == [True], "the late commit should have landed"
+    assert all(exists(p) for p in first.paths), "the table references files the abort deleted"
+    replay = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
+    writer.commit([replay], batchId=0)  # skipped: the watermark says batch 0 landed
+    assert sequences(data_dir) == expected("a", 100, 50)

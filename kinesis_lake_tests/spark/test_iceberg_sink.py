@@ -97,10 +97,12 @@ def test_a_task_tracks_each_shard_s_lowest_and_highest_sequence_number_as_number
     assert written.first_positions == {"a": "9", "b": "7"}
 
 
-def test_an_aborted_batch_leaves_no_files(tmp_path):
+def test_a_batch_aborted_because_a_task_failed_leaves_no_files(tmp_path):
+    """Spark passes None for the failed task's message and never called commit: the
+    other tasks' files were never sent to the catalog and can go at once."""
     writer, catalog = sink_for(tmp_path)
     message = writer.write(iter([raw_batch(range(1, 11), shard="a")]))
-    writer.abort([message], batchId=0)
+    writer.abort([message, None], batchId=0)
     assert not any(Path(p.removeprefix("file://")).exists() for p in message.paths)
     assert row_count(catalog) == 0
 
