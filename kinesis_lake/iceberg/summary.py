@@ -33,8 +33,8 @@ def derived_writer_id(source_table_name: str) -> str:
 
 
 def full_writer_id(table_name: str) -> str:
-    """The writer id of a table recomputed whole from several inputs: its batch id is the
-    sum of their sequence numbers, which grows whenever any of them changes."""
+    """The writer id of a table recomputed whole from several inputs: its batch id counts
+    its recomputations (``lineage.full_refresh_batch`` says when one is due)."""
     return f"sql:{table_name}"
 
 

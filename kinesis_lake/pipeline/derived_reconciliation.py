@@ -20,9 +20,9 @@ from pyiceberg.table import Table
 
 from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, UpsertSpec
-from kinesis_lake.iceberg.commit import last_committed_batch
 from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id
-from kinesis_lake.iceberg.summary import full_writer_id
+from kinesis_lake.iceberg.lineage import full_refresh_batch, source_moved_back, table_state
+from kinesis_lake.iceberg.summary import derived_writer_id, full_writer_id
 
 SAMPLED_HISTORY_ROWS = 1_000_000
 """Above this many source rows, a 1-in-N sample of keys (by hash) is compared."""
@@ -168,13 +168,12 @@ def reconcile_windows(spec: DerivedTable, source: Table, table: Table) -> Window
 
 
 def sql_table_caught_up(spec: DerivedTable, inputs: dict[str, Table], table: Table) -> bool:
-    """True when the table has processed every row its inputs hold now."""
+    """True when the table has processed every row its inputs hold now, and only those: an
+    input re-created or rolled back since makes it behind, whatever the numbers say."""
     if spec.refresh == "full":
-        current = sum(
-            (s.sequence_number or 0)
-            for s in (inputs[name].current_snapshot() for name in spec.inputs)
-            if s is not None
-        )
-        return (last_committed_batch(table, full_writer_id(spec.name)) or 0) >= current
+        state = {name: table_state(inputs[name]) for name in spec.inputs}
+        return full_refresh_batch(table, full_writer_id(spec.name), state) is None
     source = inputs[spec.source]
+    if source_moved_back(source, table, derived_writer_id(source.name()[-1])) is not None:
+        return False
     return not appended_since(source, caught_up_snapshot_id(source, table)).files

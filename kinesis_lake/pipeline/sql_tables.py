@@ -11,8 +11,14 @@ view holding exactly the rows the mode needs, so the same SQL serves every mode.
 * ``windowed``: the windows (``window.column`` truncated to ``window.size``) that new rows
   fall in are recomputed from every input row in those windows, late rows included, and
   replace the old rows of those windows (``window.output``) in one commit.
-* ``full``: when any input has a newer snapshot, the whole result replaces the table.
-  Collected on the driver: meant for small tables (dimensions, summaries).
+* ``full``: when any input is in another state than the one the table was computed
+  from (a new snapshot, or a re-created or rolled-back table: see ``iceberg.lineage``),
+  the whole result replaces the table. Collected on the driver: meant for small tables
+  (dimensions, summaries).
+
+A ``rows`` or ``windowed`` table whose source was re-created or rolled back since it last
+read it holds rows of a history the source no longer has: it is emptied and rebuilt from
+the whole source, as on its first refresh.
 
 The table's columns are the query's: created from the first result and evolved (new
 columns, allowed widenings) after.
@@ -35,9 +41,17 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
-from kinesis_lake.iceberg.commit import commit_arrow, last_committed_batch
+from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+from kinesis_lake.iceberg.lineage import (
+    SOURCE_TABLE_UUID,
+    forget_source,
+    full_refresh_batch,
+    record_inputs,
+    source_moved_back,
+    table_state,
+)
 from kinesis_lake.iceberg.summary import derived_writer_id, full_writer_id
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
 from kinesis_lake.pipeline.lake import load_table
@@ -80,6 +94,7 @@ def refresh_sql(
         )
         return replace(refresh, table=identifier)
     source = inputs[spec.source]
+    table = _rebuilt_if_source_moved_back(source, table)
     piece = pending_slice(source, table)
     if not piece.files:
         return TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
@@ -92,7 +107,7 @@ def refresh_sql(
         identifier,
         writer_id=derived_writer_id(spec.source),
         batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+        summary=_source_summary(source, piece.to_snapshot_id),
     )
     return TableRefresh(
         identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
@@ -113,6 +128,7 @@ def refresh_windowed(
     window = spec.window
     assert window is not None, f"{spec.name} is not a windowed table"
     name = ".".join(table.name()) if table is not None else spec.name
+    table = _rebuilt_if_source_moved_back(source, table)
     piece = pending_slice(source, table)
     if not piece.files:
         return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False), 0
@@ -120,7 +136,7 @@ def refresh_windowed(
         commit_arrow,
         writer_id=derived_writer_id(spec.source),
         batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+        summary=_source_summary(source, piece.to_snapshot_id),
     )
     window_micros = _windows(read_table_files(spark, source, piece.files), window)
     if not window_micros:  # no new row has a time: nothing to recompute, the place moves on
@@ -151,9 +167,10 @@ def _refresh_full(
     table: Table | None,
 ) -> TableRefresh:
     snapshots = {name: inputs[name].current_snapshot() for name in spec.inputs}
-    batch_id = sum(s.sequence_number or 0 for s in snapshots.values() if s is not None)
-    done = last_committed_batch(table, full_writer_id(spec.name)) if table is not None else None
-    if done is not None and batch_id <= done:
+    state = {name: table_state(inputs[name]) for name in spec.inputs}  # as of `snapshots`
+    writer_id = full_writer_id(spec.name)
+    batch_id = full_refresh_batch(table, writer_id, state)
+    if batch_id is None:
         return TableRefresh(identifier, 0, 0, 0, None, False)
     files = rows = 0
     for name in spec.inputs:
@@ -170,7 +187,7 @@ def _refresh_full(
     outcome = commit_arrow(
         table,
         data.cast(table_arrow_schema(table.schema())),
-        writer_id=full_writer_id(spec.name),
+        writer_id=writer_id,
         batch_id=batch_id,
         summary={
             f"{SOURCE_SNAPSHOT_PROPERTY}.{name}": str(s.snapshot_id)
@@ -179,7 +196,29 @@ def _refresh_full(
         },
         overwrite_filter=AlwaysTrue(),
     )
+    if outcome.committed:
+        record_inputs(table, writer_id, batch_id, state)
     return TableRefresh(identifier, files, rows, data.num_rows, None, outcome.committed)
+
+
+def _source_summary(source: Table, snapshot_id: int | None) -> dict[str, str]:
+    """What an incremental refresh's commit records of its source: the snapshot it read up
+    to, and which table that snapshot belongs to (ids alone cannot tell a re-created one)."""
+    return {
+        SOURCE_SNAPSHOT_PROPERTY: str(snapshot_id),
+        SOURCE_TABLE_UUID: str(source.metadata.table_uuid),
+    }
+
+
+def _rebuilt_if_source_moved_back(source: Table, table: Table | None) -> Table | None:
+    """``table``, emptied with its watermark when ``source`` was re-created or rolled back
+    since it last read it: its rows came from a history the source no longer has, and its
+    watermark would skip the new rows."""
+    writer_id = derived_writer_id(source.name()[-1])
+    why = source_moved_back(source, table, writer_id) if table is not None else None
+    if table is not None and why is not None:
+        forget_source(table, writer_id, source, why)
+    return table
 
 
 def _query(spec: DerivedTable) -> str:

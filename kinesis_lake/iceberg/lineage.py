@@ -1,0 +1,112 @@
+"""Which state of its inputs a derived table holds, told by identities that never repeat.
+
+Numbers cannot say it: a table dropped and re-created (what an expired-snapshot error tells
+operators to do) starts its sequence numbers at 1 again, and a rollback makes an older
+snapshot current while new commits still get higher numbers. A table's uuid with a
+snapshot id names one state for good, and a table's ``last-sequence-number`` never goes
+down in its life, so a watermark above it was taken on another table.
+
+* A ``full`` table records, with its watermark, the ``uuid/snapshot`` of every input it was
+  computed from: it is up to date exactly when they are the inputs' current ones.
+* An incremental table's commits record its source's uuid (:data:`SOURCE_TABLE_UUID`) next
+  to the source snapshot (``kinesis-lake.source-snapshot-id``): :func:`source_moved_back`
+  says when that history is no longer the source's, and :func:`forget_source` empties the
+  table and its watermark in one commit so the next refresh is a first one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import ancestors_of
+
+from kinesis_lake.iceberg.commit import last_committed_batch, watermark_property
+from kinesis_lake.iceberg.summary import latest_summary_value
+
+logger = logging.getLogger(__name__)
+
+SOURCE_TABLE_UUID = "kinesis-lake.source-table-uuid"
+"""Summary key of a derived table's snapshot: the uuid of the source table it read."""
+# Spelled here, not imported from incremental (which imports commit as we do): the
+# summary key incremental refreshes write next to the source's uuid.
+_SOURCE_SNAPSHOT = "kinesis-lake.source-snapshot-id"
+
+
+def table_state(table: Table) -> str:
+    """``uuid/snapshot id`` of ``table`` as it is now (``uuid/empty`` before any data)."""
+    current = table.current_snapshot()
+    return f"{table.metadata.table_uuid}/{current.snapshot_id if current else 'empty'}"
+
+
+def inputs_property(writer_id: str) -> str:
+    """Table property: the batch ``writer_id`` committed last and the inputs it read."""
+    return f"kinesis-lake.writer.{writer_id}.inputs"
+
+
+def full_refresh_batch(table: Table | None, writer_id: str, inputs: dict[str, str]) -> int | None:
+    """The batch id a full recomputation from ``inputs`` (name -> :func:`table_state`)
+    commits under; None when ``table`` already holds that recomputation.
+
+    The one rule for the refresh and for its check. Batch ids only grow (the commit
+    protocol skips a batch at or below the watermark), whatever the inputs did.
+    """
+    done = last_committed_batch(table, writer_id) if table is not None else None
+    if done is None:
+        return 1
+    assert table is not None
+    recorded = table.properties.get(inputs_property(writer_id))
+    if recorded is not None and json.loads(recorded) == {"batch": done, "inputs": inputs}:
+        return None
+    return done + 1
+
+
+def record_inputs(table: Table, writer_id: str, batch_id: int, inputs: dict[str, str]) -> None:
+    """Say that ``writer_id``'s batch ``batch_id`` was computed from ``inputs``.
+
+    A commit of its own, after the batch's: a crash in between leaves the record naming an
+    older batch, which only makes the next refresh recompute (a full refresh replaces the
+    whole table, so recomputing is always safe).
+    """
+    value = json.dumps({"batch": batch_id, "inputs": inputs}, sort_keys=True)
+    with table.transaction() as tx:
+        tx.set_properties({inputs_property(writer_id): value})
+
+
+def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | None:
+    """Why ``derived``'s rows no longer come from ``source``'s history (the source was
+    re-created or rolled back); None when they do, or when nothing recorded says."""
+    name = ".".join(source.name())
+    recorded_uuid = latest_summary_value(derived, SOURCE_TABLE_UUID)
+    if recorded_uuid is not None and recorded_uuid[0] != str(source.metadata.table_uuid):
+        return f"{name} was re-created since {'.'.join(derived.name())} last read it"
+    done = last_committed_batch(derived, writer_id)
+    last = getattr(source.metadata, "last_sequence_number", None)  # v1 tables have none
+    if done is not None and last is not None and done > last:
+        return f"{name} was re-created since {'.'.join(derived.name())} last read it"
+    recorded_snapshot = latest_summary_value(derived, _SOURCE_SNAPSHOT)
+    current = source.current_snapshot()
+    if recorded_snapshot is None or current is None:
+        return None
+    snapshot_id = int(recorded_snapshot[0])
+    if source.snapshot_by_id(snapshot_id) is None:
+        return None  # expired: the refresh's own error says what to do
+    if all(s.snapshot_id != snapshot_id for s in ancestors_of(current, source.metadata)):
+        return (
+            f"{name} was rolled back past snapshot {snapshot_id}, which {derived.name()[-1]} read"
+        )
+    return None
+
+
+def forget_source(derived: Table, writer_id: str, source: Table, why: str) -> None:
+    """Empty ``derived`` and drop ``writer_id``'s watermark in one commit, so its next
+    refresh rebuilds it from the whole of ``source`` as it is now."""
+    logger.warning("%s: rebuilding %s from it", why, ".".join(derived.name()))
+    summary = {SOURCE_TABLE_UUID: str(source.metadata.table_uuid)}
+    with derived.transaction() as tx, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Delete operation did not match any records")
+        tx.delete(AlwaysTrue(), snapshot_properties=summary)
+        tx.remove_properties(watermark_property(writer_id))
