@@ -25,6 +25,9 @@ from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 from kinesis_lake.spark.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from kinesis_lake.pipeline.derive import DeriveResult
     from kinesis_lake.pipeline.ingest import BatchReport
 
 
@@ -142,6 +145,23 @@ def cmd_produce(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_create_streams(args: argparse.Namespace) -> None:
+    """Create the lake's streams that do not exist yet: what ``ingest`` needs before a
+    producer of the user's own has sent anything (``produce`` sends the demo's events)."""
+    from kinesis_lake.kinesis.client import kinesis_client
+    from kinesis_lake.kinesis.streams import StreamNotFoundError, describe_stream, ensure_stream
+
+    for stream in _streams(_settings(), args.stream):
+        client = kinesis_client(stream.endpoint_url, stream.region, role=stream.assumed_role)
+        try:
+            info = describe_stream(client, stream.stream_name)
+        except StreamNotFoundError:
+            info = ensure_stream(client, stream.stream_name, stream.shard_count)
+            print(f"{stream.stream_name}: created with {info.open_shard_count} shards")
+        else:  # resharding a live stream is the operator's decision, never a side effect
+            print(f"{stream.stream_name}: exists ({info.open_shard_count} shards), left as it is")
+
+
 def cmd_ingest(args: argparse.Namespace) -> None:
     from kinesis_lake.console import IngestProgress
     from kinesis_lake.pipeline.derive import refresh_derived
@@ -163,16 +183,22 @@ def cmd_ingest(args: argparse.Namespace) -> None:
                 f"{stream.raw_table_name} holds {result.raw_rows_total}"
             )
         if args.derive:
-            derived = refresh_derived(spark, settings)
-            written = ", ".join(
-                f"{refresh.rows_written} to {name}" for name, refresh in derived.tables.items()
-            )
-            print(
-                f"derived: {written}, {derived.quarantine.rows_written} quarantined, "
-                f"{derived.windows_recomputed} aggregate windows recomputed"
-            )
+            print(_derive_summary(refresh_derived(spark, settings)))
     finally:
         spark.stop()
+
+
+def _derive_summary(derived: DeriveResult) -> str:
+    """Rows written to every table a refresh wrote: the routed ones, then the upsert and
+    SQL tables (``derived:``) in declared order, which read what the routed ones got."""
+    written = ", ".join(
+        f"{refresh.rows_written} to {name}"
+        for name, refresh in [*derived.tables.items(), *derived.derived.items()]
+    )
+    return (
+        f"derived: {written}, {derived.quarantine.rows_written} quarantined, "
+        f"{derived.windows_recomputed} aggregate windows recomputed"
+    )
 
 
 def cmd_maintain(args: argparse.Namespace) -> None:
@@ -279,11 +305,10 @@ def cmd_query(args: argparse.Namespace) -> None:
         format_table,
         run_sql,
     )
-    from kinesis_lake.pipeline.lake import open_existing_lake
 
     settings = _settings()
     as_of_ms = _as_of_ms(args.as_of) if args.as_of else None
-    catalog = open_existing_lake(settings)
+    catalog = _lake_with_tables(settings)
     result = run_sql(
         catalog, settings.namespace, args.sql, snapshot_id=args.snapshot, as_of_ms=as_of_ms
     )
@@ -301,6 +326,22 @@ def cmd_query(args: argparse.Namespace) -> None:
         print(format_table(result, max_rows=args.max_rows, max_width=width))
 
 
+def _lake_with_tables(settings: Settings) -> Catalog:
+    """The lake, for commands that read its tables: one whose catalog exists but whose
+    namespace no run has created yet (``make dev``'s sensors and checks open the catalog
+    before the first run writes) holds no table to read, and says so in one line."""
+    from kinesis_lake.pipeline.lake import open_existing_lake
+
+    catalog = open_existing_lake(settings)
+    if not catalog.namespace_exists(settings.namespace):
+        raise TableError(
+            f"No table in {settings.namespace} at KINESIS_LAKE_DATA_DIR={settings.data_dir} "
+            "yet: kinesis-lake ingest (or make dev's first run) creates them; with make dev, "
+            "send records and wait for its run."
+        )
+    return catalog
+
+
 def _as_of_ms(text: str) -> int:
     from kinesis_lake.kinesis.shard_reader import parse_timestamp_ms
 
@@ -316,10 +357,10 @@ def cmd_history(args: argparse.Namespace) -> None:
     import pyarrow as pa
 
     from kinesis_lake.iceberg.query import format_table, table_history
-    from kinesis_lake.pipeline.lake import load_table, open_existing_lake, table_names
+    from kinesis_lake.pipeline.lake import load_table, table_names
 
     settings = _settings()
-    catalog = open_existing_lake(settings)
+    catalog = _lake_with_tables(settings)
     name = args.table if "." in args.table else f"{settings.namespace}.{args.table}"
     table = load_table(catalog, name)
     if table is None:
@@ -506,6 +547,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.add_argument(
         "--seed", type=int, default=None, help="same seed, same records; default: the time"
+    )
+
+    create_streams = _command(
+        commands,
+        "create-streams",
+        "create the lake's streams that do not exist yet (the declaration's streams:, else "
+        "KINESIS_STREAM_NAME), with KINESIS_SHARD_COUNT shards; existing ones are left as "
+        "they are",
+        cmd_create_streams,
+    )
+    create_streams.add_argument(
+        "--stream", default=None, help="only this declared stream; default: every stream"
     )
 
     ingest = _command(commands, "ingest", "one bounded ingestion run (availableNow)", cmd_ingest)

@@ -138,12 +138,12 @@ def check_stream(settings: Settings) -> None:
         code = error_code(error)
         if code == "ResourceNotFoundException":
             raise PreflightError(
-                f"KINESIS_STREAM_NAME={name!r}: no such stream at {endpoint} (region "
-                f"{client.meta.region_name}): fix the name, or create the stream "
-                "(`kinesis-lake produce` creates it on local endpoints)."
+                f"{_stream_name_origin(settings)}: no such stream at {endpoint} (region "
+                f"{client.meta.region_name}): fix the name there, or create the stream "
+                "(`kinesis-lake create-streams` creates the lake's streams, on AWS too)."
             ) from error
         raise PreflightError(
-            f"KINESIS_STREAM_NAME={name!r}: DescribeStreamSummary at {endpoint} failed "
+            f"{_stream_name_origin(settings)}: DescribeStreamSummary at {endpoint} failed "
             f"({code}: {_one_line(error)}): check the credentials' Kinesis permissions, "
             "KINESIS_ENDPOINT_URL and AWS_REGION."
         ) from error
@@ -152,6 +152,20 @@ def check_stream(settings: Settings) -> None:
             f"KINESIS_ENDPOINT_URL={endpoint}: the Kinesis call failed ({_one_line(error)}): "
             "fix the URL, or unset it to use AWS."
         ) from error
+
+
+def _stream_name_origin(settings: Settings) -> str:
+    """The stream's name as the user set it: under the declaration's ``streams:`` when it
+    declares streams (KINESIS_STREAM_NAME is then not read, so naming it misleads), else
+    the variable. Read only on the error path: a declaration that does not load is the
+    event schema check's to report."""
+    try:
+        declared = load_declaration(settings.event_schema_path).streams
+    except EventSchemaError:
+        declared = ()
+    if any(stream.name == settings.stream_name for stream in declared):
+        return f"stream {settings.stream_name!r} (streams: in {settings.event_schema_path})"
+    return f"KINESIS_STREAM_NAME={settings.stream_name!r}"
 
 
 def _one_line(error: BaseException) -> str:
