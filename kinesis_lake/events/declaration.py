@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP, RESERVED_COLUMNS
-from kinesis_lake.events.derived_tables import DerivedTable, parse_derived
+from kinesis_lake.events.derived_tables import DerivedTable, DerivedTableError, parse_derived
 from kinesis_lake.events.routes import Route
 from kinesis_lake.events.schema import EventSchema, EventSchemaError, check_keys
 
@@ -345,11 +345,13 @@ def _derived(
         for table in tables
     }
     taken = {*readable, *FIXED_TABLES, *(stream.raw_table for stream in streams)}
+    upserts: dict[str, str] = {}  # the upsert tables so far, and the table each reads
     derived: list[DerivedTable] = []
     for index, entry in enumerate(raw):
         where = f"line {line(entry)}: " if line(entry) else ""
         try:
             table = parse_derived(entry, index, readable)
+            _refuse_following_an_upsert(table, upserts)
         except EventSchemaError as exc:
             raise DeclarationError(f"{where}{exc}") from None
         names = (table.name, table.tombstones) if table.upsert else (table.name,)
@@ -362,8 +364,27 @@ def _derived(
         taken.update(names)
         if table.upsert is not None:
             readable[table.name] = readable[table.source]
+            upserts[table.name] = table.source
         derived.append(table)
     return tuple(derived)
+
+
+def _refuse_following_an_upsert(table: DerivedTable, upserts: Mapping[str, str]) -> None:
+    """An upsert table replaces rows (copy-on-write overwrites), and a table that reads only
+    what its input appended cannot see a replacement: it would stop at the first replaced
+    key, for good (issue 31, defect 4). Refused here, where the fix is one edit away."""
+    if not table.incremental or table.source not in upserts:
+        return
+    if table.upsert is not None:
+        raise DerivedTableError(
+            f"derived table {table.name!r}: an upsert follows the rows its from table appends, "
+            f"and {table.source} is an upsert table, which replaces rows; take from: "
+            f"{upserts[table.source]} (its source), or use a SQL table with refresh: full"
+        )
+    raise DerivedTableError(
+        f"derived table {table.name!r}: refresh {table.refresh} follows the rows its input "
+        f"appends, and {table.source} is an upsert table, which replaces rows; use refresh: full"
+    )
 
 
 def _streams(raw: object, line: Callable[[object], int | None]) -> tuple[StreamDeclaration, ...]:

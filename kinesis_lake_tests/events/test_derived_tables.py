@@ -97,6 +97,20 @@ def test_upsert_and_sql_tables_load_with_what_they_read(tmp_path):
             "window size must be one of minute, hour, day, got 'week'",
         ),
         (
+            UPSERT + "  - name: bad\n    sql: SELECT * FROM user_profiles\n    refresh: rows\n",
+            12,
+            "derived table 'bad': refresh rows follows the rows its input appends, and "
+            "user_profiles is an upsert table, which replaces rows; use refresh: full",
+        ),
+        (
+            UPSERT
+            + "  - name: bad\n    from: user_profiles\n    upsert: {key: op, version: version}\n",
+            12,
+            "derived table 'bad': an upsert follows the rows its from table appends, and "
+            "user_profiles is an upsert table, which replaces rows; take from: profile_updates "
+            "(its source), or use a SQL table with refresh: full",
+        ),
+        (
             "  - name: bad\n    sql: DELETE FROM profile_updates\n",
             9,
             "derived table 'bad': sql must be one SELECT query",
