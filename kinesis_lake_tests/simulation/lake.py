@@ -55,12 +55,14 @@ class Lake:
         self.data_dir = root / "data"
         self.fault_file = fault_file
         self._rows: tuple[str, Counter[tuple[str, str, int]]] | None = None
-        catalog = open_catalog(CATALOG, data_dir=self.data_dir)
-        ensure_namespace(catalog, "lake")
-        ensure_raw_table(catalog, RAW)
+        # One catalog for the simulation's own reads (the code under test opens its own,
+        # as it does in production): opening one costs more than the load it serves.
+        self._catalog = open_catalog(CATALOG, data_dir=self.data_dir)
+        ensure_namespace(self._catalog, "lake")
+        ensure_raw_table(self._catalog, RAW)
 
     def table(self) -> Table:
-        return open_catalog(CATALOG, data_dir=self.data_dir).load_table(RAW)
+        return self._catalog.load_table(RAW)
 
     def writer(self, writer_id: str, batch_id: int) -> IcebergStreamWriter:
         """The sink's write half as the ingestion query configures it, for one batch.

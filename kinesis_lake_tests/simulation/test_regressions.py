@@ -1,0 +1,88 @@
+"""Schedules the simulation found (or that reproduce issue 31's defects), pinned.
+
+Each is the shrunk replay of a failure: a few steps of the real code against the
+simulated stream and the ambiguous catalog, checked after every step. Each failed on the
+code before its fix (issue 31 names the commit it was seen failing on).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kinesis_lake_tests.simulation.kinesis import REFUSE
+from kinesis_lake_tests.simulation.world import run_schedule
+
+_HOUR = 3_600_000
+
+
+def test_an_empty_batch_racing_another_writer_never_rolls_positions_back(tmp_path: Path):
+    """Defect 1 (seen failing on 9eea889: positions-behind-data at the race). The main
+    query's batch reads nothing; a second writer started without checkpoint commits 5
+    new records inside the main query's commit; the main query's metadata-only commit
+    must not put the positions back, or its next batch commits the 5 again."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 0, 3, False),
+            ("run", "main", 1, None),
+            ("second_writer", False),
+            ("race", "main", "second", 5),
+            ("run", "main", 2, None),
+        ],
+        shards=1,
+    )
+    assert sum(state.lake.rows().values()) == 8
+
+
+def test_records_expired_in_an_outage_are_reported_even_after_an_empty_read(tmp_path: Path):
+    """Defect 2 (seen failing on 9eea889: silent-loss at the last step). Shard 0's three
+    records expire in an outage; the run that shard 1's backlog starts finds shard 0
+    empty, and must not record that as a quiet shard: when shard 0 is read again, the
+    three are reported lost, not skipped silently."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 0, 2, False),
+            ("put", 1, 2, False),
+            ("run", "main", 1, None),
+            ("outage", 10 * _HOUR),
+            ("put", 0, 3, False),
+            ("outage", 25 * _HOUR),
+            ("put", 1, 1, False),
+            ("run", "main", 2, None),
+            ("put", 0, 2, False),
+            ("run", "main", 2, None),
+        ],
+        shards=2,
+    )
+    assert "shardId-000000000000" in state.reported
+
+
+def test_a_stream_quiet_for_longer_than_retention_is_not_data_loss(tmp_path: Path):
+    """Defect 3 (seen failing on 9eea889 and after defect 2's fix: false-loss at the
+    sensor's run). One ingest, 30 quiet hours with the deployment up (the sensor ticking
+    and finding no backlog), then new records: the sensor's run must take them, with no
+    data-loss error, since none was lost."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 0, 3, False),
+            ("run", "main", 1, None),
+            ("advance", 30 * _HOUR),
+            ("put", 0, 5, False),
+            ("sensor",),
+        ],
+        shards=1,
+    )
+    assert sum(state.lake.rows().values()) == 8
+
+
+def test_a_quiet_stream_whose_resume_position_is_refused_is_not_data_loss(tmp_path: Path):
+    """Defect 3 when Kinesis refuses the aged-out resume position outright (shrunk from
+    seed 2): eight records read, 40 quiet hours with the sensor ticking, then a run."""
+    run_schedule(
+        tmp_path,
+        [("put", 4, 8, False), ("advance", 40 * _HOUR), ("run", "main", 4, None)],
+        shards=1,
+        trimmed_position=REFUSE,
+    )
