@@ -86,3 +86,29 @@ def test_a_quiet_stream_whose_resume_position_is_refused_is_not_data_loss(tmp_pa
         shards=1,
         trimmed_position=REFUSE,
     )
+
+
+def test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reported_lost(
+    tmp_path: Path,
+):
+    """Found by the simulation (new; fails on 9eea889 and today). A batch read three
+    records and died before the sink committed them; an outage outlasted retention; every
+    restart then replays the pinned range, cannot reproduce it ("the end record is gone")
+    and fails with the same ShardReadError, for ever: ingestion is stuck, and the three
+    records, lost, are never reported as loss (so failOnDataLoss=false cannot help)."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 0, 3, False),
+            ("run", "main", 1, "before-commit"),
+            ("outage", 30 * _HOUR),
+            ("put", 0, 2, False),
+            ("run", "main", 1, None),
+            ("run", "main", 1, None),
+            ("run", "main", 1, None),
+            ("run", "main", 2, None),
+        ],
+        shards=1,
+    )
+    assert "shardId-000000000000" in state.reported
+    assert sum(state.lake.rows().values()) == 2
