@@ -237,6 +237,7 @@ class ShardReader:
         consumer_arn: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         if not 1 <= max_records_per_call <= 10_000:
             raise ValueError("max_records_per_call must be within 1..10000 (the GetRecords cap)")
@@ -249,6 +250,7 @@ class ShardReader:
         self._consumer_arn = consumer_arn
         self._sleep = sleep
         self._clock = clock
+        self._now_ms = now_ms  # epoch ms: a simulation's virtual clock instead of the wall's
         self._rng = random.Random()
         self._last_call_at: float | None = None
         self.outcome: ReadOutcome | None = None
@@ -383,7 +385,7 @@ class ShardReader:
             retries=0,
             iterator_renewals=0,
             data_loss=None,
-            read_started_ms=int(time.time() * 1000),
+            read_started_ms=self._now_ms(),
         )
         end = int(end_sequence_number) if end_sequence_number is not None else None
         cursor = ReadCursor(start, quiet_since_ms, retention_ms)
