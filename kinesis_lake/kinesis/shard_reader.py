@@ -457,6 +457,7 @@ class ShardReader:
                     yield batch
 
                 if page.shard_ended and consumed_all:
+                    cursor.nothing_after(page.server_ms)
                     outcome.shard_ended = True
                     stop = stop or "shard_end"
                 elif (
@@ -470,6 +471,10 @@ class ShardReader:
                     # Real Kinesis can return a short (even empty) page while still behind,
                     # so a short page only means "caught up" when MillisBehindLatest says
                     # so. See ``Page.end_needs_empty_page`` for the resume record alone.
+                    # The tip time is recorded only once the gap check is settled:
+                    # an unresolved resume point would otherwise let the next read take
+                    # records that expired unread for a quiet shard (issue 31 defect 2).
+                    cursor.nothing_after(page.server_ms)
                     outcome.caught_up = True
                     outcome.tip_ms = page.server_ms
                     stop = "caught_up"
@@ -744,6 +749,39 @@ class ReadCursor:
             )
         self._resume_after = None
         return False
+
+    def nothing_after(self, server_ms: int | None) -> None:
+        """The read reached the tip (or the end of a closed shard) at server time
+        ``server_ms`` without seeing a record after the resume point.
+
+        If the resume record itself was not seen either, it aged out, and so did every
+        record that arrived between it and the trim horizon: an empty shard now proves
+        nothing about them. Unless the shard was read to its tip after the current trim
+        horizon (``quiet_since_ms``), the gap is reported as possible loss; staying
+        silent here would let this read record a tip time, and the next read would take
+        the lost records for a quiet shard.
+        """
+        if self._resume_after is None or self._found_resume_record:
+            return
+        if self._quiet_past(server_ms):
+            _log.info(
+                "resume record %s aged out of a shard that was quiet since %s: no gap",
+                self.start.sequence_number,
+                self._quiet_since_ms,
+            )
+        else:
+            reason = f" ({self._rejection})" if self._rejection else ""
+            since = (
+                f"since it was last read to its tip at {self._quiet_since_ms} ms (server time)"
+                if self._quiet_since_ms is not None
+                else "and no read to its tip is on record"
+            )
+            self.data_loss = (
+                f"the resume record {self.start.sequence_number} is no longer retained and the "
+                f"shard holds nothing after it{reason}: records that arrived after it {since} "
+                "may have expired unread"
+            )
+        self._resume_after = None
 
     def _quiet_past(self, server_ms: int | None) -> bool:
         """True when the shard was read to its tip after the current trim horizon."""

@@ -144,3 +144,42 @@ def test_replaying_a_committed_batch_after_its_records_expired(spark, clock, set
 
     assert result.rows == 5
     assert_exactly_once(settings, 15)
+
+
+def _outage_longer_than_retention_with_records_lost(spark, clock, settings) -> None:
+    """Ingest, then records arrive and expire unread during an outage longer than the
+    retention period; the shard holds nothing newer when ingestion starts again."""
+    produce(settings, 10, seed=1)
+    run_ingestion(spark, settings)
+    clock.advance(2 * 3600)
+    produce(settings, 4, seed=2)  # arrive during the outage, never read
+    clock.advance(DAY_S + 3600)  # the resume record and the four are past retention
+
+
+def test_an_empty_read_after_an_outage_that_lost_records_reports_the_loss(
+    spark, clock, settings_factory
+):
+    """Issue 31 defect 2: the read after the outage found the shard empty and recorded it
+    as read to its tip, so the gap was never reported and the next read took it for a
+    quiet shard."""
+    settings = settings_factory(clock, shard_count=1)
+    _outage_longer_than_retention_with_records_lost(spark, clock, settings)
+
+    with pytest.raises(StreamingQueryException, match="Data loss"):
+        run_ingestion(spark, settings)
+    assert clock.trimmed == {PARENT: 5}  # the resume record and the four lost
+
+
+def test_an_acknowledged_loss_after_an_outage_is_counted_once(spark, clock, settings_factory):
+    """With KINESIS_LAKE_FAIL_ON_DATA_LOSS=false the possible gap is skipped and counted
+    once; the runs after it find no loss again, and new records land."""
+    settings = settings_factory(clock, shard_count=1, fail_on_data_loss=False)
+    _outage_longer_than_retention_with_records_lost(spark, clock, settings)
+
+    assert run_ingestion(spark, settings).skipped_ranges == 1
+    assert run_ingestion(spark, settings).skipped_ranges == 1
+    produce(settings, 5, seed=3)
+    result = run_ingestion(spark, settings)
+
+    assert result.rows == 5 and result.skipped_ranges == 1
+    assert_exactly_once(settings, 15)
