@@ -106,6 +106,7 @@ class Query:
         now_ms: Callable[[], int],
         fail_on_data_loss: bool = True,
         max_records_per_shard: int = 50,
+        available_now: bool = False,
     ) -> None:
         self.kinesis = kinesis
         self.lake = lake
@@ -131,6 +132,8 @@ class Query:
         self.source = KinesisStreamReader(self.options)
         self.source._client = kinesis  # the simulated AWS
         self.store = ShardProgressStore(self.options.metadata_path)
+        # prepareForTriggerAvailableNow: "everything that arrived before the run started".
+        self.cutoff_ms = now_ms() if available_now else None
 
     # ------------------------------------------------------------------ one micro-batch
 
@@ -149,7 +152,7 @@ class Query:
         if replay:
             end = cp.offsets[batch_id]
         else:
-            end = latest_offset(self.source, self.kinesis, start, self.now_ms())
+            end = latest_offset(self.source, self.kinesis, start, self.now_ms(), self.cutoff_ms)
             if end == start:
                 return BatchResult(None)
             cp.offsets.append(end)
@@ -181,14 +184,19 @@ class Query:
 
 
 def latest_offset(
-    source: KinesisStreamReader, kinesis: SimulatedKinesis, start: dict[str, Any], now_ms: int
+    source: KinesisStreamReader,
+    kinesis: SimulatedKinesis,
+    start: dict[str, Any],
+    now_ms: int,
+    cutoff_ms: int | None,
 ) -> dict[str, Any]:
-    """``KinesisStreamReader.latestOffset`` under ``ReadAllAvailable``, at ``now_ms``."""
+    """``KinesisStreamReader.latestOffset`` under ``ReadAllAvailable``, at ``now_ms``
+    (``cutoff_ms``: the availableNow run's start, None for a lingering query)."""
     current = SourceOffset.from_dict(start)
     records = source._completed_epoch(current)
     outcomes = {shard_id: r.outcome for shard_id, r in records.items()}
     options = source.options
-    if resting(current, outcomes, now_ms, options.idle_ms):
+    if cutoff_ms is None and resting(current, outcomes, now_ms, options.idle_ms):
         return start
     source._check_stream_identity(current)
     planned = plan_next_offset(
@@ -198,6 +206,7 @@ def latest_offset(
             outcomes=outcomes,
             max_records_per_shard=options.max_records_per_shard,
             now_ms=now_ms,
+            cutoff_ms=cutoff_ms,
             idle_ms=options.idle_ms,
             fail_on_data_loss=options.fail_on_data_loss,
         ),
@@ -230,6 +239,7 @@ def read_shard(
         min_call_interval_s=task.min_call_interval_s,
         sleep=lambda _seconds: None,
         clock=lambda: kinesis_seconds(kinesis),
+        now_ms=kinesis.now_ms,
     )
     ingested_at = pa.scalar(kinesis.now_ms() * 1000, pa.timestamp("us", tz="UTC"))
     batches = [

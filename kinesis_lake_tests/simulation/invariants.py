@@ -23,6 +23,9 @@ FALSE_LOSS = "false-loss"
 MISSED_BACKLOG = "sensor-missed-backlog"
 PHANTOM_BACKLOG = "sensor-phantom-backlog"
 STUCK = "ingestion-stuck"
+UNEXPECTED = "unexpected-exception"
+RUN_NEVER_ENDS = "available-now-run-never-ends"
+LEFT_BEHIND = "available-now-left-records-behind"
 
 
 class Violation(AssertionError):
@@ -125,3 +128,23 @@ def check_sensor(
             PHANTOM_BACKLOG, f"probe found a backlog on {probe.shards_with_backlog}, none exists"
         )
     return probe.has_backlog
+
+
+def check_drained(
+    kinesis: SimulatedKinesis, in_table: set[tuple[str, str]], cutoff_ms: int
+) -> None:
+    """An availableNow run that ended by itself read every record that arrived before it
+    started and is still retained (parents and children alike)."""
+    left = sorted(
+        (shard.shard_id, r.sequence_number)
+        for shard in kinesis.shards.values()
+        if kinesis.listed(shard)
+        for r in kinesis.retained(shard)
+        if r.arrival_ms <= cutoff_ms and (shard.shard_id, str(r.sequence_number)) not in in_table
+    )
+    if left:
+        raise Violation(
+            LEFT_BEHIND,
+            f"the run ended with {len(left)} record(s) from before its start unread, "
+            f"e.g. {left[:3]}",
+        )
