@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kinesis-lake-installed
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test dev bench bench-full lint clean fuzz lock simulate
+.PHONY: setup demo test test-fast dev bench bench-full lint clean fuzz lock simulate
 
 setup: $(STAMP)
 
@@ -25,6 +25,12 @@ TEST_WORKERS ?= 2
 test: setup
 	bash scripts/bootstrap.sh --test-tools
 	$(BIN)/python -m pytest kinesis_lake_tests --durations=30 -n $(TEST_WORKERS) --dist loadfile
+
+# The tests that need no JVM and start no process of their own (kinesis_lake_tests/tiers.py
+# finds each test's kind): a few minutes, for while you work. A fast test that starts a
+# process fails, naming the kind to mark it with. `make test` (CI) still runs every kind.
+test-fast: setup
+	$(BIN)/python -m pytest kinesis_lake_tests -m fast --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 # DATA_DIR=.data/demo opens the UI on what `make demo` left; default .data/dev.
 dev: setup

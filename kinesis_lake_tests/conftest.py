@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kinesis_lake_tests import tiers
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -57,7 +58,8 @@ def shared_endpoints_survive(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     died = []
     for endpoint in _SHARED_ENDPOINTS:
-        last_words = endpoint.revive()
+        with tiers.shared():  # a fast test may see a shared endpoint started again
+            last_words = endpoint.revive()
         if last_words is not None:
             _DIED_LOGS.mkdir(parents=True, exist_ok=True)
             test = re.sub(r"[^\w.-]+", "_", request.node.nodeid)[-150:]
@@ -141,3 +143,8 @@ def settings_factory(tmp_path: Path):
         return make_settings(tmp_path / "data", endpoint.url, **overrides)
 
     return build
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The kinds of test (fast, spark, processes, system): kinesis_lake_tests/tiers.py."""
+    tiers.register(config)
