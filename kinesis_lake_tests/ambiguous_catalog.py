@@ -21,7 +21,9 @@ Faults, taken in order, one per commit (of any table, or of the named table):
   that goes through after the client gave up, a Postgres backend finishing ``COMMIT``
   after the connection dropped). The request is kept in the fault file and applied,
   requirements checked against the table as it is THEN, by :func:`apply_late_commits`
-  or at the start of the next commit of the same table, whichever comes first. Whatever
+  or at the start of the next commit of the same table, whichever comes first (armed
+  with ``at_next_commit=False``: only by :func:`apply_late_commits`, so the commits that
+  follow land before it, as they can on a server still busy with it). Whatever
   the client reads in between (an abort's reload) shows the table without it. What it
   does not model: reads that lag writes the client saw succeed (stale reads).
 
@@ -84,7 +86,7 @@ class AmbiguousCatalog(SqlCatalog):
             hook(name)
         fault_file = self.properties.get(FAULT_FILE_PROPERTY)
         if fault_file:
-            self._apply_held(Path(fault_file), name)
+            self._apply_held(Path(fault_file), name, only_at_next_commit=True)
         fault = _take_fault(fault_file, name)
         if fault is None:
             return super().commit_table(table, requirements, updates)
@@ -92,19 +94,28 @@ class AmbiguousCatalog(SqlCatalog):
         if fault["mode"] == RAISES_BEFORE:
             raise error(f"injected: commit of {name} failed before it was applied")
         if fault["mode"] == LANDS_LATE:
-            _hold(Path(fault_file or ""), table, requirements, updates)
+            at_next_commit = fault.get("at_next_commit", True)
+            _hold(Path(fault_file or ""), table, requirements, updates, at_next_commit)
             raise error(f"injected: commit of {name} is still being applied; the answer was lost")
         super().commit_table(table, requirements, updates)
         raise error(f"injected: commit of {name} was applied, then the answer was lost")
 
-    def _apply_held(self, fault_file: Path, table: str | None) -> list[bool]:
+    def _apply_held(
+        self, fault_file: Path, table: str | None, *, only_at_next_commit: bool = False
+    ) -> list[bool]:
         """Apply the held commits (of ``table``, if named), as the catalog finally would.
 
         Each is applied to the table as it is now, so its requirements decide, as they
         would on the server: True for a commit that landed, False for one refused.
         """
         with _locked(fault_file) as faults:
-            held = [f for f in faults if f["mode"] == _HELD and table in (None, f["table"])]
+            held = [
+                f
+                for f in faults
+                if f["mode"] == _HELD
+                and table in (None, f["table"])
+                and (f["at_next_commit"] or not only_at_next_commit)
+            ]
             faults[:] = [f for f in faults if f not in held]
         outcomes = []
         for fault in held:
@@ -138,13 +149,24 @@ def catalog_environment(
 
 
 def arm(
-    fault_file: Path, mode: str, *, error: str = "unknown", table: str | None = None, times: int = 1
+    fault_file: Path,
+    mode: str,
+    *,
+    error: str = "unknown",
+    table: str | None = None,
+    times: int = 1,
+    at_next_commit: bool = True,
 ) -> None:
-    """Queue ``times`` faults of ``mode`` for the next commits (of ``table``, if named)."""
+    """Queue ``times`` faults of ``mode`` for the next commits (of ``table``, if named).
+
+    ``at_next_commit`` (``LANDS_LATE`` only): the held commit is applied at the start of
+    the next commit of its table; False holds it until :func:`apply_late_commits`.
+    """
     if mode not in (LANDS_THEN_RAISES, RAISES_BEFORE, LANDS_LATE) or error not in _ERRORS:
         raise ValueError(f"unknown fault {mode!r} / error {error!r}")
+    fault = {"mode": mode, "error": error, "table": table, "at_next_commit": at_next_commit}
     with _locked(fault_file) as faults:
-        faults.extend({"mode": mode, "error": error, "table": table} for _ in range(times))
+        faults.extend(dict(fault) for _ in range(times))
 
 
 def pending(fault_file: Path) -> int:
@@ -191,6 +213,7 @@ def _hold(
     table: Table,
     requirements: tuple[TableRequirement, ...],
     updates: tuple[TableUpdate, ...],
+    at_next_commit: bool,
 ) -> None:
     """Keep a commit for later, as the REST request body it would be (JSON, any process)."""
     name = table.name()
@@ -199,7 +222,12 @@ def _hold(
         requirements=requirements,
         updates=updates,
     )
-    held = {"mode": _HELD, "table": ".".join(name), "request": request.model_dump_json()}
+    held = {
+        "mode": _HELD,
+        "table": ".".join(name),
+        "request": request.model_dump_json(),
+        "at_next_commit": at_next_commit,
+    }
     with _locked(fault_file) as faults:
         faults.append(held)
 

@@ -24,15 +24,20 @@ writes, and the metadata holds them once. Copied into every snapshot's summary t
 made a 500-shard table's metadata 4.7 MB at 100 retained snapshots, written and read back
 by every commit (50 MB at 5,000 shards).
 
-Invariant: POSITIONS NEVER MOVE BACKWARDS, whatever commit carries them. ``prepare``
-computes them from the attempt's base, and a commit applies to the catalog's CURRENT
-metadata, so a commit that wrote positions without requiring its base would overwrite
-those of a commit that landed in between (issue 31: a stale query's empty batch rolled
-them back, and its next batch re-committed rows another query had committed). So a
-commit writes positions only when they differ from its base's, and then only under
-``AssertRefSnapshotId(main = base)``; positions change only in such commits, so the base
-they were merged from is the latest. An empty batch (no record read, nothing to advance)
-moves only its writer's watermark.
+Invariant: POSITIONS AND WATERMARKS NEVER MOVE BACKWARDS, whatever commit carries them.
+``prepare`` computes positions from the attempt's base, and a commit applies its
+property updates to the catalog's CURRENT metadata, so a commit that did not require its
+base would overwrite what landed in between (issue 31: a stale query's empty batch rolled
+the positions back, and its next batch re-committed rows another query had committed;
+an empty batch's commit that the catalog applied late rolled its writer's watermark
+back). So EVERY commit requires ``AssertRefSnapshotId(main = base)``: a data commit
+through its snapshot update, a metadata-only one explicitly (a metadata-only commit that
+loses a race retries on fresh metadata like any other). Positions are merged into the
+base's shard by shard and written only when that changes them, so an empty batch (no
+record read) moves only its writer's watermark. In the sink only commits that add files
+change positions, and those move ``main``, so the base a commit merged them from holds
+the latest positions (a caller whose ``prepare`` raised them without files could race
+another such commit from the same base: merged, they still never fall below it).
 
 Precondition: batch ids of one writer grow, and one live process commits per writer id
 at a time (Spark's checkpoint guarantees both for a streaming query).
@@ -248,8 +253,9 @@ def _commit_batch(
         view = fail_fast(table)
         tx = MetadataReusingTransaction(view)
         stage(tx, snapshot_properties)
+        tx.require_base_snapshot()  # a snapshot update has it; a metadata-only commit not
         properties = {watermark_property(writer_id): str(batch_id)}
-        tx.set_properties({**properties, **_positions_update(table, tx, positions)})
+        tx.set_properties({**properties, **_positions_update(table, positions)})
         try:
             tx.commit_transaction()
         except CommitFailedException:
@@ -278,25 +284,19 @@ def _commit_batch(
         )
 
 
-def _positions_update(
-    base: Table, tx: MetadataReusingTransaction, positions: str | None
-) -> dict[str, str]:
+def _positions_update(base: Table, positions: str | None) -> dict[str, str]:
     """The positions property to write with this attempt, if any: see the module docstring.
 
     The proposal is merged into the base's positions shard by shard, so no caller can
-    lower one. Positions equal to the base's are not written (an empty batch read no
+    lower one. Positions equal to the base's are not written: an empty batch read no
     record to advance them, and writing the base's value back could only undo a commit
-    that won the race). Positions that change are written only under the requirement
-    that ``main`` is still the base they were computed from.
+    that won the race.
     """
     if positions is None:
         return {}
     current = committed_positions(base)
     merged = merge_positions(current, json.loads(positions))
-    if merged == current:
-        return {}
-    tx.require_base_snapshot()
-    return {keys.POSITIONS: json.dumps(merged, sort_keys=True)}
+    return {} if merged == current else {keys.POSITIONS: json.dumps(merged, sort_keys=True)}
 
 
 def later_sequence(a: str | None, b: str) -> str:

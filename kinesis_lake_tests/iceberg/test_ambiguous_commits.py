@@ -16,6 +16,7 @@ import pytest
 from pyiceberg.exceptions import CommitStateUnknownException
 
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+from kinesis_lake.iceberg.commit import last_committed_batch
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.maintenance import compact, expire_snapshots, remove_orphan_files
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
@@ -292,3 +293,32 @@ def test_a_commit_the_catalog_applies_after_the_abort_finds_its_files_in_place(f
     replay = writer.write(iter([raw_batch(range(100, 150), shard="a")]))
     writer.commit([replay], batchId=0)  # skipped: the watermark says batch 0 landed
     assert sequences(data_dir) == expected("a", 100, 50)
+
+
+def test_an_empty_batch_whose_commit_lands_late_never_moves_the_watermark_back(faults, tmp_path):
+    """The catalog applies an empty batch's commit only after the writer went on.
+
+    Batch 1 read nothing; its commit's answer is lost while the catalog still holds it;
+    the replay commits batch 1, batch 2 commits rows, and only then the held commit is
+    applied. Carrying no snapshot, it would have no requirement: the watermark would fall
+    back to 1, and the replay of batch 2 (a crash before Spark's checkpoint) would be
+    refused as a stale checkpoint instead of skipped, stopping ingestion.
+    """
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    writer.commit([writer.write(iter([raw_batch(range(1, 11), shard="a")]))], batchId=0)
+    arm(faults, LANDS_LATE, at_next_commit=False)
+    with pytest.raises(CommitStateUnknownException):
+        writer.commit([writer.write(iter([]))], batchId=1)
+    writer.commit([writer.write(iter([]))], batchId=1)  # its replay, after the restart
+    writer.commit([writer.write(iter([raw_batch(range(11, 21), shard="a")]))], batchId=2)
+
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    assert isinstance(catalog, AmbiguousCatalog)
+    assert apply_late_commits(catalog) == [False], "the late commit landed over batch 2"
+    assert last_committed_batch(writer.options.load_table(), "query-1") == 2
+    replay = writer._commit(
+        [writer.write(iter([raw_batch(range(11, 21), shard="a")]))], 2, "query-1"
+    )
+    assert replay is not None and replay.skipped_duplicate
+    assert sequences(data_dir) == expected("a", 1, 20)
