@@ -547,7 +547,7 @@ def _sql_check(spec: DerivedTable) -> dg.AssetChecksDefinition:
         name=name,
         description=(
             f"{spec.name} has a row for exactly the {spec.window.size} windows of "
-            f"{spec.source}'s {spec.window.column} (as of the snapshot it processed)."
+            f"{spec.source}'s {spec.window.column}, as the input is now."
             if spec.window is not None
             else f"{spec.name} has processed every row its inputs ({', '.join(spec.inputs)}) "
             "hold now."
@@ -569,7 +569,8 @@ def _sql_check(spec: DerivedTable) -> dg.AssetChecksDefinition:
                 passed=done,
                 description="Up to date with its inputs."
                 if done
-                else "Behind its inputs: materialize it (the derived tables' run).",
+                else "Behind its inputs (new rows, or an input re-created or rolled back): "
+                "materialize it (the derived tables' run); if that fails, its error says why.",
             )
         coverage = reconcile_windows(spec, present[spec.source], table)
         return dg.AssetCheckResult(
@@ -583,7 +584,9 @@ def _sql_check(spec: DerivedTable) -> dg.AssetChecksDefinition:
             description=(
                 f"{coverage.table_windows} windows, as in the input."
                 if coverage.passed
-                else f"missing {coverage.missing}, extra {coverage.extra}"
+                else f"{coverage.table_windows} windows, the input has {coverage.input_windows} "
+                f"(missing {coverage.missing}, extra {coverage.extra}): materialize it (the "
+                "derived tables' run); if that fails, its error says why."
             ),
         )
 

@@ -130,18 +130,16 @@ class WindowCoverage:
 
 
 def reconcile_windows(spec: DerivedTable, source: Table, table: Table) -> WindowCoverage:
-    """The windows of the input (as of the snapshot the table caught up to) and of the
-    table are the same set."""
+    """The windows of the input as it is now and of the table are the same set.
+
+    The input now, not as of the snapshot the table last caught up to: a table whose
+    refresh keeps failing stays caught up to an old snapshot, and would pass forever.
+    """
     window = spec.window
     assert window is not None
-    snapshot = caught_up_snapshot_id(source, table)
-    if snapshot is None:
-        empty: list[str] = []
-        return WindowCoverage(0, 0, empty, empty)
     connection = duckdb.connect()
     connection.register(
-        "input_rows",
-        source.scan(snapshot_id=snapshot, selected_fields=(window.column,)).to_arrow_batch_reader(),
+        "input_rows", source.scan(selected_fields=(window.column,)).to_arrow_batch_reader()
     )
     connection.register("output", table.scan(selected_fields=(window.output,)).to_arrow())
     connection.execute(

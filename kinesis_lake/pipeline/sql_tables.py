@@ -53,7 +53,7 @@ from kinesis_lake.iceberg.lineage import (
     table_state,
 )
 from kinesis_lake.iceberg.summary import derived_writer_id, full_writer_id
-from kinesis_lake.iceberg.tables import ensure_table_for_arrow
+from kinesis_lake.iceberg.tables import SchemaEvolutionError, ensure_table_for_arrow
 from kinesis_lake.pipeline.lake import load_table
 from kinesis_lake.pipeline.refresh import (
     TableRefresh,
@@ -90,7 +90,7 @@ def refresh_sql(
             spec,
             inputs[spec.source],
             table,
-            create=lambda columns: ensure_table_for_arrow(catalog, identifier, columns),
+            create=lambda columns: _table_for(catalog, identifier, spec, columns),
         )
         return replace(refresh, table=identifier)
     source = inputs[spec.source]
@@ -100,7 +100,7 @@ def refresh_sql(
         return TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
     read_table_files(spark, source, piece.files).createOrReplaceTempView(spec.source)
     result = spark.sql(_query(spec))
-    ensure_table_for_arrow(catalog, identifier, to_arrow_schema(result.schema))
+    _table_for(catalog, identifier, spec, to_arrow_schema(result.schema))
     written = append_rows(
         result,
         settings,
@@ -123,8 +123,12 @@ def refresh_windowed(
     create: Callable[[pa.Schema], Table],
 ) -> tuple[TableRefresh, int]:
     """Recompute the windows the source rows appended since the last refresh fall in, and
-    replace them in ``table`` (made by ``create`` from the first result when None); the
-    refresh and the number of windows recomputed."""
+    replace them in ``table``; the refresh and the number of windows recomputed.
+
+    ``create`` gives the table that holds a result: made from the first one, evolved by the
+    next ones (new columns, widenings), as ``full`` tables are, or a value the query now
+    gives in a wider type would not fit and stop every later refresh.
+    """
     window = spec.window
     assert window is not None, f"{spec.name} is not a windowed table"
     name = ".".join(table.name()) if table is not None else spec.name
@@ -146,10 +150,10 @@ def refresh_windowed(
     _window_rows(spark, source, window, window_micros).createOrReplaceTempView(spec.source)
     data = spark.sql(_query(spec)).toArrow()
     _check_windows(spec, window, data, window_micros)
-    table = create(data.schema) if table is None else table
+    table = create(data.schema)
     outcome = commit(
         table,
-        data.cast(table_arrow_schema(table.schema())),
+        _fitted(spec, table, data),
         overwrite_filter=In(window.output, [iso(from_micros(m)) for m in window_micros]),
     )
     refresh = TableRefresh(
@@ -183,10 +187,10 @@ def _refresh_full(
         files += len(tasks)
         rows += sum(task.file.record_count for task in tasks)
     data = spark.sql(_query(spec)).toArrow()
-    table = ensure_table_for_arrow(catalog, identifier, data.schema)
+    table = _table_for(catalog, identifier, spec, data.schema)
     outcome = commit_arrow(
         table,
-        data.cast(table_arrow_schema(table.schema())),
+        _fitted(spec, table, data),
         writer_id=writer_id,
         batch_id=batch_id,
         summary={
@@ -219,6 +223,41 @@ def _rebuilt_if_source_moved_back(source: Table, table: Table | None) -> Table |
     if table is not None and why is not None:
         forget_source(table, writer_id, source, why)
     return table
+
+
+def _table_for(catalog: Catalog, identifier: str, spec: DerivedTable, columns: pa.Schema) -> Table:
+    """The table holding ``spec``'s results, created or evolved (new columns, widenings) to
+    hold one with ``columns``; a result Iceberg cannot evolve the table to names the table,
+    the column and the way out, in one line."""
+    try:
+        return ensure_table_for_arrow(catalog, identifier, columns)
+    except SchemaEvolutionError as error:
+        problems = " ".join(line.removeprefix("- ") for line in str(error).splitlines()[1:])
+        raise SqlTableError(
+            f"derived table {spec.name!r} ({identifier}) cannot hold its SQL's result: "
+            f"{problems} Or drop {identifier}: the next refresh recomputes it from its inputs."
+        ) from None
+
+
+def _fitted(spec: DerivedTable, table: Table, data: pa.Table) -> pa.Table:
+    """``data`` in ``table``'s column types; a value that does not fit names its column."""
+    target = table_arrow_schema(table.schema())
+    try:
+        return data.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        for field in target:
+            if field.name not in data.column_names:
+                continue
+            try:
+                data.column(field.name).cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                raise SqlTableError(
+                    f"derived table {spec.name!r} ({'.'.join(table.name())}): column "
+                    f"{field.name!r} of its SQL's result does not fit the table's "
+                    f"{field.type}: {str(error).splitlines()[0]}. Make the SQL give a "
+                    f"{field.type}, or drop the table to recompute it with the new type."
+                ) from None
+        raise
 
 
 def _query(spec: DerivedTable) -> str:

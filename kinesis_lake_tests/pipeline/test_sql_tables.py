@@ -3,6 +3,7 @@ by real Spark from real Iceberg tables: the refresh reads tables, so no stream i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,14 +11,16 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
+from pyiceberg.types import LongType
 
 from kinesis_lake.config import Settings
+from kinesis_lake.errors import TableError
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
-from kinesis_lake.pipeline.derived_reconciliation import sql_table_caught_up
+from kinesis_lake.pipeline.derived_reconciliation import reconcile_windows, sql_table_caught_up
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.sql_tables import refresh_sql
 from kinesis_lake_tests.conftest import make_settings
@@ -135,3 +138,44 @@ def test_a_rows_table_rebuilds_from_a_rolled_back_input(spark, catalog, settings
     events.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
 
     assert column(refresh(spark, catalog, settings, COPIED), "n") == [1, 2]
+
+
+WIDE = pa.schema([("n", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
+BIG = 3_000_000_290
+"""Above 2^31: only a long holds it."""
+
+
+def test_a_windowed_table_follows_a_widened_input_and_its_check_sees_the_input_now(
+    spark, catalog, settings
+) -> None:
+    """The windowed table kept the int it was created with: a value above 2^31 failed every
+    refresh with a bare ArrowInvalid, and its check compared the windows with the input as
+    of the stuck table's last refresh, so it kept passing."""
+    append(catalog, settings, [1, 2])
+    refresh(spark, catalog, settings, HOURLY)
+
+    events = append(catalog, settings, [BIG], schema=WIDE)  # the declaration widened n
+    coverage = reconcile_windows(HOURLY, events, refresh_table(catalog, settings, HOURLY))
+    assert (coverage.passed, coverage.input_windows, coverage.table_windows) == (False, 3, 2)
+
+    hourly = refresh(spark, catalog, settings, HOURLY)
+
+    assert hourly.schema().find_field("top").field_type == LongType()
+    assert column(hourly, "top") == [1, 2, BIG]
+    assert reconcile_windows(HOURLY, events, hourly).passed
+
+
+def test_a_windowed_result_the_table_cannot_hold_names_table_and_column(
+    spark, catalog, settings
+) -> None:
+    append(catalog, settings, [1])
+    refresh(spark, catalog, settings, HOURLY)
+    append(catalog, settings, [2])
+    as_text = replace(HOURLY, sql=HOURLY.sql.replace("max(n)", "concat('#', max(n))"))
+
+    with pytest.raises(TableError, match=r"(?s)lake\.hourly.*'top'.*int.*string"):
+        refresh(spark, catalog, settings, as_text)
+
+
+def refresh_table(catalog: Catalog, settings: Settings, spec: DerivedTable) -> Table:
+    return catalog.load_table(settings.table_identifier(spec.name))
