@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60, help="how long to simulate")
     parser.add_argument("--seed", type=int, default=0, help="first schedule's seed")
     parser.add_argument("--no-shrink", action="store_true", help="print failures unshrunk")
+    parser.add_argument("--short", action="store_true", help="8-20 steps per schedule")
     parser.add_argument(
         "--ignore",
         action="append",
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.seconds
     seed = args.seed
     while time.monotonic() < deadline:
-        schedule = generate(seed)
+        schedule = generate(seed, short=args.short)
         violation = run(schedule, figures)
         if violation is not None and violation.kind in args.ignore:
             figures.faults[f"ignored-{violation.kind}"] += 1

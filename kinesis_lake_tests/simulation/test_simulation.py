@@ -99,7 +99,7 @@ def test_bounded_simulation_run(capsys: pytest.CaptureFixture[str]):
         deadline = time.monotonic() + budget
         seed = 0
         while time.monotonic() < deadline:
-            schedule = generate(seed)
+            schedule = generate(seed, short=True)
             violation = run(schedule, figures)
             if violation is not None:
                 figures.failures.append((schedule, violation))

@@ -277,7 +277,7 @@ class World:
                 self.kinesis,
                 self.lake,
                 self.checkpoints[who],
-                metadata_path=self.root / "progress" / who,
+                progress_root=self.root / "progress",
                 now_ms=self.now_ms,
                 fail_on_data_loss=who not in self.acknowledge,
                 available_now=available_now,
