@@ -45,6 +45,17 @@ def backlog_run_key(stream_name: str, positions: dict[str, str]) -> str:
     return f"backlog-{hashlib.sha256(canonical.encode()).hexdigest()[:20]}"
 
 
+def quiet_run_key(stream_name: str, positions: dict[str, str], read_to_tip_ms: int | None) -> str:
+    """The run that reads a quiet stream to its tip again: one per stale proof of quiet
+    (the positions and the last read to the tip), so a run that refreshed it is not
+    requested again, and one that failed is retried with the backlog's back-off."""
+    canonical = json.dumps(
+        {"stream": stream_name, "positions": positions, "readToTipMs": read_to_tip_ms},
+        sort_keys=True,
+    )
+    return f"quiet-{hashlib.sha256(canonical.encode()).hexdigest()[:20]}"
+
+
 def attempt_run_key(base: str, attempt: int) -> str:
     return base if attempt == 0 else f"{base}:retry{attempt}"
 

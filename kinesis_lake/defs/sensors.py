@@ -41,12 +41,15 @@ from kinesis_lake.defs.backlog_runs import (
     attempt_run_key,
     backlog_history,
     backlog_run_key,
+    quiet_run_key,
 )
 from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK, freshness_outcome
 from kinesis_lake.defs.jobs import FULL_JOB_NAME, ingest_job
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
+from kinesis_lake.kinesis.backlog import BacklogProbe
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
+from kinesis_lake.pipeline.data_loss import quiet_proof
 from kinesis_lake.pipeline.lake import raw_positions
 
 AUTOMATION_SENSOR_NAME = "kinesis_lake_automation"
@@ -249,9 +252,10 @@ def _tick(
 
     if not probe.has_backlog:
         events += _stall_verdict(cursor, None, keys)
-        return skip(
-            f"No backlog: all {probe.shards} shards are committed up to their latest record."
-        )
+        quiet = _quiet_stream_run(context, lake, committed.positions, probe, running, keys)
+        if isinstance(quiet, str):
+            return skip(quiet)
+        return dg.SensorResult(run_requests=[quiet], asset_events=events, cursor=cursor.dump())
     if running is not None:
         return skip(
             f"Backlog on {shards_label(probe.shards_with_backlog)}, but run "
@@ -299,6 +303,63 @@ def _tick(
         ],
         asset_events=events,
         cursor=cursor.dump(),
+    )
+
+
+def _quiet_stream_run(
+    context: dg.SensorEvaluationContext,
+    lake: Settings,
+    positions: dict[str, str],
+    probe: BacklogProbe,
+    running: dg.DagsterRun | None,
+    keys: StreamKeys,
+) -> dg.RunRequest | str:
+    """A run that reads a quiet stream to its tip, when the last such read grows old; else
+    why not (the skip reason).
+
+    The source tells a quiet shard from records that expired unread only by when it last
+    read the shard to its tip: after a quiet spell longer than the retention period, the
+    first new record would otherwise fail every run with a false data-loss error. The
+    probe's "nothing to ingest" is not that proof (the checkpoint does not see it), so a
+    cheap run records it, every 1/KEEP_ALIVE_SHARE of the retention, by the server's clock.
+    """
+    no_backlog = f"No backlog: all {probe.shards} shards are committed up to their latest record."
+    try:
+        proof = quiet_proof(lake, positions)
+    except OSError as error:
+        return (
+            f"{no_backlog} The source's progress could not be read ({error}): give the sensor "
+            "read access to KINESIS_LAKE_SOURCE_PROGRESS_DIR, or a stream quiet for longer "
+            "than its retention will be reported as data loss."
+        )
+    now_ms = int(time.time() * 1000)
+    server_now_ms = probe.server_ms or now_ms
+    if not proof.due(server_now_ms, probe.retention_hours):
+        return no_backlog
+    last_read = (
+        "never read to their tip by this checkpoint"
+        if proof.read_to_tip_ms is None
+        else f"last read to their tip {(server_now_ms - proof.read_to_tip_ms) / 3.6e6:.1f} h ago"
+    )
+    if running is not None:
+        return f"{no_backlog} The shards were {last_read}; run {running.run_id} will read them."
+    base = quiet_run_key(lake.stream_name, positions, proof.read_to_tip_ms)
+    history = backlog_history(context.instance, base, keys.sensor_name)
+    wait_s = (history.next_attempt_at_ms() - now_ms) / 1000
+    if wait_s > 0:
+        return (
+            f"{no_backlog} The shards were {last_read} and the run that reads them again "
+            f"did not record it ({history.attempts} attempt(s)): open its logs; next attempt "
+            f"in {wait_s:.0f} s."
+        )
+    return dg.RunRequest(
+        run_key=attempt_run_key(base, history.attempts),
+        tags={
+            "kinesis_lake/stream": lake.stream_name,
+            "kinesis_lake/reason": (
+                f"quiet stream: shards {last_read} (retention {probe.retention_hours} h)"
+            ),
+        },
     )
 
 

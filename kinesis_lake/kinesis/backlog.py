@@ -21,6 +21,7 @@ from typing import TypeVar
 from botocore.exceptions import ClientError
 
 from kinesis_lake.kinesis.retry import DEFAULT_RETRY, call_with_retry, error_code
+from kinesis_lake.kinesis.server_time import server_ms
 from kinesis_lake.kinesis.streams import describe_stream, list_shards
 
 T = TypeVar("T")
@@ -39,6 +40,9 @@ class BacklogProbe:
     oldest_unconsumed_arrival_ms: int | None
     retention_hours: int
     first_unconsumed: dict[str, str] = field(default_factory=dict)
+    server_ms: int | None = None
+    """The endpoint's clock (Date header) at the probe's last GetRecords: the time its
+    "nothing past the committed positions" holds at, on the clock retention runs by."""
 
     @property
     def has_backlog(self) -> bool:
@@ -56,6 +60,7 @@ def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> Bac
     with_backlog: list[str] = []
     first: dict[str, str] = {}
     oldest: int | None = None
+    server_now: int | None = None
     for shard in shards:
         committed = positions.get(shard.shard_id)
         if committed is not None:
@@ -66,7 +71,8 @@ def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> Bac
         else:
             request = {"ShardIteratorType": "TRIM_HORIZON"}
         iterator = _iterator(client, stream_name, shard.shard_id, request)
-        record = _first_record(client, iterator)
+        record, answered_ms = _first_record(client, iterator)
+        server_now = max(filter(None, (server_now, answered_ms)), default=None)
         if record is None:
             continue
         with_backlog.append(shard.shard_id)
@@ -79,6 +85,7 @@ def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> Bac
         oldest_unconsumed_arrival_ms=oldest,
         retention_hours=info.retention_hours,
         first_unconsumed=first,
+        server_ms=server_now,
     )
 
 
@@ -104,14 +111,17 @@ def _iterator(client, stream_name: str, shard_id: str, request: dict) -> str:
 _MAX_EMPTY_PAGES = 5
 
 
-def _first_record(client, iterator: str | None) -> dict | None:
+def _first_record(client, iterator: str | None) -> tuple[dict | None, int | None]:
+    """The first record after ``iterator`` (None at the tip), and the server's time."""
+    answered_ms: int | None = None
     for _ in range(_MAX_EMPTY_PAGES):
         if iterator is None:
-            return None
+            break
         page = _retried(partial(client.get_records, ShardIterator=iterator, Limit=1))
+        answered_ms = server_ms(page) or answered_ms
         if page["Records"]:
-            return page["Records"][0]
+            return page["Records"][0], answered_ms
         if not page.get("MillisBehindLatest"):
-            return None
+            break
         iterator = page.get("NextShardIterator")
-    return None
+    return None, answered_ms

@@ -147,6 +147,20 @@ class ShardProgressStore:
     def read_status(self, run_id: str) -> dict | None:
         return self._read_json(f"{self._base}/{run_id}/status.json")
 
+    def latest_status(self) -> dict | None:
+        """The status of the query that wrote last, for readers that know no run id (a
+        sensor, a check): a deleted checkpoint leaves its run's folder behind, and the
+        query started after it writes a newer status."""
+        try:
+            entries = self._fs.ls(self._base, detail=True)
+        except FileNotFoundError:
+            return None
+        runs = [entry["name"].rstrip("/") for entry in entries if entry["type"] == "directory"]
+        statuses = [
+            status for run in runs if (status := self._read_json(f"{run}/status.json")) is not None
+        ]
+        return max(statuses, key=lambda status: int(status.get("writtenAtMs", 0)), default=None)
+
     def _read_json(self, path: str) -> dict | None:
         try:
             with self._fs.open(path, "r") as handle:

@@ -21,7 +21,9 @@ from kinesis_lake.config import SettingsError
 from kinesis_lake.defs.backlog_runs import (
     BACKLOG_SENSOR_NAME,
     MAX_IMMEDIATE_ATTEMPTS,
+    attempt_run_key,
     backlog_run_key,
+    quiet_run_key,
 )
 from kinesis_lake.defs.checks import STALL_CHECK
 from kinesis_lake.defs.resources import KinesisResource
@@ -29,7 +31,9 @@ from kinesis_lake.defs.sensors import HANDOVER_MARGIN_S, BacklogCursor, kinesis_
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
+from kinesis_lake.pipeline.ingest import source_metadata_path
 from kinesis_lake.pipeline.lake import committed_positions, open_lake
+from kinesis_lake.spark.shard_progress import ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import produce, read_stream
 
 
@@ -77,7 +81,25 @@ def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:
     with table.transaction() as transaction:
         transaction.append(rows)
         transaction.set_properties({POSITIONS: json.dumps(positions)})
+    record_reads_to_the_tip(lake, positions)
     return positions
+
+
+def record_reads_to_the_tip(lake, positions: dict[str, str], hours_ago: float = 0) -> int:
+    """The status the source writes beside its checkpoint after reading every shard to its
+    tip ``hours_ago`` (what tells the sensor the stream was read recently)."""
+    at_ms = int((time.time() - hours_ago * 3600) * 1000)
+    status = {
+        "runId": "run-of-the-test",
+        "epoch": 1,
+        "writtenAtMs": at_ms,
+        "skippedRanges": 0,
+        "shards": {shard: {"tip_ms": at_ms} for shard in positions},
+        "finishedShards": [],
+    }
+    store = ShardProgressStore(source_metadata_path(lake.settings))
+    store.write_status("run-of-the-test", status)
+    return at_ms
 
 
 def test_an_empty_stream_is_skipped_and_its_state_recorded(lake, instance):
@@ -464,3 +486,32 @@ def test_without_lingering_a_backlog_is_launched_right_after_a_run(lake, instanc
     produce(lake.settings, 10, seed=52)
     _launched(instance, "an-earlier-backlog", dg.DagsterRunStatus.SUCCESS)
     assert len(tick(lake, instance).run_requests) == 1
+
+
+def test_a_quiet_stream_is_read_to_its_tip_once_a_quarter_of_its_retention(lake, instance):
+    """Issue 31 defect 3 (the sensor's half): without a backlog the sensor still launches a
+    run when the shards were last read to their tip 6 h (of 24 h retention) ago, since
+    only a run's read records that the stream was quiet; one per stale read, retried with
+    back-off when it fails."""
+    produce(lake.settings, 10, seed=21)
+    positions = commit_as_the_sink_does(lake, stream_records(lake))
+    recent = tick(lake, instance)
+    assert recent.run_requests == [] and "No backlog" in recent.skip_reason.skip_message
+
+    read_ms = record_reads_to_the_tip(lake, positions, hours_ago=6.1)
+    stale = tick(lake, instance, cursor=recent.cursor)
+    (request,) = stale.run_requests
+    assert request.run_key == quiet_run_key(lake.settings.stream_name, positions, read_ms)
+    assert "6.1 h ago" in request.tags["kinesis_lake/reason"]
+
+    for attempt in range(MAX_IMMEDIATE_ATTEMPTS):
+        _launched(instance, attempt_run_key(request.run_key, attempt), dg.DagsterRunStatus.FAILURE)
+        if attempt + 1 < MAX_IMMEDIATE_ATTEMPTS:  # a failed run is retried at once first
+            (retry,) = tick(lake, instance).run_requests
+            assert retry.run_key == attempt_run_key(request.run_key, attempt + 1)
+    backing_off = tick(lake, instance)
+    assert backing_off.run_requests == []
+    assert "next attempt in" in backing_off.skip_reason.skip_message
+
+    record_reads_to_the_tip(lake, positions, hours_ago=0)  # a run read the shards again
+    assert tick(lake, instance).run_requests == []

@@ -1,0 +1,99 @@
+"""The backlog sensor over days of simulated time: real sensor ticks, the runs they request
+executed with real Spark, kinesalite behind a clock proxy (retention, server clock)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+
+from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, kinesis_stream, raw_events
+from kinesis_lake.defs.backlog_runs import BACKLOG_SENSOR_NAME
+from kinesis_lake.defs.sensors import kinesis_backlog_sensor
+from kinesis_lake.kinesis.clock_proxy import ClockProxy
+from kinesis_lake_tests.defs.helpers import Lake, make_lake
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
+
+HOUR_S = 3600
+
+
+@pytest.fixture
+def clock(kinesalite_endpoint) -> Iterator[ClockProxy]:
+    with ClockProxy(kinesalite_endpoint.url) as proxy:
+        yield proxy
+
+
+def _run(
+    lake: Lake, instance: dg.DagsterInstance, request: dg.RunRequest
+) -> dg.ExecuteInProcessResult:
+    """Execute a run the sensor requested, tagged as the daemon tags it."""
+    return dg.materialize(
+        [kinesis_stream, raw_events],
+        selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
+        resources=lake.resources,
+        instance=instance,
+        tags={
+            **request.tags,
+            "dagster/run_key": request.run_key,
+            "dagster/sensor_name": BACKLOG_SENSOR_NAME,
+        },
+        raise_on_error=False,
+    )
+
+
+def _root_cause(error) -> str:
+    """The innermost error Dagster recorded for a failed step, as its last line
+    ``module.SomeError: message`` (Spark nests the Python worker's traceback in it)."""
+    while error.cause is not None:
+        error = error.cause
+    lines = [line for line in error.message.splitlines() if re.match(r"^[\w.]+Error: ", line)]
+    return lines[-1] if lines else error.message.strip().splitlines()[0]
+
+
+class Daemon:
+    """What the Dagster daemon does with the backlog sensor: tick, then run its requests."""
+
+    def __init__(self, lake: Lake, instance: dg.DagsterInstance) -> None:
+        self.lake, self.instance = lake, instance
+        self.cursor: str | None = None
+        self.runs: list[dg.ExecuteInProcessResult] = []
+
+    def tick(self) -> int:
+        with dg.build_sensor_context(
+            instance=self.instance, cursor=self.cursor, resources=self.lake.resources
+        ) as context:
+            result = kinesis_backlog_sensor(context)
+        self.cursor = result.cursor
+        for request in result.run_requests:
+            self.runs.append(_run(self.lake, self.instance, request))
+        return len(result.run_requests)
+
+
+def test_a_stream_quiet_for_longer_than_retention_is_not_data_loss(
+    spark, clock, tmp_path, monkeypatch
+):
+    """Issue 31 defect 3: the sensor launched runs only on a backlog, so after a quiet
+    day nothing had refreshed the checkpoint's tip times, and the first record after it
+    failed every run with a false DataLossError."""
+    lake = make_lake(monkeypatch, tmp_path / "data", clock.url)
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(lake, instance)
+        produce(lake.settings, 10, seed=1)
+        assert daemon.tick() == 1
+        for _ in range(5):  # 25 h without a record, the sensor ticking every 5 h
+            clock.advance(5 * HOUR_S)
+            daemon.tick()
+        produce(lake.settings, 5, seed=2)
+        assert daemon.tick() == 1
+
+    failures = [
+        _root_cause(event.event_specific_data.error)
+        for run in daemon.runs
+        for event in run.get_step_failure_events()
+    ]
+    assert failures == []
+    assert len(raw_keys(lake.settings)) == 15
+    last = daemon.runs[-1].get_asset_materialization_events()[-1].materialization
+    assert last.metadata["skipped_ranges"].value == 0
