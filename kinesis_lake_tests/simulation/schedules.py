@@ -122,10 +122,16 @@ class Figures:
 
     def summary(self) -> str:
         faults = ", ".join(f"{kind} {count}" for kind, count in sorted(self.faults.items()))
-        failed = "; ".join(f"seed {s.seed}: {v.kind}" for s, v in self.failures) or "none"
+        seeds: dict[str, list[str]] = {}
+        for schedule, violation in self.failures:
+            seeds.setdefault(violation.kind, []).append(str(schedule.seed))
+        by_kind = ", ".join(
+            f"{kind} {len(found)} (seeds {', '.join(found)})"
+            for kind, found in sorted(seeds.items())
+        )
         return (
             f"{self.schedules} schedules, {self.steps} steps; faults: {faults or 'none'}; "
-            f"failures: {len(self.failures)} ({failed})"
+            f"failures: {len(self.failures)}{': ' + by_kind if by_kind else ''}"
         )
 
 

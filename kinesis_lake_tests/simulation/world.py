@@ -159,8 +159,8 @@ class World:
         assert query is not None and query.cutoff_ms is not None
         for _ in range(MAX_BATCHES_PER_RUN):
             self.clock_ms += TRIGGER_MS
-            if not self._batch("main", None):
-                break
+            if not self._batch("main", None) or self.queries["main"] is not query:
+                break  # nothing left, failed, or the acknowledged run's one batch done
         else:
             raise invariants.Violation(
                 invariants.RUN_NEVER_ENDS,
