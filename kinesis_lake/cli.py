@@ -425,7 +425,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_dev(args: argparse.Namespace) -> None:
     from kinesis_lake.dev import run_dev
 
-    run_dev(port=args.port)
+    run_dev(port=args.port, endpoint_port=args.endpoint_port, spark_port=args.spark_port)
 
 
 _DESCRIPTION = (
@@ -657,6 +657,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = _command(commands, "dev", "local endpoint + dagster dev", cmd_dev)
     dev.add_argument("--port", type=int, default=3000, help="the Dagster UI's port")
+    dev.add_argument(
+        "--endpoint-port",
+        type=int,
+        default=LOCAL_ENDPOINT_PORT,
+        help="the local Kinesis endpoint's port",
+    )
+    dev.add_argument(
+        "--spark-port",
+        type=int,
+        default=SPARK_CONNECT_PORT,
+        help="the Spark Connect server's port (none starts when SPARK_MASTER is set)",
+    )
     return parser
 
 

@@ -1,0 +1,154 @@
+"""``kinesis-lake dev`` (``make dev``), started for real and stopped as people and service
+managers stop it: nothing it started may outlive it.
+
+It starts the local endpoint, a Spark Connect JVM and Dagster (webserver, daemon, code
+server), whose backlog sensor launches runs. Stopped by SIGTERM (a service manager, a
+closed terminal's shell, ``kill``) it died alone and left all of those running, holding
+their ports; stopped by Ctrl-C (SIGINT to the terminal's foreground process group) the
+same must hold. Each case waits for a run in flight before stopping, since a run worker is
+the process Dagster's own shutdown leaves behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import boto3
+import dagster as dg
+import psutil
+import pytest
+
+from kinesis_lake.kinesis.endpoint import free_port
+from kinesis_lake.kinesis.producer import put_records, sample_events
+
+STREAM = "dev-test-events"
+START_TIMEOUT_S = 420
+
+
+def _until(condition: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-4000:]
+            raise TimeoutError(f"{what} not within {timeout_s} s; dev's log:\n{tail}")
+        time.sleep(1)
+
+
+def _serving(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _run_in_flight(dagster_home: Path) -> bool:
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        return bool(instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])))
+
+
+def _ours(data_dir: Path) -> list[psutil.Process]:
+    """Every live process with this session's data directory in its environment: whatever
+    ``dev`` started, directly or not, inherits it (orphans and new sessions too)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("KINESIS_LAKE_DATA_DIR") == str(data_dir) and (
+                process.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(process)
+    return found
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` again (as servers do, with SO_REUSEADDR:
+    the closed connections' TIME_WAIT entries do not hold a port, a listener does)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def dev_session(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
+    """``kinesis-lake dev`` on free ports and its own data directory, in its own session
+    (as a terminal runs it), with a run in flight; whatever it left is killed afterwards."""
+    data_dir = tmp_path / "dev"
+    ports = {"ui": free_port(), "endpoint": free_port(), "spark": free_port()}
+    env = {
+        **os.environ,
+        "KINESIS_LAKE_DATA_DIR": str(data_dir),
+        "KINESIS_STREAM_NAME": STREAM,
+        "KINESIS_LAKE_RUN_LINGER_SECONDS": "120",  # the run is still in flight when stopped
+    }
+    env.pop("SPARK_MASTER", None)
+    env.pop("DAGSTER_HOME", None)
+    log = tmp_path / "dev.log"
+    with log.open("wb") as out:
+        dev = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "kinesis_lake.cli", "dev", "--port", str(ports["ui"])),
+                *("--endpoint-port", str(ports["endpoint"]), "--spark-port", str(ports["spark"])),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        ui = f"http://127.0.0.1:{ports['ui']}/server_info"
+        _until(lambda: dev.poll() is None and _serving(ui), START_TIMEOUT_S, "the UI", log)
+        client = boto3.client(
+            "kinesis",
+            endpoint_url=f"http://127.0.0.1:{ports['endpoint']}",
+            region_name="us-east-1",
+        )
+        put_records(client, STREAM, sample_events(50, seed=5))
+        dagster_home = data_dir / "dagster_home"
+        _until(lambda: _run_in_flight(dagster_home), START_TIMEOUT_S, "a run in flight", log)
+        yield dev, ports, log
+    finally:
+        for process in _ours(data_dir):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGKILL)
+        dev.wait()
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+def test_dev_stopped_by_a_signal_leaves_no_process_or_port_behind(
+    dev_session, stop: str, tmp_path: Path
+):
+    dev, ports, log = dev_session
+    started = _ours(tmp_path / "dev")
+    assert len(started) >= 5, started  # dev, endpoint, JVM, Dagster's processes, the run
+
+    if stop == "SIGTERM":  # a service manager or kill: the process alone
+        os.kill(dev.pid, signal.SIGTERM)
+    else:  # Ctrl-C: the terminal signals its whole foreground process group
+        os.killpg(dev.pid, signal.SIGINT)
+    dev.wait(timeout=300)
+
+    left = [f"{p.pid} {' '.join(p.cmdline())[:150]}" for p in _ours(tmp_path / "dev")]
+    assert left == [], "\n".join(left)
+    assert [name for name, port in ports.items() if not _port_free(port)] == []
+    text = log.read_text(errors="replace")
+    assert dev.returncode == 0, text[-3000:]
+    # Its log opened with `dev_command is superseded ... Use 'dg dev'` and a warning that the
+    # dagster.yaml in the folder "will not be used", though dev copies it into DAGSTER_HOME.
+    assert "Dagster UI:" in text
+    assert "superseded" not in text and "will not be used" not in text
