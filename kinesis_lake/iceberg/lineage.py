@@ -10,8 +10,9 @@ down in its life, so a watermark above it was taken on another table.
   computed from: it is up to date exactly when they are the inputs' current ones.
 * An incremental table's commits record its source's uuid (:data:`SOURCE_TABLE_UUID`) next
   to the source snapshot (``kinesis-lake.source-snapshot-id``): :func:`source_moved_back`
-  says when that history is no longer the source's, and :func:`forget_source` empties the
-  table and its watermark in one commit so the next refresh is a first one.
+  says when that history is no longer the source's, and
+  :func:`rebuild_if_source_moved_back` then empties the table and its watermark in one
+  commit, so the refresh that follows is a first one.
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from kinesis_lake.iceberg.commit import last_committed_batch, watermark_property
-from kinesis_lake.iceberg.summary import latest_summary_value
+from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+from kinesis_lake.iceberg.summary import derived_writer_id, latest_summary_value
 
 logger = logging.getLogger(__name__)
 
 SOURCE_TABLE_UUID = "kinesis-lake.source-table-uuid"
 """Summary key of a derived table's snapshot: the uuid of the source table it read."""
-# Spelled here, not imported from incremental (which imports commit as we do): the
-# summary key incremental refreshes write next to the source's uuid.
-_SOURCE_SNAPSHOT = "kinesis-lake.source-snapshot-id"
 
 
 def table_state(table: Table) -> str:
@@ -76,6 +75,15 @@ def record_inputs(table: Table, writer_id: str, batch_id: int, inputs: dict[str,
         tx.set_properties({inputs_property(writer_id): value})
 
 
+def source_summary(source: Table, snapshot_id: int | None) -> dict[str, str]:
+    """What an incremental refresh's commit records of its source: the snapshot it read up
+    to, and which table that snapshot belongs to (ids alone cannot tell a re-created one)."""
+    return {
+        SOURCE_SNAPSHOT_PROPERTY: str(snapshot_id),
+        SOURCE_TABLE_UUID: str(source.metadata.table_uuid),
+    }
+
+
 def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | None:
     """Why ``derived``'s rows no longer come from ``source``'s history (the source was
     re-created or rolled back); None when they do, or when nothing recorded says."""
@@ -87,7 +95,7 @@ def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | No
     last = getattr(source.metadata, "last_sequence_number", None)  # v1 tables have none
     if done is not None and last is not None and done > last:
         return f"{name} was re-created since {'.'.join(derived.name())} last read it"
-    recorded_snapshot = latest_summary_value(derived, _SOURCE_SNAPSHOT)
+    recorded_snapshot = latest_summary_value(derived, SOURCE_SNAPSHOT_PROPERTY)
     current = source.current_snapshot()
     if recorded_snapshot is None or current is None:
         return None
@@ -99,6 +107,19 @@ def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | No
             f"{name} was rolled back past snapshot {snapshot_id}, which {derived.name()[-1]} read"
         )
     return None
+
+
+def rebuild_if_source_moved_back(source: Table, derived: Table | None, *more: Table) -> None:
+    """Empty ``derived`` (and ``more``, the tables refreshed with it, emptied first) and
+    drop their watermarks when ``source`` was re-created or rolled back since ``derived``
+    last read it: their rows came from a history the source no longer has, and their
+    watermark would skip its new rows. The refresh that follows is then a first one."""
+    writer_id = derived_writer_id(source.name()[-1])
+    why = source_moved_back(source, derived, writer_id) if derived is not None else None
+    if derived is None or why is None:
+        return
+    for table in (*more, derived):  # derived last: its record is what says "moved back"
+        forget_source(table, writer_id, source, why)
 
 
 def forget_source(derived: Table, writer_id: str, source: Table, why: str) -> None:

@@ -45,11 +45,10 @@ from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 from kinesis_lake.iceberg.lineage import (
-    SOURCE_TABLE_UUID,
-    forget_source,
     full_refresh_batch,
+    rebuild_if_source_moved_back,
     record_inputs,
-    source_moved_back,
+    source_summary,
     table_state,
 )
 from kinesis_lake.iceberg.summary import derived_writer_id, full_writer_id
@@ -94,7 +93,7 @@ def refresh_sql(
         )
         return replace(refresh, table=identifier)
     source = inputs[spec.source]
-    table = _rebuilt_if_source_moved_back(source, table)
+    rebuild_if_source_moved_back(source, table)
     piece = pending_slice(source, table)
     if not piece.files:
         return TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
@@ -107,7 +106,7 @@ def refresh_sql(
         identifier,
         writer_id=derived_writer_id(spec.source),
         batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary=_source_summary(source, piece.to_snapshot_id),
+        summary=source_summary(source, piece.to_snapshot_id),
     )
     return TableRefresh(
         identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
@@ -132,7 +131,7 @@ def refresh_windowed(
     window = spec.window
     assert window is not None, f"{spec.name} is not a windowed table"
     name = ".".join(table.name()) if table is not None else spec.name
-    table = _rebuilt_if_source_moved_back(source, table)
+    rebuild_if_source_moved_back(source, table)
     piece = pending_slice(source, table)
     if not piece.files:
         return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False), 0
@@ -140,7 +139,7 @@ def refresh_windowed(
         commit_arrow,
         writer_id=derived_writer_id(spec.source),
         batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary=_source_summary(source, piece.to_snapshot_id),
+        summary=source_summary(source, piece.to_snapshot_id),
     )
     window_micros = _windows(read_table_files(spark, source, piece.files), window)
     if not window_micros:  # no new row has a time: nothing to recompute, the place moves on
@@ -203,26 +202,6 @@ def _refresh_full(
     if outcome.committed:
         record_inputs(table, writer_id, batch_id, state)
     return TableRefresh(identifier, files, rows, data.num_rows, None, outcome.committed)
-
-
-def _source_summary(source: Table, snapshot_id: int | None) -> dict[str, str]:
-    """What an incremental refresh's commit records of its source: the snapshot it read up
-    to, and which table that snapshot belongs to (ids alone cannot tell a re-created one)."""
-    return {
-        SOURCE_SNAPSHOT_PROPERTY: str(snapshot_id),
-        SOURCE_TABLE_UUID: str(source.metadata.table_uuid),
-    }
-
-
-def _rebuilt_if_source_moved_back(source: Table, table: Table | None) -> Table | None:
-    """``table``, emptied with its watermark when ``source`` was re-created or rolled back
-    since it last read it: its rows came from a history the source no longer has, and its
-    watermark would skip the new rows."""
-    writer_id = derived_writer_id(source.name()[-1])
-    why = source_moved_back(source, table, writer_id) if table is not None else None
-    if table is not None and why is not None:
-        forget_source(table, writer_id, source, why)
-    return table
 
 
 def _table_for(catalog: Catalog, identifier: str, spec: DerivedTable, columns: pa.Schema) -> Table:

@@ -40,7 +40,7 @@ from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, Upse
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.filters import any_of
-from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+from kinesis_lake.iceberg.lineage import rebuild_if_source_moved_back, source_summary
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
@@ -90,6 +90,7 @@ def refresh_upsert(
     """Merge the source rows appended since the last refresh into the current state."""
     upsert = _spec(spec)
     name = ".".join(tables.table.name())
+    rebuild_if_source_moved_back(source, tables.table, tables.tombstones)
     piece = pending_slice(source, tables.table)
     if not piece.files:
         return TableRefresh(name, 0, 0, 0, piece.to_snapshot_id, False)
@@ -119,7 +120,7 @@ def refresh_upsert(
         commit_arrow,
         writer_id=derived_writer_id(source.name()[-1]),
         batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+        summary=source_summary(source, piece.to_snapshot_id),
         overwrite_filter=any_of(upsert.key, keys) if keys else None,
     )
     commit(tables.tombstones, dead)  # first: see the module docstring

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -16,14 +15,11 @@ from pyiceberg.types import LongType
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
-from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
 from kinesis_lake.pipeline.derived_reconciliation import reconcile_windows, sql_table_caught_up
-from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.sql_tables import refresh_sql
-from kinesis_lake_tests.conftest import make_settings
 
 HOUR0 = datetime(2024, 5, 1, tzinfo=UTC)
 EVENTS = pa.schema([("n", pa.int32()), ("at", pa.timestamp("us", tz="UTC"))])
@@ -38,18 +34,6 @@ HOURLY = DerivedTable(
     refresh="windowed",
     window=WindowSpec("at", "hour", "hour"),
 )
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path / "data", "http://127.0.0.1:9")  # no stream is read
-
-
-@pytest.fixture
-def catalog(settings: Settings) -> Catalog:
-    catalog = open_lake(settings)
-    ensure_namespace(catalog, settings.namespace)
-    return catalog
 
 
 def append(
@@ -80,64 +64,70 @@ def column(table: Table, name: str) -> list:
     return sorted(table.scan().to_arrow().column(name).to_pylist())
 
 
-def test_a_full_table_recomputes_after_its_input_is_re_created(spark, catalog, settings) -> None:
+def test_a_full_table_recomputes_after_its_input_is_re_created(
+    spark, streamless_catalog, streamless_settings
+) -> None:
     """The batch id was the sum of the inputs' sequence numbers: a re-created input starts
     again at 1, so the refresh was skipped and the check passed on the old result."""
     for values in ([1], [2], [3]):
-        append(catalog, settings, values)
-    assert column(refresh(spark, catalog, settings, TOTAL), "n") == [6]
+        append(streamless_catalog, streamless_settings, values)
+    assert column(refresh(spark, streamless_catalog, streamless_settings, TOTAL), "n") == [6]
 
-    events = recreate(catalog, settings, [10])
-    total = catalog.load_table(settings.table_identifier("total"))
+    events = recreate(streamless_catalog, streamless_settings, [10])
+    total = streamless_catalog.load_table(streamless_settings.table_identifier("total"))
     assert not sql_table_caught_up(TOTAL, {"events": events}, total)
 
-    assert column(refresh(spark, catalog, settings, TOTAL), "n") == [10]
-    events = catalog.load_table(settings.table_identifier("events"))
-    total = catalog.load_table(settings.table_identifier("total"))
+    assert column(refresh(spark, streamless_catalog, streamless_settings, TOTAL), "n") == [10]
+    events = streamless_catalog.load_table(streamless_settings.table_identifier("events"))
+    total = streamless_catalog.load_table(streamless_settings.table_identifier("total"))
     assert sql_table_caught_up(TOTAL, {"events": events}, total)
 
 
-def test_a_full_table_recomputes_after_its_input_is_rolled_back(spark, catalog, settings) -> None:
-    first = append(catalog, settings, [1]).current_snapshot()
-    append(catalog, settings, [2])
-    assert column(refresh(spark, catalog, settings, TOTAL), "n") == [3]
+def test_a_full_table_recomputes_after_its_input_is_rolled_back(
+    spark, streamless_catalog, streamless_settings
+) -> None:
+    first = append(streamless_catalog, streamless_settings, [1]).current_snapshot()
+    append(streamless_catalog, streamless_settings, [2])
+    assert column(refresh(spark, streamless_catalog, streamless_settings, TOTAL), "n") == [3]
 
-    events = catalog.load_table(settings.table_identifier("events"))
+    events = streamless_catalog.load_table(streamless_settings.table_identifier("events"))
     assert first is not None
     events.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
 
-    assert column(refresh(spark, catalog, settings, TOTAL), "n") == [1]
+    assert column(refresh(spark, streamless_catalog, streamless_settings, TOTAL), "n") == [1]
 
 
 @pytest.mark.parametrize("spec", [COPIED, HOURLY], ids=["rows", "windowed"])
 def test_an_incremental_table_rebuilds_from_a_re_created_input(
-    spark, catalog, settings, spec: DerivedTable
+    spark, streamless_catalog, streamless_settings, spec: DerivedTable
 ) -> None:
     """Its watermark (the input's sequence number) was above every snapshot of the new
     input, so it never read the rebuilt rows and kept the old ones."""
     for values in ([1, 2], [3], [4]):
-        append(catalog, settings, values)
-    refresh(spark, catalog, settings, spec)
+        append(streamless_catalog, streamless_settings, values)
+    refresh(spark, streamless_catalog, streamless_settings, spec)
 
-    events = recreate(catalog, settings, [5, 17])
-    table = catalog.load_table(settings.table_identifier(spec.name))
+    events = recreate(streamless_catalog, streamless_settings, [5, 17])
+    table = streamless_catalog.load_table(streamless_settings.table_identifier(spec.name))
     assert not sql_table_caught_up(spec, {"events": events}, table)
 
-    table = refresh(spark, catalog, settings, spec)
+    table = refresh(spark, streamless_catalog, streamless_settings, spec)
     assert column(table, "n" if spec is COPIED else "top") == [5, 17]
     assert sql_table_caught_up(spec, {"events": events}, table)
 
 
-def test_a_rows_table_rebuilds_from_a_rolled_back_input(spark, catalog, settings) -> None:
+def test_a_rows_table_rebuilds_from_a_rolled_back_input(
+    spark, streamless_catalog, streamless_settings
+) -> None:
     """A rollback left it holding rows of snapshots the input no longer has."""
-    first = append(catalog, settings, [1, 2]).current_snapshot()
-    append(catalog, settings, [3])
-    refresh(spark, catalog, settings, COPIED)
+    first = append(streamless_catalog, streamless_settings, [1, 2]).current_snapshot()
+    append(streamless_catalog, streamless_settings, [3])
+    refresh(spark, streamless_catalog, streamless_settings, COPIED)
     assert first is not None
-    events = catalog.load_table(settings.table_identifier("events"))
+    events = streamless_catalog.load_table(streamless_settings.table_identifier("events"))
     events.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
 
-    assert column(refresh(spark, catalog, settings, COPIED), "n") == [1, 2]
+    assert column(refresh(spark, streamless_catalog, streamless_settings, COPIED), "n") == [1, 2]
 
 
 WIDE = pa.schema([("n", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
@@ -146,19 +136,23 @@ BIG = 3_000_000_290
 
 
 def test_a_windowed_table_follows_a_widened_input_and_its_check_sees_the_input_now(
-    spark, catalog, settings
+    spark, streamless_catalog, streamless_settings
 ) -> None:
     """The windowed table kept the int it was created with: a value above 2^31 failed every
     refresh with a bare ArrowInvalid, and its check compared the windows with the input as
     of the stuck table's last refresh, so it kept passing."""
-    append(catalog, settings, [1, 2])
-    refresh(spark, catalog, settings, HOURLY)
+    append(streamless_catalog, streamless_settings, [1, 2])
+    refresh(spark, streamless_catalog, streamless_settings, HOURLY)
 
-    events = append(catalog, settings, [BIG], schema=WIDE)  # the declaration widened n
-    coverage = reconcile_windows(HOURLY, events, refresh_table(catalog, settings, HOURLY))
+    events = append(
+        streamless_catalog, streamless_settings, [BIG], schema=WIDE
+    )  # the declaration widened n
+    coverage = reconcile_windows(
+        HOURLY, events, refresh_table(streamless_catalog, streamless_settings, HOURLY)
+    )
     assert (coverage.passed, coverage.input_windows, coverage.table_windows) == (False, 3, 2)
 
-    hourly = refresh(spark, catalog, settings, HOURLY)
+    hourly = refresh(spark, streamless_catalog, streamless_settings, HOURLY)
 
     assert hourly.schema().find_field("top").field_type == LongType()
     assert column(hourly, "top") == [1, 2, BIG]
@@ -166,15 +160,15 @@ def test_a_windowed_table_follows_a_widened_input_and_its_check_sees_the_input_n
 
 
 def test_a_windowed_result_the_table_cannot_hold_names_table_and_column(
-    spark, catalog, settings
+    spark, streamless_catalog, streamless_settings
 ) -> None:
-    append(catalog, settings, [1])
-    refresh(spark, catalog, settings, HOURLY)
-    append(catalog, settings, [2])
+    append(streamless_catalog, streamless_settings, [1])
+    refresh(spark, streamless_catalog, streamless_settings, HOURLY)
+    append(streamless_catalog, streamless_settings, [2])
     as_text = replace(HOURLY, sql=HOURLY.sql.replace("max(n)", "concat('#', max(n))"))
 
     with pytest.raises(TableError, match=r"(?s)lake\.hourly.*'top'.*int.*string"):
-        refresh(spark, catalog, settings, as_text)
+        refresh(spark, streamless_catalog, streamless_settings, as_text)
 
 
 def refresh_table(catalog: Catalog, settings: Settings, spec: DerivedTable) -> Table:
