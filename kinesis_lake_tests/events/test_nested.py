@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 
 from kinesis_lake.events.parse import parse_events
 from kinesis_lake.events.schema import EventField, EventSchema, EventSchemaError
@@ -68,13 +66,6 @@ SPARSE = {"id": "b", "context": None, "tags": [], "items": None}
 
 def _parse(*records: object):
     return parse_events(raw_table([json.dumps(r).encode() for r in records]), SCHEMA, now=NOW)
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> SqlCatalog:
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
-    catalog.create_namespace("lake")
-    return catalog
 
 
 def test_nested_objects_and_arrays_round_trip_through_an_iceberg_table(catalog):

@@ -34,13 +34,6 @@ from kinesis_lake_tests.events.test_parse import ALL_TYPES, GOOD
 PIPELINE_COLUMNS = ["stream_name", "shard_id", "sequence_number", "sub_sequence_number"]
 
 
-@pytest.fixture
-def catalog(tmp_path: Path) -> SqlCatalog:
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
-    catalog.create_namespace("lake")
-    return catalog
-
-
 def _ids(schema: EventSchema) -> dict[str, int]:
     return {field.name: field.field_id for field in parsed_table_schema(schema).fields}
 

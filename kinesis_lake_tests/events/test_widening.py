@@ -4,10 +4,8 @@ float to double, wider decimals), new nested fields; anything else is refused by
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 
 from kinesis_lake.events.parse import parse_events
 from kinesis_lake.events.schema import EventSchema
@@ -56,13 +54,6 @@ def _write(table, schema: EventSchema, *records: dict) -> None:
         file_prefix=f"t{len(table.metadata.snapshots)}",
     )
     commit_files(table, written, writer_id="test", batch_id=len(table.metadata.snapshots))
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> SqlCatalog:
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
-    catalog.create_namespace("lake")
-    return catalog
 
 
 def test_widenings_and_new_fields_apply_to_a_table_with_data_without_rewriting_it(catalog):
