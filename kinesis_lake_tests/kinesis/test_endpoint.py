@@ -18,7 +18,7 @@ from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
 SHARD = "shardId-000000000000"
 
 
-def test_kinesalite_keeps_data_across_stop_and_kill(kinesalite, new_stream, tmp_path: Path) -> None:
+def test_kinesalite_keeps_data_across_stop_and_kill(new_stream, tmp_path: Path) -> None:
     endpoint = LocalKinesisEndpoint("kinesalite", data_dir=tmp_path / "kinesalite")
     with endpoint:
         url = endpoint.url
