@@ -112,7 +112,7 @@ class Query:
         lake: Lake,
         checkpoint: Checkpoint | None,
         *,
-        progress_root: Path,
+        progress: Path,
         now_ms: Callable[[], int],
         fail_on_data_loss: bool = True,
         max_records_per_shard: int = 50,
@@ -121,9 +121,7 @@ class Query:
         self.kinesis = kinesis
         self.lake = lake
         self.now_ms = now_ms
-        self.checkpoint = checkpoint or Checkpoint(
-            query_id=uuid.uuid4().hex, progress=progress_root / uuid.uuid4().hex
-        )
+        self.checkpoint = checkpoint or Checkpoint(query_id=uuid.uuid4().hex, progress=progress)
         options: dict[str, str] = {
             "streamName": kinesis.stream_name,
             "regionName": "us-east-1",
@@ -206,6 +204,7 @@ def latest_offset(
     (``cutoff_ms``: the availableNow run's start, None for a lingering query)."""
     current = SourceOffset.from_dict(start)
     records = source._completed_epoch(current)
+    source._publish_status(current, records)  # status.json: what the sensor reads
     outcomes = {shard_id: r.outcome for shard_id, r in records.items()}
     options = source.options
     if cutoff_ms is None and resting(current, outcomes, now_ms, options.idle_ms):

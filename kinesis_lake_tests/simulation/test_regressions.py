@@ -79,7 +79,8 @@ def test_a_stream_quiet_for_longer_than_retention_is_not_data_loss(tmp_path: Pat
 
 def test_a_quiet_stream_whose_resume_position_is_refused_is_not_data_loss(tmp_path: Path):
     """Defect 3 when Kinesis refuses the aged-out resume position outright (shrunk from
-    seed 2): eight records read, 40 quiet hours with the sensor ticking, then a run."""
+    seed 2; seen failing on 9eea889 and after defect 2's fix, before defect 3's): eight
+    records read, 40 quiet hours with the sensor ticking, then a run."""
     run_schedule(
         tmp_path,
         [("put", 4, 8, False), ("advance", 40 * _HOUR), ("run", "main", 4, None)],

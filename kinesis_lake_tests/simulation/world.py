@@ -15,6 +15,7 @@ refused for overlapping the table has its checkpoint deleted, as the message say
 from __future__ import annotations
 
 import re
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,16 +24,23 @@ from typing import Any
 
 from kinesis_lake.iceberg.maintenance import compact, expire_snapshots
 from kinesis_lake.iceberg.summary import committed_positions
-from kinesis_lake.kinesis.backlog import probe_backlog
+from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
 from kinesis_lake.kinesis.kpl import aggregate
+from kinesis_lake.pipeline.ingest import source_metadata_path
 from kinesis_lake.spark.iceberg_writer import OverlappingPositionsError
 from kinesis_lake.spark.kinesis_offsets import SourcePlanningError
 from kinesis_lake.spark.kinesis_source import DataLossError
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
+from kinesis_lake_tests.conftest import make_settings
 from kinesis_lake_tests.simulation import invariants
 from kinesis_lake_tests.simulation.driver import Checkpoint, Crash, Query
 from kinesis_lake_tests.simulation.kinesis import GRANT, SimulatedKinesis
 from kinesis_lake_tests.simulation.lake import Lake, interleaved, lake_environment
+
+try:
+    from kinesis_lake.pipeline.data_loss import quiet_proof
+except ImportError:  # code before b085792: the sensor ran on a backlog only
+    quiet_proof = None  # type: ignore[assignment]
 
 Step = tuple[Any, ...]
 START_MS = 1_800_000_000_000
@@ -52,6 +60,15 @@ class World:
             self.now_ms, shards=shards, trimmed_position=trimmed_position
         )
         self.lake = Lake(root, fault_file)
+        # The deployment's settings, for what the real code derives from them (where the
+        # source's progress lives, which the sensor reads).
+        self.settings = make_settings(
+            root / "data",
+            self.kinesis.meta.endpoint_url,
+            stream_name=self.kinesis.stream_name,
+            raw_table_name="raw",
+            source_progress_dir=str(root / "progress"),
+        )
         self.checkpoints: dict[str, Checkpoint | None] = {"main": None, "second": None}
         self.queries: dict[str, Query | None] = {"main": None, "second": None}
         self.saved: Checkpoint | None = None
@@ -150,9 +167,9 @@ class World:
         positions = committed_positions(self.lake.table())
         with self.kinesis.faults_suspended():
             probe = probe_backlog(self.kinesis, self.kinesis.stream_name, positions)
-        if not probe.has_backlog:
+        if not probe.has_backlog and not self._quiet_proof_due(positions, probe):
             return
-        self.faults["sensor-run"] += 1
+        self.faults["sensor-run" if probe.has_backlog else "sensor-quiet-run"] += 1
         # A Dagster run is a new process running a bounded availableNow query.
         self.queries["main"] = None
         query = self._ensure_query("main", available_now=True)
@@ -170,6 +187,14 @@ class World:
             in_table = self._in_table(self.lake.rows())
             invariants.check_drained(self.kinesis, in_table, query.cutoff_ms)
         self.queries["main"] = None
+
+    def _quiet_proof_due(self, positions: dict[str, str], probe: BacklogProbe) -> bool:
+        """The sensor's other reason to run (defs/sensors.py, since b085792): the last
+        read of the shards to their tip grows old. Code without it runs on backlog only."""
+        if quiet_proof is None:
+            return False
+        server_now = getattr(probe, "server_ms", None) or self.clock_ms
+        return quiet_proof(self.settings, positions).due(server_now, probe.retention_hours)
 
     def _step_save_checkpoint(self) -> None:
         checkpoint = self.checkpoints["main"]
@@ -277,7 +302,7 @@ class World:
                 self.kinesis,
                 self.lake,
                 self.checkpoints[who],
-                progress_root=self.root / "progress",
+                progress=self._progress(who),
                 now_ms=self.now_ms,
                 fail_on_data_loss=who not in self.acknowledge,
                 available_now=available_now,
@@ -285,6 +310,13 @@ class World:
             self.checkpoints[who] = query.checkpoint
             self.queries[who] = query
         return self.queries[who]
+
+    def _progress(self, who: str) -> Path:
+        """The source's metadataPath: the deployment's (``source_metadata_path``) for the
+        main query, whatever its checkpoint; a folder of its own for a second machine."""
+        if who == "main":
+            return Path(source_metadata_path(self.settings))
+        return self.root / "progress-second" / uuid.uuid4().hex
 
     def _loss_reported(self, who: str, message: str) -> None:
         found = _SHARD_IN_MESSAGE.search(message)
