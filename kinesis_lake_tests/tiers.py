@@ -285,20 +285,14 @@ class Tiers:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         classify(items)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+    def _phase(self, item: pytest.Item) -> Iterator[None]:
+        """Setting a test up, running it and tearing it down are each guarded."""
         with _guarding(item) if self.guard else nullcontext():
             return (yield)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
-        with _guarding(item) if self.guard else nullcontext():
-            return (yield)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
-        with _guarding(item) if self.guard else nullcontext():
-            return (yield)
+    pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_phase)
+    pytest_runtest_call = pytest.hookimpl(wrapper=True)(_phase)
+    pytest_runtest_teardown = pytest.hookimpl(wrapper=True)(_phase)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any) -> Iterator[None]:
