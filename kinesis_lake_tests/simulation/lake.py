@@ -86,6 +86,12 @@ class Lake:
     def arm(self, mode: str, error: str) -> None:
         arm(self.fault_file, mode, error=error, table=RAW)
 
+    def apply_late_commits(self) -> list[bool]:
+        """The catalog applies the commits it held (``LANDS_LATE``); True for each landed."""
+        from kinesis_lake_tests.ambiguous_catalog import apply_late_commits
+
+        return apply_late_commits(self._catalog)  # type: ignore[arg-type]
+
     def rows(self) -> Counter[tuple[str, str, int]]:
         """Every (shard, sequence number, sub-sequence number) in the table, with counts.
 

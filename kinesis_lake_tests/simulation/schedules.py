@@ -84,6 +84,8 @@ _KINDS: list[tuple[float, Callable[[random.Random], Step]]] = [
         5,
         lambda r: ("catalog_fault", r.random() < 0.6, r.choice(["unknown", "conflict", "generic"])),
     ),
+    (2, lambda r: ("late_commit", r.choice(["unknown", "generic"]))),
+    (2, lambda r: ("late_commits_land",)),
     (3, lambda r: ("save_checkpoint",)),
     (2, lambda r: ("second_writer", r.random() < 0.5)),
     (

@@ -38,6 +38,10 @@ from kinesis_lake_tests.simulation.kinesis import GRANT, SimulatedKinesis
 from kinesis_lake_tests.simulation.lake import Lake, interleaved, lake_environment
 
 try:
+    from kinesis_lake_tests.ambiguous_catalog import LANDS_LATE, apply_late_commits
+except ImportError:  # the harness of code before 912ed94
+    LANDS_LATE, apply_late_commits = None, None  # type: ignore[assignment]
+try:
     from kinesis_lake.pipeline.data_loss import quiet_proof
 except ImportError:  # code before b085792: the sensor ran on a backlog only
     quiet_proof = None  # type: ignore[assignment]
@@ -150,6 +154,19 @@ class World:
     def _step_catalog_fault(self, lands: bool, error: str) -> None:
         self.lake.arm(LANDS_THEN_RAISES if lands else RAISES_BEFORE, error)
         self.faults[f"commit-{'lands-then-raises' if lands else 'raises-before'}"] += 1
+
+    def _step_late_commit(self, error: str) -> None:
+        """The next commit raises and the catalog applies it later (a REST server still
+        processing it, a Glue update after the client gave up): at the next commit of the
+        table, or at ``late_commits_land``. A no-op on code whose harness lacks it."""
+        if LANDS_LATE is None:
+            return
+        self.lake.arm(LANDS_LATE, error)
+        self.faults["commit-lands-late"] += 1
+
+    def _step_late_commits_land(self) -> None:
+        if apply_late_commits is not None:
+            self.faults["late-commit-applied"] += sum(self.lake.apply_late_commits())
 
     def _step_run(self, who: str, batches: int, crash_at: str | None = None) -> None:
         """A lingering run: up to ``batches`` micro-batches, one trigger apart."""
