@@ -16,9 +16,11 @@ from collections import Counter
 import pytest
 
 from kinesis_lake_tests.ambiguous_catalog import (
+    LANDS_LATE,
     LANDS_THEN_RAISES,
     arm,
     catalog_environment,
+    held_commits,
     pending,
 )
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
@@ -26,13 +28,23 @@ from kinesis_lake_tests.production.lake_checks import assert_derived_tables_add_
 
 
 @pytest.mark.parametrize(
-    ("error", "query_fails"),
-    [("unknown", True), ("conflict", False)],
-    ids=["commit-state-unknown-then-abort", "conflict-then-skipped-duplicate"],
+    ("mode", "error", "query_fails"),
+    [
+        (LANDS_THEN_RAISES, "unknown", True),
+        (LANDS_THEN_RAISES, "conflict", False),
+        (LANDS_LATE, "unknown", True),
+    ],
+    ids=[
+        "commit-state-unknown-then-abort",
+        "conflict-then-skipped-duplicate",
+        "applied-after-the-abort-by-the-restart",
+    ],
 )
 def test_a_raw_commit_that_landed_then_raised_loses_and_duplicates_nothing(
-    kinesalite_endpoint, settings_factory, tmp_path, monkeypatch, error, query_fails
+    kinesalite_endpoint, settings_factory, tmp_path, monkeypatch, mode, error, query_fails
 ):
+    """``LANDS_LATE``: the catalog applies the failed batch's commit only when the restart
+    commits (after the abort ran in the first process), so the replay finds it landed."""
     settings = settings_factory(kinesalite_endpoint, max_records_per_shard=100)
     fault_file = tmp_path / "faults.json"
     for key, value in catalog_environment(
@@ -40,7 +52,7 @@ def test_a_raw_commit_that_landed_then_raised_loses_and_duplicates_nothing(
     ).items():
         monkeypatch.setenv(key, value)
     produce(settings, 400, seed=17)
-    arm(fault_file, LANDS_THEN_RAISES, error=error, table=settings.raw_table)
+    arm(fault_file, mode, error=error, table=settings.raw_table)
 
     first = run_cli(settings, "ingest")
     assert (first.returncode != 0) == query_fails, first.stderr[-3000:]
@@ -50,6 +62,7 @@ def test_a_raw_commit_that_landed_then_raised_loses_and_duplicates_nothing(
         assert restart.returncode == 0, restart.stderr[-3000:]
 
     assert pending(fault_file) == 0, "the fault never fired"
+    assert held_commits(fault_file) == 0, "the late commit was never applied"
     keys = raw_keys(settings)  # reads every data file: a deleted one fails here
     assert {(shard, sequence) for shard, sequence, _ in keys} == stream_truth(settings)
     assert not [key for key, n in Counter(keys).items() if n > 1]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,9 +14,10 @@ from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import committed_positions
-from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake.spark.iceberg_sink_options import SinkOptions
 from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter
+from kinesis_lake_tests.ambiguous_catalog import catalog_environment, pause_commits
 from kinesis_lake_tests.iceberg.helpers import raw_batch
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
 
@@ -143,3 +146,46 @@ def test_a_second_writer_committing_during_ingestion_loses_nothing(
     assert streamed == stream_truth(settings)
     assert len([k for k in keys if k[0] != "backfill"]) == 600
     assert sorted(seq for shard, seq, _ in keys if shard == "backfill") == sorted(backfilled)
+
+
+def test_a_checkpoint_less_restart_after_a_stale_empty_batch_raced_ingestion_reads_once(
+    spark, kinesalite_endpoint, settings_factory, tmp_path, monkeypatch
+):
+    """Issue 31, defect 1, through Spark: a stale query's empty batch loads the table's
+    positions, the live query ingests 10 more records before that commit reaches the
+    catalog, and the empty batch's commit lands last. A restart without a checkpoint
+    resumes after the table's positions: had they been rolled back, it would read the
+    10 records again."""
+    settings = settings_factory(kinesalite_endpoint, shard_count=1)
+    for key, value in catalog_environment(
+        settings.data_dir, tmp_path / "faults.json", settings.catalog_name
+    ).items():
+        monkeypatch.setenv(key, value)  # this process only: Spark's workers started before
+    produce(settings, 10, seed=3)
+    run_ingestion(spark, settings)
+    options = SinkOptions.parse(
+        {
+            "table": settings.raw_table,
+            "catalog": settings.catalog_name,
+            "dataDir": str(settings.data_dir),
+            "writerId": "stale-query",
+            "positionColumns": "shard_id,sequence_number",
+        }
+    )
+    stale = IcebergStreamWriter(options, TableWriteTarget.from_table(options.load_table()))
+    produce(settings, 10, seed=4)
+    raced = threading.Lock()
+
+    def live_query_ingests_first(_table: str) -> None:
+        if raced.acquire(blocking=False):
+            run_ingestion(spark, settings)
+
+    with pause_commits(live_query_ingests_first):
+        stale.commit([stale.write(iter([]))], batchId=7)
+    shutil.rmtree(checkpoint_location(settings))
+    run_ingestion(spark, settings)
+
+    keys = raw_keys(settings)
+    assert not [key for key, n in Counter(keys).items() if n > 1], "records read twice"
+    assert {(shard, sequence) for shard, sequence, _ in keys} == stream_truth(settings)
+    assert len(keys) == 20
