@@ -19,10 +19,12 @@ DUPLICATE = "duplicate"
 POSITIONS_BACKWARDS = "positions-moved-backwards"
 POSITIONS_BEHIND_DATA = "positions-behind-data"
 SILENT_LOSS = "silent-loss"
+SILENT_LOSS_FIRST_READ = "silent-loss-before-first-record"
 FALSE_LOSS = "false-loss"
 MISSED_BACKLOG = "sensor-missed-backlog"
 PHANTOM_BACKLOG = "sensor-phantom-backlog"
 STUCK = "ingestion-stuck"
+STUCK_REPLAY = "ingestion-stuck-replaying-a-range-gone"
 UNEXPECTED = "unexpected-exception"
 RUN_NEVER_ENDS = "available-now-run-never-ends"
 LEFT_BEHIND = "available-now-left-records-behind"
@@ -80,17 +82,28 @@ def check_table(
 
 
 def check_loss_reported(
-    lost: Mapping[str, list[int]], positions: Mapping[str, str], reported: set[str]
+    lost: Mapping[str, list[int]],
+    positions: Mapping[str, str],
+    reported: set[str],
+    in_table: set[tuple[str, str]],
 ) -> None:
-    """A record that expired unread, once ingestion moved past it, was reported."""
+    """A record that expired unread, once ingestion moved past it, was reported.
+
+    A loss before the first record ever read from its shard (a read that started at the
+    trim horizon) is told apart as its own kind: the two have different causes.
+    """
     for shard, sequences in sorted(lost.items()):
         position = positions.get(shard)
         if shard in reported or position is None:
             continue
         passed = [s for s in sequences if s < int(position)]
         if passed:
+            read_before = any(
+                table_shard == shard and int(sequence) < passed[0]
+                for table_shard, sequence in in_table
+            )
             raise Violation(
-                SILENT_LOSS,
+                SILENT_LOSS if read_before else SILENT_LOSS_FIRST_READ,
                 f"shard {shard}: {len(passed)} record(s) expired unread (first {passed[0]}) and "
                 f"ingestion moved past them to {position} without reporting a loss",
             )

@@ -350,7 +350,10 @@ class World:
         count = count + 1 if previous == name else 1
         self.failures[who] = (name, count)
         if count >= 3 and not isinstance(error, DataLossError):
-            raise invariants.Violation(invariants.STUCK, f"{who} query fails again: {error}")
+            kind = invariants.STUCK
+            if "cannot be reproduced" in str(error):
+                kind = invariants.STUCK_REPLAY  # a cause of its own, told apart
+            raise invariants.Violation(kind, f"{who} query fails again: {error}")
 
     # ------------------------------------------------------------------ invariants
 
@@ -373,6 +376,7 @@ class World:
             invariants.lost_unread(self.kinesis, in_table, self.started_ms),
             positions,
             self.reported,
+            in_table,
         )
         invariants.check_sensor(self.kinesis, positions, in_table)
 
