@@ -173,7 +173,10 @@ def delete_unreferenced(table: Table, paths: list[str]) -> int:
 
     For a writer's own new files after a failed or skipped commit. An exception from a
     commit does not prove it did not land (a catalog can apply it and lose the answer),
-    so the table is refreshed and read before anything is deleted.
+    so the table is refreshed and read before anything is deleted. The read only proves
+    the present: callers pass files no commit still in flight can add, ones never sent to
+    the catalog, or sent in an attempt whose base the table has since moved past (every
+    commit requires its base snapshot, so that attempt can no longer land; issue 31).
     """
     if not paths:
         return 0
