@@ -278,12 +278,14 @@ def _with_ingested_at(batch: pa.RecordBatch, at: pa.Scalar) -> pa.RecordBatch:
     return batch.append_column("ingested_at", pa.array([at] * batch.num_rows, at.type))
 
 
+VIRTUAL_READ_START = "now_ms" in inspect.signature(ShardReader).parameters
+"""Whether the reader takes the epoch-ms clock of its ``read_started_ms`` (since 72093fa).
+Older code reads the wall clock, which availableNow's cutoff rule compares with the
+virtual one: the simulation then runs the sensor's runs as lingering ones."""
+
+
 def _virtual_read_start(kinesis: SimulatedKinesis) -> dict[str, Any]:
-    """The reader's epoch-ms clock, where it takes one (code before 72093fa read the
-    wall clock: the simulation still runs it, for the record of what it found there)."""
-    if "now_ms" in inspect.signature(ShardReader).parameters:
-        return {"now_ms": kinesis.now_ms}
-    return {}
+    return {"now_ms": kinesis.now_ms} if VIRTUAL_READ_START else {}
 
 
 def kinesis_seconds(kinesis: SimulatedKinesis) -> float:
