@@ -252,7 +252,9 @@ def _rewrite_partition(
             return
         except CommitFailedException:
             if attempt == DEFAULT_MAX_ATTEMPTS:
-                delete_unreferenced(table, new_paths)
+                # Kept: a conflict can be a retrying client's lie about an attempt the
+                # catalog still holds, whose base may be current (see delete_unreferenced).
+                # Orphan-file removal reclaims them if it never lands.
                 raise
             backoff(attempt)
             table.refresh()

@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from pyiceberg.exceptions import CommitStateUnknownException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
-from kinesis_lake.iceberg.commit import last_committed_batch
+from kinesis_lake.iceberg.commit import DEFAULT_MAX_ATTEMPTS, last_committed_batch
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.maintenance import compact, expire_snapshots, remove_orphan_files
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
@@ -322,3 +322,31 @@ def test_an_empty_batch_whose_commit_lands_late_never_moves_the_watermark_back(f
     )
     assert replay is not None and replay.skipped_duplicate
     assert sequences(data_dir) == expected("a", 1, 20)
+
+
+def test_compaction_giving_up_on_conflicts_keeps_the_files_a_commit_in_flight_may_add(
+    faults, tmp_path
+):
+    """Every compaction attempt hears "conflict" while the catalog still holds it (a
+    retrying client's lie); compaction gives up, and then the first held attempt lands
+    (its base is still current; the others are refused). A read before giving up proved
+    nothing: the files it deleted would be the table's."""
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    for batch in range(4):
+        keys = range(100 + batch * 10, 110 + batch * 10)
+        writer.commit([writer.write(iter([raw_batch(keys, shard="a")]))], batchId=batch)
+    table = writer.options.load_table()
+    arm(
+        faults,
+        LANDS_LATE,
+        error="conflict",
+        table="lake.raw",
+        times=DEFAULT_MAX_ATTEMPTS,
+        at_next_commit=False,
+    )
+    with pytest.raises(CommitFailedException):
+        compact(table, target_file_size_bytes=64 * 1024 * 1024)
+    landed = apply_late_commits(open_catalog("kinesis_lake", data_dir=data_dir))
+    assert landed.count(True) == 1
+    assert sequences(data_dir) == expected("a", 100, 40)
