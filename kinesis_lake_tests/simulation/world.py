@@ -51,6 +51,8 @@ START_MS = 1_800_000_000_000
 TRIGGER_MS = 1_000
 MAX_BATCHES_PER_RUN = 12
 SENSOR_EVERY_MS = 4 * 3_600_000
+_INJECTED = ("injected:", "ProvisionedThroughputExceededException", "ExpiredIteratorException")
+"""Failures a fault of the schedule explains (catalog faults, throttling, expiry)."""
 _SHARD_IN_MESSAGE = re.compile(r"shard (shardId-\d+)", re.IGNORECASE)
 
 
@@ -345,6 +347,9 @@ class World:
 
     def _failed(self, who: str, error: Exception) -> None:
         """Three failures in a row of one kind, with no fault left to explain them."""
+        if any(cause in str(error) for cause in _INJECTED):
+            self.failures.pop(who, None)  # explained by a fault the schedule armed
+            return
         name = type(error).__name__
         previous, count = self.failures.get(who, ("", 0))
         count = count + 1 if previous == name else 1
