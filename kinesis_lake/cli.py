@@ -401,6 +401,18 @@ def cmd_replay(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_acknowledge_loss(args: argparse.Namespace) -> None:
+    """After a reported loss was dealt with: no_data_loss then counts only later skips."""
+    from kinesis_lake.pipeline.data_loss import acknowledge_loss
+
+    for stream in _streams(_settings(), args.stream):
+        report = acknowledge_loss(stream)
+        print(
+            f"{stream.stream_name}: {report.skipped_ranges} skipped range(s) acknowledged; "
+            "the no_data_loss check now counts only skips after this"
+        )
+
+
 def cmd_check(args: argparse.Namespace) -> None:
     from kinesis_lake.check_runner import check_command
 
@@ -625,6 +637,17 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         "move quarantined records the fixed declaration now takes into their tables",
         cmd_replay,
+    )
+
+    acknowledge = _command(
+        commands,
+        "acknowledge-loss",
+        "clear the no_data_loss check once a reported loss was dealt with (later skips "
+        "turn it red again)",
+        cmd_acknowledge_loss,
+    )
+    acknowledge.add_argument(
+        "--stream", default=None, help="only this declared stream; default: every stream"
     )
 
     check = _command(

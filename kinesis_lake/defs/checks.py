@@ -29,6 +29,7 @@ from kinesis_lake.events.declaration import (
 )
 from kinesis_lake.events.derived_tables import DerivedTable
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label
+from kinesis_lake.pipeline.data_loss import loss_report
 from kinesis_lake.pipeline.derived_reconciliation import (
     SAMPLED_HISTORY_ROWS,
     reconcile_upsert,
@@ -76,6 +77,20 @@ def _tables(settings: Settings, *attributes: str):
 
 
 # ---- raw_events ---------------------------------------------------------------------------
+
+
+def _data_loss_description(keys: StreamKeys, new: int, acknowledged: int) -> str:
+    """One line: no loss, or how many ranges were lost and what the operator does."""
+    if new == 0:
+        before = f" ({acknowledged} skipped ranges acknowledged before)" if acknowledged else ""
+        return f"No data loss reported by the source{before}."
+    stream = f" --stream {keys.stream}" if keys.declared else ""
+    return (
+        f"The source skipped {new} ranges of records that expired before they were read "
+        "(they are lost): re-send them from their producer if you can, then run "
+        f"kinesis-lake acknowledge-loss{stream} to clear this check; ingest more often than "
+        "the retention, or raise it."
+    )
 
 
 def freshness_outcome(fresh: StreamFreshness) -> tuple[bool, dict, str]:
@@ -220,23 +235,26 @@ def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:
         name=DATA_LOSS_CHECK,
         description=(
             "The Kinesis source reported no skipped ranges (records that expired from the "
-            f"stream before they were read) in the latest {table} materialization."
+            f"stream before they were read) in the latest {table} materialization, beyond "
+            "those an operator acknowledged (kinesis-lake acknowledge-loss)."
         ),
     )
-    def no_data_loss(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    def no_data_loss(
+        context: dg.AssetCheckExecutionContext, settings: PipelineSettingsResource
+    ) -> dg.AssetCheckResult:
         records = context.instance.fetch_materializations(raw_asset, limit=1).records
         materialization = records[0].asset_materialization if records else None
         entry = materialization.metadata.get("skipped_ranges") if materialization else None
         skipped = int(entry.value) if entry is not None else 0
+        # The count is the checkpoint's running total: only skips since the operator's
+        # last acknowledgment (of this checkpoint) are news, or one loss dealt with would
+        # keep the check red until the checkpoint is deleted.
+        acknowledged = min(skipped, loss_report(keys.lake(settings)).acknowledged)
+        new = skipped - acknowledged
         return dg.AssetCheckResult(
-            passed=skipped == 0,
-            metadata={"skipped_ranges": skipped},
-            description=(
-                "No data loss reported by the source."
-                if skipped == 0
-                else f"The source skipped {skipped} expired ranges: those records are lost. "
-                "Ingest more often than the stream's retention, or raise the retention."
-            ),
+            passed=new == 0,
+            metadata={"skipped_ranges": skipped, "acknowledged_ranges": acknowledged},
+            description=_data_loss_description(keys, new, acknowledged),
         )
 
     return [ingestion_advances, fresh, no_duplicates, match_positions, no_data_loss]

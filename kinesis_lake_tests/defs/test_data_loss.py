@@ -1,5 +1,7 @@
-"""The backlog sensor over days of simulated time: real sensor ticks, the runs they request
-executed with real Spark, kinesalite behind a clock proxy (retention, server clock)."""
+"""Quiet streams, outages and acknowledged loss in Dagster mode, over days of simulated
+time: real sensor ticks, the runs they request executed with real Spark, the no_data_loss
+check, the acknowledge-loss command, kinesalite behind a clock proxy (retention, server
+clock)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
+from kinesis_lake.cli import main
 from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, kinesis_stream, raw_events
 from kinesis_lake.defs.backlog_runs import BACKLOG_SENSOR_NAME
+from kinesis_lake.defs.checks import DATA_LOSS_CHECK, raw_checks
 from kinesis_lake.defs.sensors import kinesis_backlog_sensor
+from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.defs.helpers import Lake, make_lake
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 
 HOUR_S = 3600
+NO_DATA_LOSS = dg.AssetCheckKey(RAW_EVENTS, DATA_LOSS_CHECK)
 
 
 @pytest.fixture
@@ -26,21 +32,33 @@ def clock(kinesalite_endpoint) -> Iterator[ClockProxy]:
 
 
 def _run(
-    lake: Lake, instance: dg.DagsterInstance, request: dg.RunRequest
+    lake: Lake, instance: dg.DagsterInstance, request: dg.RunRequest | None = None
 ) -> dg.ExecuteInProcessResult:
-    """Execute a run the sensor requested, tagged as the daemon tags it."""
-    return dg.materialize(
-        [kinesis_stream, raw_events],
-        selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS),
-        resources=lake.resources,
-        instance=instance,
-        tags={
+    """An ingestion run with raw_events' no_data_loss check; tagged as the daemon tags it
+    when the sensor requested it."""
+    tags = {}
+    if request is not None:
+        tags = {
             **request.tags,
             "dagster/run_key": request.run_key,
             "dagster/sensor_name": BACKLOG_SENSOR_NAME,
-        },
+        }
+    return dg.materialize(
+        [kinesis_stream, raw_events, *raw_checks(DEFAULT_STREAM)],
+        selection=dg.AssetSelection.assets(KINESIS_STREAM, RAW_EVENTS)
+        | dg.AssetSelection.checks(NO_DATA_LOSS),
+        resources=lake.resources,
+        instance=instance,
+        tags=tags,
         raise_on_error=False,
     )
+
+
+def _no_data_loss(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
+    (evaluation,) = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == DATA_LOSS_CHECK
+    ]
+    return evaluation
 
 
 def _root_cause(error) -> str:
@@ -97,3 +115,38 @@ def test_a_stream_quiet_for_longer_than_retention_is_not_data_loss(
     assert len(raw_keys(lake.settings)) == 15
     last = daemon.runs[-1].get_asset_materialization_events()[-1].materialization
     assert last.metadata["skipped_ranges"].value == 0
+
+
+def _outage_that_loses_records(lake: Lake, clock: ClockProxy, seed: int) -> None:
+    """Records arrive while nothing ingests, and the outage outlasts the retention."""
+    clock.advance(2 * HOUR_S)
+    produce(lake.settings, 4, seed=seed)
+    clock.advance(26 * HOUR_S)
+
+
+def test_an_acknowledged_loss_clears_no_data_loss_until_the_next_one(
+    spark, clock, tmp_path, monkeypatch, capsys
+):
+    """Issue 31 b: no_data_loss counted the checkpoint's skips over its whole life, so a
+    loss an operator had dealt with kept it red until the checkpoint was deleted. The
+    operator acknowledges it with ``kinesis-lake acknowledge-loss``; a later loss turns
+    the check red again."""
+    lake = make_lake(monkeypatch, tmp_path / "data", clock.url)
+    lake = lake.rebuild(monkeypatch, KINESIS_LAKE_FAIL_ON_DATA_LOSS="false")
+    with dg.instance_for_test() as instance:
+        produce(lake.settings, 10, seed=1)
+        assert _no_data_loss(_run(lake, instance)).passed
+        _outage_that_loses_records(lake, clock, seed=2)
+        lost = _no_data_loss(_run(lake, instance))
+        assert not lost.passed
+        assert "kinesis-lake acknowledge-loss" in lost.description
+        assert "\n" not in lost.description
+
+        main(["acknowledge-loss"])
+        assert "acknowledged" in capsys.readouterr().out
+        produce(lake.settings, 5, seed=3)
+        assert _no_data_loss(_run(lake, instance)).passed
+
+        _outage_that_loses_records(lake, clock, seed=4)
+        assert not _no_data_loss(_run(lake, instance)).passed
+    assert len(raw_keys(lake.settings)) == 15
