@@ -54,7 +54,8 @@ from kinesis_lake.events.tables import (
     quarantine_table_schema,
 )
 from kinesis_lake.iceberg.tables import type_text
-from kinesis_lake.kinesis.freshness import StreamFreshness, stream_freshness
+from kinesis_lake.kinesis.freshness import StreamFreshness
+from kinesis_lake.pipeline.backlog import lake_freshness
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
@@ -102,12 +103,7 @@ def stream_spec(keys: StreamKeys) -> dg.AssetSpec:
 def measure_freshness(settings: Settings, kinesis: KinesisResource) -> StreamFreshness:
     """Freshness of ``settings``' stream (the resource provides the client, not the name:
     a lake of several streams measures each with one client)."""
-    return stream_freshness(
-        kinesis.get_client(),
-        settings.stream_name,
-        raw_positions(settings).positions,
-        max_lag_minutes=settings.freshness_minutes,
-    )
+    return lake_freshness(kinesis.get_client(), settings, raw_positions(settings).positions)
 
 
 def stream_metadata(fresh: StreamFreshness, positions_snapshot_id: int | None) -> dict[str, Any]:

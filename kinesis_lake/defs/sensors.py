@@ -44,11 +44,12 @@ from kinesis_lake.defs.backlog_runs import (
     quiet_run_key,
 )
 from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK, freshness_outcome
-from kinesis_lake.defs.jobs import FULL_JOB_NAME, ingest_job
+from kinesis_lake.defs.jobs import DERIVE_RUN_NAME, FULL_JOB_NAME, RUN_NAME_TAG, ingest_job
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 from kinesis_lake.kinesis.backlog import BacklogProbe
-from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label, stream_freshness
+from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label
+from kinesis_lake.pipeline.backlog import lake_freshness
 from kinesis_lake.pipeline.data_loss import quiet_proof
 from kinesis_lake.pipeline.lake import raw_positions
 
@@ -217,12 +218,7 @@ def _tick(
     cursor = BacklogCursor.parse(context.cursor)
     stream = lake.stream_name
     committed = raw_positions(lake)
-    fresh = stream_freshness(
-        kinesis.get_client(),
-        stream,
-        committed.positions,
-        max_lag_minutes=lake.freshness_minutes,
-    )
+    fresh = lake_freshness(kinesis.get_client(), lake, committed.positions)
     probe = fresh.probe
 
     events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
@@ -374,6 +370,7 @@ def automation_sensor(interval_s: int = 30) -> dg.AutomationConditionSensorDefin
         target=dg.AssetSelection.all(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=interval_s,
+        run_tags={RUN_NAME_TAG: DERIVE_RUN_NAME},  # not just "__ASSET_JOB" in the Runs list
         description=(
             "Evaluates the assets' automation conditions: derived tables follow raw_events. "
             "Defined explicitly because the implicit one starts stopped."

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -49,12 +49,22 @@ class BacklogProbe:
         return bool(self.shards_with_backlog)
 
 
-def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> BacklogProbe:
+def probe_backlog(
+    client,
+    stream_name: str,
+    positions: Mapping[str, str],
+    starts: Mapping[str, Mapping[str, Any]] | None = None,
+) -> BacklogProbe:
     """Peek one record past ``positions`` (shard id -> last committed sequence number).
 
-    A shard without a committed position is probed from its trim horizon. A closed shard
-    whose last record is committed has nothing after it, so it never shows as backlog.
+    A shard without a committed position is probed from where ingestion would start
+    reading it: ``starts`` (shard id -> GetShardIterator arguments; a ``"*"`` entry for
+    every other shard), else its trim horizon. Records before a configured start are no
+    backlog: no run would ever commit them. A closed shard whose last record is
+    committed has nothing after it, so it never shows as backlog.
     """
+    starts = starts or {}
+    trim_horizon = {"ShardIteratorType": "TRIM_HORIZON"}
     info = describe_stream(client, stream_name)
     shards = list_shards(client, stream_name)
     with_backlog: list[str] = []
@@ -69,7 +79,7 @@ def probe_backlog(client, stream_name: str, positions: Mapping[str, str]) -> Bac
                 "StartingSequenceNumber": committed,
             }
         else:
-            request = {"ShardIteratorType": "TRIM_HORIZON"}
+            request = dict(starts.get(shard.shard_id, starts.get("*", trim_horizon)))
         iterator = _iterator(client, stream_name, shard.shard_id, request)
         record, answered_ms = _first_record(client, iterator)
         server_now = max(filter(None, (server_now, answered_ms)), default=None)

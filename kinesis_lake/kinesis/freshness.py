@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
 
@@ -48,9 +49,11 @@ def stream_freshness(
     *,
     max_lag_minutes: float,
     now_ms: int | None = None,
+    starts: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> StreamFreshness:
-    """Cost: DescribeStreamSummary + ListShards + 2 cheap calls per shard (probe_backlog)."""
-    probe = probe_backlog(client, stream_name, dict(positions))
+    """Cost: DescribeStreamSummary + ListShards + 2 cheap calls per shard (probe_backlog,
+    which takes ``starts``: where shards without a committed position are read from)."""
+    probe = probe_backlog(client, stream_name, dict(positions), starts)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     oldest = probe.oldest_unconsumed_arrival_ms
     return StreamFreshness(

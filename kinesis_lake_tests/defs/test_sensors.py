@@ -515,3 +515,28 @@ def test_a_quiet_stream_is_read_to_its_tip_once_a_quarter_of_its_retention(lake,
 
     record_reads_to_the_tip(lake, positions, hours_ago=0)  # a run read the shards again
     assert tick(lake, instance).run_requests == []
+
+
+def test_records_before_the_configured_start_are_not_backlog(lake, instance, monkeypatch):
+    """Issue 31 a: a shard without a committed position was probed from its oldest record,
+    so with at_timestamp or latest the records before the start were a backlog that no
+    run would ever commit, until they expired: runs committing nothing, ingestion_advances
+    and freshness failing for up to a day."""
+    produce(lake.settings, 10, seed=41)
+    start = lake.rebuild(
+        monkeypatch,
+        KINESIS_STARTING_POSITION="at_timestamp",
+        KINESIS_STARTING_TIMESTAMP=str(int(time.time() * 1000) + 1000),
+    )
+    time.sleep(1.5)  # records put from now on arrive after the configured start
+    before = tick(start, instance)
+    assert before.run_requests == [] and "No backlog" in before.skip_reason.skip_message
+    produce(lake.settings, 3, seed=42)
+    assert len(tick(start, instance, cursor=before.cursor).run_requests) == 1
+
+    latest = lake.rebuild(monkeypatch, KINESIS_STARTING_POSITION="latest")
+    shards = {record["ShardId"]: "" for record in stream_records(lake)}
+    record_reads_to_the_tip(latest, shards)  # the first run pinned "latest" and read nothing
+    after_the_first_run = tick(latest, instance)
+    assert after_the_first_run.run_requests == []
+    assert "No backlog" in after_the_first_run.skip_reason.skip_message
