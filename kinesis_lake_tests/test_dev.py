@@ -27,10 +27,13 @@ import dagster as dg
 import psutil
 import pytest
 
+from kinesis_lake.defs.jobs import DERIVE_RUN_NAME, RUN_NAME_TAG
+from kinesis_lake.defs.sensors import AUTOMATION_SENSOR_NAME
 from kinesis_lake.kinesis.endpoint import free_port
 from kinesis_lake.kinesis.producer import put_records, sample_events
 
 STREAM = "dev-test-events"
+DUPLICATES = "no_duplicate_records"  # raw's blocking check
 START_TIMEOUT_S = 420
 
 
@@ -51,9 +54,12 @@ def _serving(url: str) -> bool:
         return False
 
 
-def _run_in_flight(dagster_home: Path) -> bool:
+STARTED = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
+
+
+def _runs(dagster_home: Path, which: dg.RunsFilter) -> list[dg.DagsterRun]:
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        return bool(instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])))
+        return list(instance.get_runs(which))
 
 
 def _ours(data_dir: Path) -> list[psutil.Process]:
@@ -81,17 +87,20 @@ def _port_free(port: int) -> bool:
     return True
 
 
-@pytest.fixture
-def dev_session(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
+@contextlib.contextmanager
+def _dev(
+    tmp_path: Path, records: int, **env_overrides: str
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
     """``kinesis-lake dev`` on free ports and its own data directory, in its own session
-    (as a terminal runs it), with a run in flight; whatever it left is killed afterwards."""
+    (as a terminal runs it), serving and sent ``records``; whatever it left is killed
+    afterwards."""
     data_dir = tmp_path / "dev"
     ports = {"ui": free_port(), "endpoint": free_port(), "spark": free_port()}
     env = {
         **os.environ,
         "KINESIS_LAKE_DATA_DIR": str(data_dir),
         "KINESIS_STREAM_NAME": STREAM,
-        "KINESIS_LAKE_RUN_LINGER_SECONDS": "120",  # the run is still in flight when stopped
+        **env_overrides,
     }
     env.pop("SPARK_MASTER", None)
     env.pop("DAGSTER_HOME", None)
@@ -116,9 +125,8 @@ def dev_session(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[
             endpoint_url=f"http://127.0.0.1:{ports['endpoint']}",
             region_name="us-east-1",
         )
-        put_records(client, STREAM, sample_events(50, seed=5))
-        dagster_home = data_dir / "dagster_home"
-        _until(lambda: _run_in_flight(dagster_home), START_TIMEOUT_S, "a run in flight", log)
+        if records:
+            put_records(client, STREAM, sample_events(records, seed=5))
         yield dev, ports, log
     finally:
         for process in _ours(data_dir):
@@ -127,6 +135,15 @@ def dev_session(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[
         with contextlib.suppress(ProcessLookupError):
             os.killpg(dev.pid, signal.SIGKILL)
         dev.wait()
+
+
+@pytest.fixture
+def dev_session(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
+    """A dev session with a run in flight (lingering, so still in flight when stopped)."""
+    with _dev(tmp_path, 50, KINESIS_LAKE_RUN_LINGER_SECONDS="120") as (dev, ports, log):
+        dagster_home = tmp_path / "dev" / "dagster_home"
+        _until(lambda: bool(_runs(dagster_home, STARTED)), START_TIMEOUT_S, "a run in flight", log)
+        yield dev, ports, log
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
@@ -152,3 +169,28 @@ def test_dev_stopped_by_a_signal_leaves_no_process_or_port_behind(
     # dagster.yaml in the folder "will not be used", though dev copies it into DAGSTER_HOME.
     assert "Dagster UI:" in text
     assert "superseded" not in text and "will not be used" not in text
+
+
+def test_the_automation_sensor_s_derive_runs_carry_a_name_an_operator_understands(
+    tmp_path: Path,
+):
+    """The derived tables' runs, which the automation sensor launches once raw_events is
+    materialized and checked, were listed as ``__ASSET_JOB`` (declarative automation
+    requests assets, not a job). Raw's materialization and blocking check are reported
+    into dev's instance, as an ingestion run records them; dev's daemon does the rest."""
+    with _dev(tmp_path, 0) as (_, _, log):
+        dagster_home = tmp_path / "dev" / "dagster_home"
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+            raw = dg.AssetKey("raw_events")
+            instance.report_runless_asset_event(dg.AssetMaterialization(raw))
+            instance.report_runless_asset_event(
+                dg.AssetCheckEvaluation(asset_key=raw, check_name=DUPLICATES, passed=True)
+            )
+        by_automation = dg.RunsFilter(tags={"dagster/sensor_name": AUTOMATION_SENSOR_NAME})
+        _until(
+            lambda: bool(_runs(dagster_home, by_automation)), START_TIMEOUT_S, "a derive run", log
+        )
+        (run, *_) = _runs(dagster_home, by_automation)
+
+    assert run.tags.get(RUN_NAME_TAG) == DERIVE_RUN_NAME, run.tags
+    assert dg.AssetKey("events") in (run.asset_selection or set())

@@ -27,6 +27,12 @@ from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 FULL_JOB_NAME = "kinesis_lake_full"
 REPLAY_JOB_NAME = "replay_quarantine"
 
+RUN_NAME_TAG = "kinesis_lake/run"
+DERIVE_RUN_NAME = "refresh_derived_tables"
+"""What the runs the automation sensor launches are called, as a tag. Declarative
+automation requests assets, not a job, so Dagster lists those runs under its hidden
+``__ASSET_JOB``; the tag names them in the Runs list, where it also filters them."""
+
 
 def ingest_job_for(keys: StreamKeys) -> "UnresolvedAssetJobDefinition":
     """What a stream's backlog sensor launches: an observation of the stream, its raw
