@@ -34,10 +34,9 @@ back). So EVERY commit requires ``AssertRefSnapshotId(main = base)``: a data com
 through its snapshot update, a metadata-only one explicitly (a metadata-only commit that
 loses a race retries on fresh metadata like any other). Positions are merged into the
 base's shard by shard and written only when that changes them, so an empty batch (no
-record read) moves only its writer's watermark. In the sink only commits that add files
-change positions, and those move ``main``, so the base a commit merged them from holds
-the latest positions (a caller whose ``prepare`` raised them without files could race
-another such commit from the same base: merged, they still never fall below it).
+record read) moves only its writer's watermark; a commit without files that would change
+them is refused. Positions thus change only in commits that move ``main``, so the base a
+commit merged them from holds the latest positions.
 
 Precondition: batch ids of one writer grow, and one live process commits per writer id
 at a time (Spark's checkpoint guarantees both for a streaming query).
@@ -255,7 +254,7 @@ def _commit_batch(
         stage(tx, snapshot_properties)
         tx.require_base_snapshot()  # a snapshot update has it; a metadata-only commit not
         properties = {watermark_property(writer_id): str(batch_id)}
-        tx.set_properties({**properties, **_positions_update(table, positions)})
+        tx.set_properties({**properties, **_positions_update(table, tx, positions)})
         try:
             tx.commit_transaction()
         except CommitFailedException:
@@ -284,19 +283,30 @@ def _commit_batch(
         )
 
 
-def _positions_update(base: Table, positions: str | None) -> dict[str, str]:
+def _positions_update(
+    base: Table, tx: MetadataReusingTransaction, positions: str | None
+) -> dict[str, str]:
     """The positions property to write with this attempt, if any: see the module docstring.
 
     The proposal is merged into the base's positions shard by shard, so no caller can
     lower one. Positions equal to the base's are not written: an empty batch read no
     record to advance them, and writing the base's value back could only undo a commit
-    that won the race.
+    that won the race. Positions that change must come with data: only a commit that
+    moves ``main`` makes the next one's requirement fail, so two metadata-only commits
+    from one base could each overwrite the other's advance.
     """
     if positions is None:
         return {}
     current = committed_positions(base)
     merged = merge_positions(current, json.loads(positions))
-    return {} if merged == current else {keys.POSITIONS: json.dumps(merged, sort_keys=True)}
+    if merged == current:
+        return {}
+    if not tx.adds_snapshot:
+        raise ValueError(
+            "positions move only with data: a commit without files proposed "
+            f"{positions} over {json.dumps(current, sort_keys=True)}"
+        )
+    return {keys.POSITIONS: json.dumps(merged, sort_keys=True)}
 
 
 def later_sequence(a: str | None, b: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.update import AssertRefSnapshotId, TableUpdate
+from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, TableUpdate
 
 
 class MetadataReusingTransaction(Transaction):
@@ -42,6 +42,11 @@ class MetadataReusingTransaction(Transaction):
         metadata = super().table_metadata
         self._rebuilt = (base, updates, metadata)
         return metadata
+
+    @property
+    def adds_snapshot(self) -> bool:
+        """Whether the staged changes add a snapshot (and so move ``main`` when committed)."""
+        return any(isinstance(update, AddSnapshotUpdate) for update in self._updates)
 
     def require_base_snapshot(self) -> None:
         """Make the commit apply only while ``main`` is where this transaction's base had it.

@@ -368,10 +368,11 @@ def test_a_manifest_merge_on_the_raw_table_rewrites_a_bounded_number_of_entries(
 def test_positions_never_move_backwards_whatever_commit_carries_them(
     raw: Table, data_dir: Path
 ) -> None:
-    """A commit without files whose ``prepare`` proposes positions, raced by a commit of
-    other positions: the metadata-only commit carries no snapshot requirement of its own,
-    and its proposal is below what the other writer committed for one shard. Positions
-    must end as the per-shard maximum of both, never as either alone."""
+    """A commit whose ``prepare`` proposes positions below what another writer committed
+    for one shard while it raced: positions end as the per-shard maximum of both, never
+    as either alone. Positions cannot move without data: a commit without files that
+    would change them is refused, since two such commits from one base could each
+    overwrite the other's advance (no catalog requirement sees a property change)."""
     import json
 
     from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
@@ -391,16 +392,27 @@ def test_positions_never_move_backwards_whatever_commit_carries_them(
 
     outcome = commit_files(
         table,
-        [],
+        _write(table, range(5, 10), "w"),
         writer_id="w",
         batch_id=0,
         prepare=lambda _base: {POSITIONS: json.dumps({"s": "20", "u": "3"})},
     )
 
-    assert outcome.committed
+    assert (outcome.committed, outcome.attempts) == (True, 2)
     assert committed_positions(open_catalog(data_dir=data_dir).load_table(RAW)) == {
         "s": "50",
         "t": "5",
         "u": "3",
     }
-    assert outcome.attempts == 2, "the positions were not committed against their base"
+    with pytest.raises(ValueError, match="positions move only with data"):
+        commit_files(
+            table,
+            [],
+            writer_id="w",
+            batch_id=1,
+            prepare=lambda _base: {POSITIONS: json.dumps({"v": "1"})},
+        )
+    unchanged = commit_files(
+        table, [], writer_id="w", batch_id=1, prepare=lambda _base: {POSITIONS: "{}"}
+    )
+    assert unchanged.committed and committed_positions(table)["s"] == "50"
