@@ -6,8 +6,9 @@ snapshot current while new commits still get higher numbers. A table's uuid with
 snapshot id names one state for good, and a table's ``last-sequence-number`` never goes
 down in its life, so a watermark above it was taken on another table.
 
-* A ``full`` table records, with its watermark, the ``uuid/snapshot`` of every input it was
-  computed from: it is up to date exactly when they are the inputs' current ones.
+* A ``full`` table records, right after each recomputation's commit, its batch id and the
+  ``uuid/snapshot`` of every input it was computed from: it is up to date exactly when
+  that batch is its watermark and those are the inputs' current states.
 * An incremental table's commits record its source's uuid (:data:`SOURCE_TABLE_UUID`) next
   to the source snapshot (``kinesis-lake.source-snapshot-id``): :func:`source_moved_back`
   says when that history is no longer the source's, and
@@ -71,7 +72,7 @@ def record_inputs(table: Table, writer_id: str, batch_id: int, inputs: dict[str,
     whole table, so recomputing is always safe).
     """
     value = json.dumps({"batch": batch_id, "inputs": inputs}, sort_keys=True)
-    with table.transaction() as tx:
+    with table.transaction() as tx:  # properties only: applied to whatever landed since
         tx.set_properties({inputs_property(writer_id): value})
 
 
