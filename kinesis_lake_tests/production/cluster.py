@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ from types import TracebackType
 
 import pyspark
 
+from kinesis_lake.kinesis.endpoint import free_port
+
 LOOPBACK = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -44,12 +45,6 @@ _STOP_GRACE_S = 15.0
 
 class ClusterStartError(RuntimeError):
     """The cluster did not come up; the message carries the daemons' logs."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

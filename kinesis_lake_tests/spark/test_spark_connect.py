@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from kinesis_lake.iceberg.catalog import open_catalog
+from kinesis_lake.kinesis.endpoint import free_port
 from kinesis_lake.spark.session import spark_log_file
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 from kinesis_lake_tests.pipeline_helpers import (
@@ -28,12 +29,6 @@ from kinesis_lake_tests.pipeline_helpers import (
     run_cli_with,
     settings_env,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,7 @@ def connect_server(tmp_path_factory) -> Iterator[Server]:
     """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM. Idle
     daemons are stopped after 3 s, not 5 min, once Spark has let their workers go (after a
     minute): between the runs here too, which Spark must then start again."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(tmp_path_factory.mktemp("c"))}
     process = subprocess.Popen(
         [

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -25,6 +24,7 @@ from typing import Any
 import psutil
 
 from kinesis_lake.dev import dagster_dev_command
+from kinesis_lake.kinesis.endpoint import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
@@ -95,12 +95,6 @@ query RunFailure($runId: ID!) {
   }
 }
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class DagsterDevServer:
