@@ -228,7 +228,8 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
                 f"Shard {shard_id} is no longer in the stream but was not read to its end: "
                 "its remaining records expired (retention) before they were read. To go on "
                 "without them, set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option "
-                "failOnDataLoss=false) for one run; the skipped range is then counted."
+                "failOnDataLoss=false) for one run; the skipped range is then counted by "
+                "the no_data_loss check, which kinesis-lake acknowledge-loss clears."
             )
         del cursors[shard_id]
         skipped += 1

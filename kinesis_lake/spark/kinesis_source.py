@@ -484,9 +484,11 @@ def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
     return DataLossError(
         f"Data loss on stream {task.stream_name!r}, shard {task.shard_id}: {detail}. "
         "The records after the last committed position expired (retention) before they "
-        "were read. To go on from the oldest record still available, set "
-        "KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option failOnDataLoss=false) for one "
-        "run; the skipped range is then counted."
+        "were read, or cannot be shown not to have (nothing read the shard to its tip "
+        "within the retention period). To go on from the oldest record still available, "
+        "set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option failOnDataLoss=false) for "
+        "one run; the skipped range is then counted by the no_data_loss check, which "
+        "kinesis-lake acknowledge-loss clears."
     )
 
 
