@@ -12,6 +12,12 @@ DescribeStreamSummary, and one GetShardIterator + one GetRecords(Limit=1) per sh
   still deterministic key (``...:retry1``), with back-off and without end; while that
   lasts the ``ingestion_advances`` check of raw_events fails with the cause
   (:mod:`kinesis_lake.defs.backlog_runs`).
+* No backlog, but the source last read the shards to their tip a quarter of the
+  retention ago or more (by the server's clock): one ``RunRequest`` under a key derived
+  from the positions and that read (``quiet-...``), retried with the same back-off. Only
+  such a read lets the source tell a quiet stream from records that expired unread, so a
+  stream quiet for longer than its retention is not reported as data loss
+  (:func:`_quiet_stream_run`).
 * No backlog, or a run that includes raw_events already queued or in progress: a
   ``SkipReason`` that says which.
 * Every few minutes, or as soon as it changes, the stream's state (shards, retention,
@@ -196,7 +202,9 @@ def backlog_sensor(
         description=(
             f"Launches {job.name} when the Kinesis stream holds records past the "
             f"{keys.raw_table} table's committed positions (one run per backlog, never two at "
-            f"once), and records the stream's state on {keys.stream_asset.to_user_string()}."
+            "once) or was last read to its tip a quarter of its retention ago (so a quiet "
+            f"stream is not data loss), and records the stream's state on "
+            f"{keys.stream_asset.to_user_string()}."
         ),
     )
     def sensor(
