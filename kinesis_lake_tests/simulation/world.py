@@ -306,10 +306,10 @@ class World:
             self._failed(who, error)
             return False
         self.failures.pop(who, None)
-        if who == "main" and result.batch_id is not None:
-            self.blind.clear()  # its checkpoint has read every shard since
         for shard, detail in result.loss.items():
             self._loss_reported(who, f"shard {shard}: {detail}")
+        if who == "main" and result.batch_id is not None:
+            self.blind.clear()  # its checkpoint has read every shard since
         if query.options.fail_on_data_loss is False:
             self.acknowledge.discard(who)
             self.queries[who] = None  # the acknowledged run ends; the next is normal
