@@ -26,11 +26,12 @@ EVENTS = pa.schema([("n", pa.int32()), ("at", pa.timestamp("us", tz="UTC"))])
 
 TOTAL = DerivedTable("total", "", ("events",), sql="SELECT sum(n) AS n FROM events")
 COPIED = DerivedTable("copied", "", ("events",), sql="SELECT n FROM events", refresh="rows")
+HOURLY_SQL = "SELECT date_trunc('hour', at) AS hour, max(n) AS top FROM events GROUP BY 1"
 HOURLY = DerivedTable(
     "hourly",
     "",
     ("events",),
-    sql="SELECT date_trunc('hour', at) AS hour, max(n) AS top FROM events GROUP BY 1",
+    sql=HOURLY_SQL,
     refresh="windowed",
     window=WindowSpec("at", "hour", "hour"),
 )
@@ -165,7 +166,7 @@ def test_a_windowed_result_the_table_cannot_hold_names_table_and_column(
     append(streamless_catalog, streamless_settings, [1])
     refresh(spark, streamless_catalog, streamless_settings, HOURLY)
     append(streamless_catalog, streamless_settings, [2])
-    as_text = replace(HOURLY, sql=HOURLY.sql.replace("max(n)", "concat('#', max(n))"))
+    as_text = replace(HOURLY, sql=HOURLY_SQL.replace("max(n)", "concat('#', max(n))"))
 
     with pytest.raises(TableError, match=r"(?s)lake\.hourly.*'top'.*int.*string"):
         refresh(spark, streamless_catalog, streamless_settings, as_text)
