@@ -63,3 +63,11 @@ def make_lake(monkeypatch: pytest.MonkeyPatch, data_dir: Path, endpoint_url: str
     client = kinesis_client(settings.endpoint_url, settings.region)
     ensure_stream(client, settings.stream_name, settings.shard_count)
     return Lake(env, settings, lake_resources(), client)
+
+
+def evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    """A run's check evaluations by ``asset:check``."""
+    return {
+        f"{e.asset_key.to_user_string()}:{e.check_name}": e
+        for e in result.get_asset_check_evaluations()
+    }

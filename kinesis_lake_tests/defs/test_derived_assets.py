@@ -19,7 +19,7 @@ from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.defs.helpers import Lake, make_lake
+from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake
 from kinesis_lake_tests.spark.test_derive_poison import put
 from kinesis_lake_tests.spark.test_sql_tables import DECLARATION, at
 
@@ -39,13 +39,6 @@ class Deployment:
     defs: list
     instance: dg.DagsterInstance
     run: dg.ExecuteInProcessResult
-
-
-def evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
-    return {
-        f"{e.asset_key.to_user_string()}:{e.check_name}": e
-        for e in result.get_asset_check_evaluations()
-    }
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
-from kinesis_lake_tests.defs.helpers import Lake, make_lake
+from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
 SENT = 200
@@ -86,13 +86,6 @@ def materialize(lake: Lake, instance, selection, **kwargs) -> dg.ExecuteInProces
         raise_on_error=False,
         **kwargs,
     )
-
-
-def evaluations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
-    return {
-        f"{e.asset_key.to_user_string()}:{e.check_name}": e
-        for e in result.get_asset_check_evaluations()
-    }
 
 
 def run_checks(lake: Lake, instance, *names: str) -> dict[str, dg.AssetCheckEvaluation]:
