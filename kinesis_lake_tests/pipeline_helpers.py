@@ -6,6 +6,7 @@ so a test compares what the pipeline committed with what Kinesis actually holds.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +31,15 @@ def produce(
     ensure_stream(client, settings.stream_name, settings.shard_count)
     events = sample_events(count, malformed_every=malformed_every, seed=seed)
     return put_records(client, settings.stream_name, events)
+
+
+def put(settings: Settings, *payloads: bytes | dict[str, Any]) -> None:
+    """Put records one by one on one partition key, so they keep the order given."""
+    client = kinesis_client(settings.endpoint_url, settings.region)
+    ensure_stream(client, settings.stream_name, settings.shard_count)
+    for payload in payloads:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="p")
 
 
 def read_stream(client: Any, stream_name: str) -> list[dict[str, Any]]:
@@ -69,6 +79,15 @@ def raw_keys(settings: Settings) -> list[tuple[str, str, int]]:
         settings, settings.raw_table, ("shard_id", "sequence_number", "sub_sequence_number")
     )
     return [(r["shard_id"], r["sequence_number"], r["sub_sequence_number"]) for r in rows]
+
+
+def raw_rows(settings: Settings) -> int:
+    return len(raw_keys(settings))
+
+
+def table_ids(settings: Settings, table: str) -> list[str]:
+    """The ``id`` column of a table of the declaration, sorted."""
+    return sorted(r["id"] for r in table_rows(settings, settings.table_identifier(table)))
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -12,7 +12,7 @@ from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, kinesis_stream,
 from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.pipeline.ingest import ensure_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake
-from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
+from kinesis_lake_tests.pipeline_helpers import produce, raw_rows
 
 
 def _ingestion_run(lake, *, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
@@ -25,10 +25,6 @@ def _ingestion_run(lake, *, raise_on_error: bool = True) -> dg.ExecuteInProcessR
             instance=instance,
             raise_on_error=raise_on_error,
         )
-
-
-def _raw_rows(settings) -> int:
-    return len(raw_keys(settings))
 
 
 def test_a_failed_stream_observation_does_not_stop_the_ingestion_after_it(
@@ -68,7 +64,7 @@ def test_a_lingering_run_records_each_micro_batch_as_it_commits(
 
     def put_after_the_first_commit() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and _raw_rows(lake.settings) < 30:
+        while time.monotonic() < deadline and raw_rows(lake.settings) < 30:
             time.sleep(0.3)
         produce(lake.settings, 25, seed=32)
 

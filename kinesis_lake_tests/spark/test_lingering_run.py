@@ -10,11 +10,7 @@ from collections import Counter
 from dataclasses import replace
 
 from kinesis_lake.pipeline.ingest import ensure_raw_table, run_ingestion
-from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
-
-
-def _raw_rows(settings) -> int:
-    return len(raw_keys(settings))
+from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, raw_rows, stream_truth
 
 
 def test_a_lingering_run_takes_records_put_while_it_runs_and_ends_once_they_stop(
@@ -27,7 +23,7 @@ def test_a_lingering_run_takes_records_put_while_it_runs_and_ends_once_they_stop
 
     def put_after_the_first_commit() -> None:
         deadline = time.monotonic() + 120
-        while _raw_rows(settings) < 40 and time.monotonic() < deadline:
+        while raw_rows(settings) < 40 and time.monotonic() < deadline:
             time.sleep(0.3)
         produce(settings, 60, seed=22)
         late.set()
@@ -102,7 +98,7 @@ def test_a_batch_report_that_fails_does_not_stop_ingestion(
 
     def put_after_the_first_commit() -> None:
         deadline = time.monotonic() + 120
-        while _raw_rows(settings) < 40 and time.monotonic() < deadline:
+        while raw_rows(settings) < 40 and time.monotonic() < deadline:
             time.sleep(0.3)
         produce(settings, 60, seed=32)
 
