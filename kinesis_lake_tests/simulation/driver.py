@@ -142,6 +142,8 @@ class Query:
         self.source = KinesisStreamReader(self.options)
         self.source._client = kinesis  # the simulated AWS
         self.store = ShardProgressStore(self.options.metadata_path)
+        self.reported_loss: dict[str, str] = {}
+        """Shard -> loss its reads recorded, for the caller to take (``take_reports``)."""
         # prepareForTriggerAvailableNow: "everything that arrived before the run started".
         self.cutoff_ms = now_ms() if available_now else None
 
@@ -173,7 +175,10 @@ class Query:
             task = cast(ShardReadTask, partition)
             batches, loss = read_shard(task, self.kinesis, self.store, self.options)
             if loss:
+                # Reported once its progress record is saved (failOnDataLoss=false), from
+                # which the next plan counts it, whether or not this batch commits.
                 result.loss[task.shard_id] = loss
+                self.reported_loss[task.shard_id] = loss
             message: DataFilesWritten = writer.write(iter(batches))
             result.rows += message.rows
             messages.append(message)

@@ -50,7 +50,7 @@ Step = tuple[Any, ...]
 START_MS = 1_800_000_000_000
 TRIGGER_MS = 1_000
 MAX_BATCHES_PER_RUN = 12
-SENSOR_EVERY_MS = 4 * 3_600_000
+SENSOR_EVERY_MS = 3_600_000
 _INJECTED = ("injected:", "ProvisionedThroughputExceededException", "ExpiredIteratorException")
 """Failures a fault of the schedule explains (catalog faults, throttling, expiry)."""
 _SHARD_IN_MESSAGE = re.compile(r"shard (shardId-\d+)", re.IGNORECASE)
@@ -114,8 +114,8 @@ class World:
 
     def _step_advance(self, ms: int) -> None:
         """Time passes with the deployment up: the backlog sensor ticks throughout (every
-        ``SENSOR_EVERY_MS`` here, every 30 s in a real one: what matters is that ticks are
-        far apart from each other in comparison to retention never)."""
+        ``SENSOR_EVERY_MS`` here, every 30 s in a real one: what matters is that ticks
+        are short next to retention and to the sensor's quiet-run interval)."""
         end = self.clock_ms + ms
         while self.clock_ms + SENSOR_EVERY_MS < end:
             self.clock_ms += SENSOR_EVERY_MS
@@ -123,12 +123,15 @@ class World:
         self.clock_ms = end
 
     def _step_outage(self, ms: int) -> None:
-        """Time passes with nothing running: no sensor, no query. An outage as long as
-        retention (less a tick) leaves a gap nothing observed: a loss reported for it
-        cannot be told from a quiet shard, and is not counted as false."""
+        """Time passes with nothing running: no sensor, no query. The sensor proves a
+        quiet stream quiet every quarter of retention (pipeline/data_loss.py), so an
+        outage longer than the rest of retention (less two ticks) leaves a gap nothing
+        observed: a loss reported for it cannot be told from a quiet shard, and is not
+        counted as false."""
         self.clock_ms += ms
         self.faults["outage"] += 1
-        if ms >= self.kinesis.retention_ms - SENSOR_EVERY_MS:
+        retention = self.kinesis.retention_ms
+        if ms >= retention - retention // 4 - 2 * SENSOR_EVERY_MS:
             self.unobserved = True
 
     def _step_split(self, shard_index: int) -> None:
@@ -286,28 +289,31 @@ class World:
         try:
             result = query.run_batch(crash_at)
         except Crash as crash:
+            self._take_reports(who, query)
             self.faults[f"crash-{crash}"] += 1
             self.queries[who] = None
             return False
         except (DataLossError, SourcePlanningError) as error:
+            self._take_reports(who, query)
             self._loss_reported(who, str(error))
             self.queries[who] = None
             self.acknowledge.add(who)
             self._failed(who, error)
             return False
         except OverlappingPositionsError:
+            self._take_reports(who, query)
             self.faults["refused-overlap"] += 1
             self.checkpoints[who] = None  # the runbook: delete the refused checkpoint
             self.queries[who] = None
             return False
         except Exception as error:
+            self._take_reports(who, query)
             self.faults[f"failed-{type(error).__name__}"] += 1
             self.queries[who] = None
             self._failed(who, error)
             return False
         self.failures.pop(who, None)
-        for shard, detail in result.loss.items():
-            self._loss_reported(who, f"shard {shard}: {detail}")
+        self._take_reports(who, query)
         if who == "main" and result.batch_id is not None:
             self.blind.clear()  # its checkpoint has read every shard since
         if query.options.fail_on_data_loss is False:
@@ -356,6 +362,11 @@ class World:
         if who == "main":
             return Path(source_metadata_path(self.settings))
         return self.root / "progress-second" / uuid.uuid4().hex
+
+    def _take_reports(self, who: str, query: Query) -> None:
+        for shard, detail in query.reported_loss.items():
+            self._loss_reported(who, f"shard {shard}: {detail}")
+        query.reported_loss.clear()
 
     def _loss_reported(self, who: str, message: str) -> None:
         found = _SHARD_IN_MESSAGE.search(message)
