@@ -23,7 +23,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.common import BenchContext, load_now, percentile, ratio, verdict
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.stats import percentile, ratio, verdict
 from kinesis_lake.iceberg.summary import POSITIONS
 
 NAME = "commit_cost"

@@ -26,12 +26,15 @@ import os
 import shutil
 import threading
 import time
-from pathlib import Path
 from statistics import median
 from typing import Any
 
-from benchmarks.common import REGION, SHARDS, BenchContext, load_now, verdict
+from benchmarks.context import BenchContext
 from benchmarks.freshness import Poller, Producer, stats, visibility
+from benchmarks.machine import load_now
+from benchmarks.sandbox import REGION, REPO_ROOT
+from benchmarks.stats import verdict
+from benchmarks.streams import SHARDS
 
 NAME = "dagster_mode"
 SPARK_MASTERS: tuple[str, ...] = ()
@@ -42,7 +45,6 @@ SENSOR_INTERVAL_S = 30  # the backlog sensor's default minimum interval
 CONNECT_PORT = 15012  # not make dev's 15002: a developer's server may be running
 SERVER_START_S = 300.0
 DRAIN_S = 300.0
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 _RUNS = """
 query Runs {

@@ -27,15 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    REGION,
-    SHARDS,
-    BenchContext,
-    cpu_delta,
-    load_now,
-    percentile,
-    verdict,
-)
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.sandbox import REGION
+from benchmarks.spark_worker import cpu_delta
+from benchmarks.stats import percentile, verdict
+from benchmarks.streams import SHARDS
 
 NAME = "freshness"
 SPARK_MASTERS = ("local[2]",)

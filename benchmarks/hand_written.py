@@ -17,9 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.common import BenchContext, kinesis, load_now, ratio, verdict
+from benchmarks.context import BenchContext
 from benchmarks.ingest_ceiling import ours_ingest
+from benchmarks.machine import load_now
 from benchmarks.memory import cli_ingest, cli_ingest_over_connect
+from benchmarks.stats import ratio, verdict
+from benchmarks.streams import kinesis
 
 NAME = "ingest_vs_hand_written"
 SPARK_MASTERS = ("local[2]",)

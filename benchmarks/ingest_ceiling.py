@@ -19,16 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.common import (
-    BenchContext,
-    SparkCall,
-    cpu_delta,
-    load_now,
-    ratio,
-    verdict,
-)
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
 from benchmarks.memory import cli_ingest, cli_ingest_over_connect
 from benchmarks.plain_reader import plain_read
+from benchmarks.spark_worker import SparkCall, cpu_delta
+from benchmarks.stats import ratio, verdict
 
 NAME = "ingest_vs_read_ceiling"
 SPARK_MASTERS = ("local[2]",)

@@ -17,7 +17,9 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.common import BenchContext, load_now, ratio
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.stats import ratio
 from kinesis_lake.spark.class_archive import archive_path
 
 NAME = "jvm_start"

@@ -31,7 +31,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from benchmarks.common import REGION, BenchContext, load_now, ratio, verdict
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.sandbox import REGION
+from benchmarks.stats import ratio, verdict
 
 NAME = "many_shards"
 SPARK_MASTERS: tuple[str, ...] = ("local[2]",)

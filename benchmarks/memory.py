@@ -15,17 +15,12 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.common import (
-    REGION,
-    BenchContext,
-    TreeRssSampler,
-    kill_tree,
-    load_now,
-    ratio,
-    settings_env,
-    settings_for,
-    verdict,
-)
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.processes import TreeRssSampler, kill_tree
+from benchmarks.sandbox import REGION
+from benchmarks.stats import ratio, verdict
+from benchmarks.streams import settings_env, settings_for
 
 NAME = "memory"
 SPARK_MASTERS: tuple[str, ...] = ()  # its own CLI processes

@@ -19,7 +19,8 @@ from typing import Any
 
 import psutil
 
-from benchmarks.common import REGION, configure_process_env, kinesis
+from benchmarks.sandbox import REGION, configure_process_env
+from benchmarks.streams import kinesis
 
 
 def _identity(value: Any) -> Any:

@@ -35,14 +35,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    RESULTS_DIR,
-    BenchContext,
-    Sizes,
-    configure_process_env,
-    environment_info,
-    new_work_dir,
-)
+from benchmarks.context import BenchContext
+from benchmarks.machine import environment_info
+from benchmarks.sandbox import RESULTS_DIR, configure_process_env, new_work_dir
+from benchmarks.sizes import Sizes
 
 _PROCESS = re.compile(r'^process (\d+):"([^"]*)"$')
 # Frames worth naming in the inclusive view: our code and the libraries it drives.

@@ -29,14 +29,11 @@ from typing import Any
 
 import psutil
 
-from benchmarks.common import (
-    BenchContext,
-    load_now,
-    ratio,
-    run_with_timeout,
-    settings_env,
-    settings_for,
-)
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.processes import run_with_timeout
+from benchmarks.stats import ratio
+from benchmarks.streams import settings_env, settings_for
 from kinesis_lake.spark.compiled_pyspark import ARCHIVE_DIR, archives, is_compiled
 
 NAME = "python_start"

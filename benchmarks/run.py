@@ -26,16 +26,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    RESULTS_DIR,
-    BenchContext,
-    Sizes,
-    configure_process_env,
-    environment_info,
-    load_now,
-    new_work_dir,
-    write_result,
-)
+from benchmarks.context import BenchContext
+from benchmarks.machine import environment_info, load_now
+from benchmarks.result_files import write_result
+from benchmarks.sandbox import RESULTS_DIR, configure_process_env, new_work_dir
+from benchmarks.sizes import Sizes
 
 # Run order: the ingest measurements first and close together (they are compared with
 # each other); then the other users of the shared local[2] Spark worker, which is stopped

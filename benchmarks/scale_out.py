@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.common import BenchContext, load_now, ratio, verdict
+from benchmarks.context import BenchContext
 from benchmarks.ingest_ceiling import ours_ingest
+from benchmarks.machine import load_now
+from benchmarks.stats import ratio, verdict
 
 NAME = "scale_out"
 TARGET = 1.6

@@ -41,7 +41,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.common import REGION, SHARDS, configure_process_env
+from benchmarks.sandbox import REGION, configure_process_env
+from benchmarks.streams import SHARDS
 
 configure_process_env()
 

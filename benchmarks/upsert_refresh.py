@@ -21,7 +21,9 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from benchmarks.common import BenchContext, load_now, ratio, verdict
+from benchmarks.context import BenchContext
+from benchmarks.machine import load_now
+from benchmarks.stats import ratio, verdict
 
 NAME = "upsert_refresh"
 SPARK_MASTERS = ("local[2]",)

@@ -1,0 +1,49 @@
+"""Where a benchmark runs: loopback only, fake AWS credentials, scratch under results/tmp.
+
+Benchmarks run against one local endpoint on 127.0.0.1 that the run starts and stops.
+Fake AWS credentials are set before any boto3 client exists, and instance-metadata
+lookups are disabled, so nothing a benchmark starts can reach AWS or leave loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+# Ignored by git (see .gitignore): streams' Iceberg warehouses and Spark checkpoints.
+WORK_ROOT = RESULTS_DIR / "tmp"
+
+REGION = "us-east-1"
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "kinesis-lake-bench",
+    "AWS_SECRET_ACCESS_KEY": "kinesis-lake-bench",
+    "AWS_REGION": REGION,
+    "AWS_DEFAULT_REGION": REGION,
+    # No profile, no instance metadata: only the fake keys above can be used.
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "SPARK_LOCAL_IP": "127.0.0.1",
+    "PYSPARK_PYTHON": sys.executable,
+    "PYSPARK_DRIVER_PYTHON": sys.executable,
+}
+
+
+def configure_process_env() -> None:
+    """Pin credentials, region and loopback for this process and every child it starts.
+
+    Overrides rather than ``setdefault``: a developer's real AWS keys in the shell must
+    never be used by a benchmark.
+    """
+    os.environ.update(FAKE_AWS_ENV)
+
+
+def new_work_dir() -> Path:
+    """A fresh scratch directory for one run, under the git-ignored ``WORK_ROOT``."""
+    WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="run-", dir=WORK_ROOT))
