@@ -19,6 +19,11 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from benchmarks.sandbox import RESULTS_DIR
+
+# Hand-written prose next to the generated REPORT.md; see ``_findings``.
+FINDINGS_PATH = RESULTS_DIR / "FINDINGS.md"
+
 ORDER = (
     ("ingest_vs_read_ceiling", "1. Ingest vs read ceiling"),
     ("ingest_vs_hand_written", "2. Ingest vs hand-written consumer"),
@@ -804,6 +809,18 @@ def _runs_note(results: dict[str, Any], current: dict[str, Any]) -> list[str]:
     ]
 
 
+def _findings(path: Path = FINDINGS_PATH) -> list[str]:
+    """``FINDINGS.md`` as the report's last prose section, its title one level down.
+
+    The findings are written by hand (they name code and fixes, which no result can), so
+    they are read from the committed file whatever results directory is reported on.
+    """
+    title, _, body = path.read_text().partition("\n")
+    if not title.startswith("# "):
+        raise ValueError(f"{path} must open with a '# ' title, not {title!r}")
+    return ["#" + title, "", body.strip(), ""]
+
+
 def write_report(
     results_dir: Path,
     environment: dict[str, Any],
@@ -888,12 +905,12 @@ def write_report(
             lines += [f"(section could not be rendered: {error!r})", ""]
         if plot_for.get(name):
             lines += [f"![{name}]({plot_for[name]})", ""]
-    from benchmarks.analysis import FINDINGS, analyse
+    from benchmarks.analysis import analyse
 
     analysis = analysis if analysis is not None else analyse(merged, results_dir)
     if analysis.strip():
         lines += ["## What limits the missed targets", "", analysis.strip(), ""]
-    lines += ["## Performance bugs found in kinesis_lake", "", FINDINGS.strip(), ""]
+    lines += _findings()
     profile_lines = _profiles(results_dir)
     if profile_lines:
         lines += ["## Profiles", "", *profile_lines]
