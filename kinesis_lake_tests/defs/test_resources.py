@@ -12,7 +12,7 @@ import pytest
 from kinesis_lake.defs.resources import SparkResource
 
 
-def test_a_session_started_elsewhere_is_used_and_left_running(spark, lake):
+def test_a_session_started_elsewhere_is_used_and_left_running(spark):
     with dg.build_resources({"spark": SparkResource(master="local[2]")}) as resources:
         assert resources.spark.session.sparkContext is spark.sparkContext
     # Teardown ran; the shared session must still work.

@@ -11,23 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_lake.config import Settings
-from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
-from kinesis_lake_tests.pipeline_helpers import settings_env, table_rows
+from kinesis_lake_tests.pipeline_helpers import put, settings_env, table_rows
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def put(settings: Settings, *payloads: bytes | dict[str, Any]) -> None:
-    """Put records one by one on one partition key, so they keep the order given."""
-    client = kinesis_client(settings.endpoint_url, settings.region)
-    ensure_stream(client, settings.stream_name, settings.shard_count)
-    for payload in payloads:
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="p")
 
 
 def event(event_id: str, when: str) -> dict[str, Any]:

@@ -4,18 +4,15 @@ for per stream."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from kinesis_lake.events.declaration import load_declaration
-from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake.pipeline.lake import lake_streams, open_lake
 from kinesis_lake.pipeline.reconcile import reconcile_derived
-from kinesis_lake_tests.pipeline_helpers import table_rows
+from kinesis_lake_tests.pipeline_helpers import put, table_rows
 
 DECLARATION = """\
 streams:
@@ -35,14 +32,6 @@ aggregate: {table: order_lines}
 """
 
 
-def _put(settings, stream: str, *records: object) -> None:
-    client = kinesis_client(settings.endpoint_url, settings.region)
-    ensure_stream(client, stream, 1)
-    for record in records:
-        data = record if isinstance(record, bytes) else json.dumps(record).encode()
-        client.put_record(StreamName=stream, Data=data, PartitionKey="p")
-
-
 def test_two_streams_are_ingested_and_routed_apart(
     spark, kinesalite_endpoint, settings_factory, tmp_path: Path
 ):
@@ -50,8 +39,8 @@ def test_two_streams_are_ingested_and_routed_apart(
     path.write_text(DECLARATION)
     settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
     clicks_stream, orders_stream = lake_streams(settings, load_declaration(path))
-    _put(settings, "web-clicks", {"id": "c1", "type": "click"}, {"id": "c2", "type": "scroll"})
-    _put(settings, "orders", {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
+    put(clicks_stream, {"id": "c1", "type": "click"}, {"id": "c2", "type": "scroll"})
+    put(orders_stream, {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
 
     for stream in (clicks_stream, orders_stream):
         run_ingestion(spark, stream)
@@ -86,7 +75,7 @@ def test_two_streams_are_ingested_and_routed_apart(
         )
         assert report.passed and report.raw_processed == 2, report
 
-    _put(settings, "orders", {"id": "o3", "total": 1})
+    put(orders_stream, {"id": "o3", "total": 1})
     run_ingestion(spark, orders_stream)
     again = refresh_derived(spark, settings)
     assert again.tables["clicks"].up_to_date, "a stream without new records is not read"
