@@ -14,10 +14,13 @@ because no Iceberg Spark runtime jar can be had here:
   crash between the Iceberg commit and Spark's own checkpoint never duplicates rows.
   The positions and the stale-checkpoint guard below are decided on the base of every
   commit attempt, so two writers racing to commit cannot both pass the guard.
-* ``abort`` deletes the files of a failed batch that the refreshed table does not
-  reference: a commit can land and still raise (a lost answer), so the exception alone
-  never justifies a delete. Files of tasks that died before reporting are unreferenced
-  and fall to orphan-file removal.
+* ``abort`` deletes nothing once ``commit`` ran: a commit can land and still raise (a
+  lost answer), or land after the abort (a catalog still processing it), so neither the
+  exception nor a reload justifies a delete; the replay decides from the watermark and
+  orphan-file removal reclaims the files of a commit that never landed. When a task
+  failed (Spark passes None for its message), commit never ran, and the other tasks'
+  files that the refreshed table does not reference are deleted. Files of tasks that
+  died before reporting fall to orphan-file removal.
 
 The writer id defaults to the streaming query's id, which Spark keeps in the checkpoint:
 a fresh checkpoint is a new writer (so its batch ids, restarting at 0, are not mistaken for
