@@ -12,7 +12,10 @@ Exactly once, whatever was interrupted: the table appends are idempotent batches
 (``replay:<quarantine>``, numbered by the quarantine snapshot replayed) and skip every
 record the table already holds (by Kinesis identity), and only the marking commit makes a
 row leave the candidates. Reconciliation counts unresolved quarantine rows only, so every
-raw row stays in its tables or in quarantine, never both.
+raw row stays in its tables or in quarantine, never both. A replay first brings the tables
+up to date with raw, as the next refresh would: a table added to the declaration is then
+filled from raw by its first refresh before any quarantined record moves into it, so
+replay and run may come in either order.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ from kinesis_lake.pipeline.derive import (
     DerivedTables,
     ensure_derived_tables,
     refresh_aggregate,
+    refresh_routed,
     route_on_executors,
     target_rows,
 )
-from kinesis_lake.pipeline.lake import declared_stream, lake_streams, open_lake
+from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.pipeline.refresh import append_rows
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
 
@@ -62,6 +66,9 @@ class ReplayResult:
     """Rows appended per declared table."""
     windows_recomputed: int = 0
     """Aggregate windows the replayed rows fell into."""
+    caught_up: dict[str, int] = field(default_factory=dict)
+    """Rows appended per declared table by the refresh a replay starts with (a new table's
+    backfill from raw, or raw rows no refresh had read yet)."""
 
     @property
     def still_quarantined(self) -> int:
@@ -75,19 +82,41 @@ def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
     result = ReplayResult(0, 0, {name: 0 for name in declaration.names})
     for stream in lake_streams(settings, declaration):
         part = declaration.for_stream(declared_stream(stream, declaration))
+        result.caught_up |= _catch_up(spark, stream, part, tables)
         found = _replay_stream(spark, stream, part, tables)
         result.candidates += found.candidates
         result.resolved += found.resolved
         for name, rows in found.written.items():
             result.written[name] += rows
     source = declaration.aggregate_source
-    if result.written.get(source):
+    if result.written.get(source) or result.caught_up.get(source):
         # The replayed events count where they happened, as if they had parsed at first.
         counted = open_lake(settings).load_table(settings.table_identifier(source))
         _, result.windows_recomputed = refresh_aggregate(
             spark, declaration.table(source).schema, counted, tables.aggregate
         )
     return result
+
+
+def _catch_up(
+    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DerivedTables
+) -> dict[str, int]:
+    """Bring the stream's tables and the quarantine up to date with raw, as the next refresh
+    would; the rows written per table.
+
+    A table added to the declaration is filled by its first refresh from the whole raw
+    table, quarantined records included. A replay that moved those records into it first
+    had them written twice, once by each (issue 31, defect 6), and so would a table left
+    behind the quarantine by a crash between their commits. Replaying only into tables
+    that have read everything the quarantine holds lets the replay's own check (it skips
+    the records a table already holds) make either order of the two commands land each
+    record once.
+    """
+    raw = load_table(open_lake(settings), settings.raw_table)
+    if raw is None:  # nothing ingested, so nothing quarantined from this stream
+        return {}
+    routed, _ = refresh_routed(spark, settings, declaration, raw, tables)  # leaves them fresh
+    return {name: refresh.rows_written for name, refresh in routed.items()}
 
 
 def _replay_stream(
