@@ -77,18 +77,25 @@ def caught_up_snapshot_id(source: Table, derived: Table) -> int | None:
     return max(at_or_before, key=lambda s: s.sequence_number or 0).snapshot_id
 
 
-def appended_since(table: Table, from_snapshot_id: int | None) -> IncrementalSlice:
-    """The data files appended to ``table`` after ``from_snapshot_id``, up to now.
+def appended_since(
+    table: Table, from_snapshot_id: int | None, to_snapshot_id: int | None = None
+) -> IncrementalSlice:
+    """The data files appended to ``table`` after ``from_snapshot_id``, up to
+    ``to_snapshot_id`` (default: now).
 
     Raises:
         IncrementalReadError: ``from_snapshot_id`` is no longer in the table's history
             (expired, rolled back, table recreated), or a snapshot since then deleted or
             overwrote rows.
     """
-    current = table.current_snapshot()
+    current = table.current_snapshot() if to_snapshot_id is None else None
+    if to_snapshot_id is not None:
+        current = table.snapshot_by_id(to_snapshot_id)
+        if current is None:
+            raise _history_gone(table, to_snapshot_id)
     if from_snapshot_id is None:
         # Everything: the live files, not the append history, which may be expired.
-        tasks = list(table.scan().plan_files()) if current else []
+        tasks = list(table.scan(snapshot_id=current.snapshot_id).plan_files()) if current else []
         return IncrementalSlice(
             from_snapshot_id=None,
             to_snapshot_id=current.snapshot_id if current else None,

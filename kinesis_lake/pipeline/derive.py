@@ -18,13 +18,13 @@ committed is skipped by the same idempotent commit that protects ingestion.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
 import pyarrow as pa
-from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, LessThan, Or
+from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, IsNull, LessThan, Or
 from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -49,6 +49,8 @@ from kinesis_lake.events.tables import (
 from kinesis_lake.iceberg.incremental import (
     SOURCE_SNAPSHOT_PROPERTY,
     IncrementalSlice,
+    appended_since,
+    caught_up_snapshot_id,
 )
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
@@ -199,15 +201,23 @@ def refresh_routed(
     Every target (each declared table and the quarantine) keeps its own place in raw, so a
     crash between two targets' commits is repaired by the next refresh writing only the ones
     behind. Targets that lag by the same slice, the usual case, share one routing pass.
+
+    The pass that starts furthest back goes first, and each pass sees the tables as the
+    earlier ones left them: the quarantine's duplicate verdicts for a keyed table must be
+    computed against every earlier record of that table. A table added to the declaration
+    (its first refresh reads all of raw) judged by a quarantine pass over the new files
+    alone, before its backfill, let a repeat of a backfilled key land in neither. The
+    loaded tables in ``tables`` are left refreshed, as this refresh's commits left them.
     """
     declared = {name: tables.declared[name] for name in declaration.names}
     targets: dict[str, Table] = {**declared, QUARANTINE: tables.quarantine}
+    backfilled = _backfill_to_quarantine(spark, settings, declaration, raw, tables)
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, piece in slices.items():
         groups.setdefault(tuple(piece.files), []).append(name)
     results: dict[str, TableRefresh] = {}
-    for names in groups.values():
+    for names in sorted(groups.values(), key=lambda names: _start(raw, slices[names[0]])):
         piece = slices[names[0]]
         if not piece.files:
             for name in names:
@@ -224,10 +234,93 @@ def refresh_routed(
                 results[name] = TableRefresh(
                     identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
                 )
+                targets[name].refresh()  # committed through Spark: the next pass reads it
         finally:
             routed.unpersist()
+    for name, earlier in backfilled.items():
+        results[name] = _combined(results[name].table, [earlier, results[name]])
     quarantine = results.pop(QUARANTINE)
     return {name: results[name] for name in declaration.names}, quarantine
+
+
+def _backfill_to_quarantine(
+    spark: SparkSession,
+    settings: Settings,
+    declaration: LakeDeclaration,
+    raw: Table,
+    tables: DerivedTables,
+) -> dict[str, TableRefresh]:
+    """Bring each declared table that is behind the quarantine in raw (one just added to
+    the declaration) up to the quarantine's place, and quarantine its own rejections there.
+
+    The quarantine judged those raw records before the table existed: the table's schema
+    rejections and duplicates among them would otherwise be in neither (issue 31, suspected
+    c). They are appended first, so a crash before the table's commit repeats this pass;
+    records the quarantine already holds for the table, or holds as taken by no table (a
+    replay judges those again), are left out, so nothing is quarantined twice.
+    """
+    done = caught_up_snapshot_id(raw, tables.quarantine)
+    if done is None:
+        return {}
+    behind: dict[int | None, list[str]] = {}
+    for name in declaration.names:
+        start = caught_up_snapshot_id(raw, tables.declared[name])
+        if start is None or sequence_number(raw, start) < sequence_number(raw, done):
+            behind.setdefault(start, []).append(name)
+    results: dict[str, TableRefresh] = {}
+    for start, names in behind.items():
+        piece = appended_since(raw, start, to_snapshot_id=done)
+        if not piece.files:
+            continue
+        raw_rows = read_table_files(spark, raw, piece.files)
+        routed = route_on_executors(raw_rows, declaration).persist()
+        try:
+            outputs = target_rows(
+                spark, routed, raw_rows, declaration, tables, [*names, QUARANTINE], judged=names
+            )
+            rejected = outputs[QUARANTINE].where(F.col(C.TARGET_TABLE).isin(names))
+            held = _quarantined_for(spark, tables.quarantine, names)
+            if held is not None:
+                rejected = rejected.join(held, list(C.IDENTITY_COLUMNS), "left_anti")
+            identifier = ".".join(tables.quarantine.name())
+            append_rows(
+                rejected,
+                settings,
+                identifier,
+                writer_id=f"{derived_writer_id(raw.name()[-1])}:{'+'.join(names)}",
+                batch_id=sequence_number(raw, done),
+                summary={SOURCE_SNAPSHOT_PROPERTY: str(done)},
+            )
+            tables.quarantine.refresh()
+            for name in names:
+                table = tables.declared[name]
+                count = _append(outputs[name], settings, ".".join(table.name()), raw, piece)
+                results[name] = TableRefresh(
+                    ".".join(table.name()), len(piece.files), piece.rows, count, done, True
+                )
+                table.refresh()
+        finally:
+            routed.unpersist()
+    return results
+
+
+def _quarantined_for(spark: SparkSession, quarantine: Table, names: list[str]) -> DataFrame | None:
+    """Identities the quarantine holds for ``names`` or for no table (a one-time scan: it
+    serves a new table's backfill, which reads the whole raw table anyway)."""
+    wanted = Or(IsNull(C.TARGET_TABLE), In(C.TARGET_TABLE, names))
+    files = [task.file.file_path for task in quarantine.scan(row_filter=wanted).plan_files()]
+    if not files:
+        return None
+    rows = read_table_files(spark, quarantine, files)
+    wanted_rows = F.col(C.TARGET_TABLE).isNull() | F.col(C.TARGET_TABLE).isin(names)
+    return rows.where(wanted_rows).select(*C.IDENTITY_COLUMNS).distinct()
+
+
+def _start(raw: Table, piece: IncrementalSlice) -> int:
+    """Where in raw a slice starts, as a sequence number (-1: from the beginning)."""
+    if piece.from_snapshot_id is None:
+        return -1
+    return sequence_number(raw, piece.from_snapshot_id)
 
 
 def target_rows(
@@ -237,18 +330,21 @@ def target_rows(
     declaration: LakeDeclaration,
     tables: DerivedTables,
     names: list[str],
+    judged: Collection[str] | None = None,
 ) -> dict[str, DataFrame]:
     """The rows each of ``names`` receives from one routing pass.
 
     A table with a dedup key keeps the first occurrence of each key and day; the repeats go
-    to quarantine, so the quarantine needs every keyed table's verdicts, a table only its own.
+    to quarantine, so the quarantine needs every keyed table's verdicts (or those of the
+    ``judged`` ones: each verdict reads the table's days), a table only its own.
     """
     quarantine_columns = quarantine_arrow_schema().names
     outputs: dict[str, DataFrame] = {}
     quarantined = [routed.filter(F.col(_TARGET) == QUARANTINE).select(*quarantine_columns)]
     for position, table in enumerate(declaration.tables):
         wanted = table.name in names
-        if not wanted and not (QUARANTINE in names and table.schema.event_key):
+        verdicts = QUARANTINE in names and (judged is None or table.name in judged)
+        if not wanted and not (verdicts and table.schema.event_key):
             continue
         rows = routed.filter(F.col(_TARGET) == table.name).select(f"{_struct(position)}.*")
         if table.schema.event_key:
