@@ -125,9 +125,11 @@ class _FileWritingTask:
         except OverlappingPositionsError:
             delete_unreferenced(table, paths)
             raise
-        if outcome.skipped_duplicate:
+        if outcome.skipped_duplicate and outcome.attempts == 1:
             # Not necessarily orphans: an attempt that landed but was reported as failed
-            # (a lost answer) makes the batch a duplicate of itself.
+            # (a lost answer) makes the batch a duplicate of itself. Skipped after an
+            # attempt of ours was sent, they are kept: that attempt may land yet (the
+            # commit that raised the watermark may not have moved main), as in _abort.
             delete_unreferenced(table, paths)
         return outcome
 

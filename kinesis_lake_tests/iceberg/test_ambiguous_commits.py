@@ -350,3 +350,34 @@ def test_compaction_giving_up_on_conflicts_keeps_the_files_a_commit_in_flight_ma
     landed = apply_late_commits(open_catalog("kinesis_lake", data_dir=data_dir))
     assert landed.count(True) == 1
     assert sequences(data_dir) == expected("a", 100, 40)
+
+
+def test_a_replay_skipped_after_its_own_attempt_was_lost_keeps_that_attempts_files(
+    faults, tmp_path
+):
+    """The skip of a replay is no proof that the replay's own earlier attempt never lands.
+
+    Batch 1 read nothing and its answer was lost while the catalog held it; its replay
+    (after the restart) read records 11-20. The catalog applies the empty commit at the
+    replay's first attempt, then holds that attempt and answers "conflict". The retry
+    sees watermark 1 and skips the batch; the held attempt still lands afterwards (an
+    empty commit does not move ``main``, so its requirement holds), and the table must
+    not reference files the skip deleted.
+    """
+    data_dir = tmp_path / "data"
+    writer = sink(data_dir)
+    writer.commit([writer.write(iter([raw_batch(range(1, 11), shard="a")]))], batchId=0)
+    arm(faults, LANDS_LATE)  # the empty batch: applied at the next commit of the table
+    arm(faults, LANDS_LATE, error="conflict", at_next_commit=False)  # the replay's attempt
+    with pytest.raises(CommitStateUnknownException):
+        writer.commit([writer.write(iter([]))], batchId=1)
+    writer.abort([writer.write(iter([]))], batchId=1)
+    replay = writer.write(iter([raw_batch(range(11, 21), shard="a")]))
+    outcome = writer._commit([replay], 1, "query-1")
+    assert outcome is not None and outcome.skipped_duplicate
+
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    assert isinstance(catalog, AmbiguousCatalog)
+    assert apply_late_commits(catalog) == [True], "the replay's held attempt should land"
+    assert all(exists(p) for p in replay.paths), "the table references files the skip deleted"
+    assert sequences(data_dir) == expected("a", 1, 20)
