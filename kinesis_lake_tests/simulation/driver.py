@@ -142,6 +142,7 @@ class Query:
         self.source = KinesisStreamReader(self.options)
         self.source._client = kinesis  # the simulated AWS
         self.store = ShardProgressStore(self.options.metadata_path)
+        self.replaying = False
         self.reported_loss: dict[str, str] = {}
         """Shard -> loss its reads recorded, for the caller to take (``take_reports``)."""
         # prepareForTriggerAvailableNow: "everything that arrived before the run started".
@@ -159,6 +160,7 @@ class Query:
         if cp.initial is None:
             cp.initial = self.source.initialOffset()
         replay = len(cp.offsets) > cp.committed
+        self.replaying = replay
         batch_id = cp.committed
         start = cp.offsets[batch_id - 1] if batch_id else cp.initial
         if replay:

@@ -21,6 +21,7 @@ POSITIONS_BEHIND_DATA = "positions-behind-data"
 SILENT_LOSS = "silent-loss"
 SILENT_LOSS_FIRST_READ = "silent-loss-before-first-record"
 FALSE_LOSS = "false-loss"
+FALSE_LOSS_REPLAY = "false-loss-in-a-replay"
 MISSED_BACKLOG = "sensor-missed-backlog"
 PHANTOM_BACKLOG = "sensor-phantom-backlog"
 STUCK = "ingestion-stuck"
@@ -109,10 +110,14 @@ def check_loss_reported(
             )
 
 
-def check_loss_report(shard: str, lost: Mapping[str, list[int]], detail: str) -> None:
-    """A loss reported for ``shard`` is real: some record of it expired unread."""
+def check_loss_report(
+    shard: str, lost: Mapping[str, list[int]], detail: str, *, replay: bool = False
+) -> None:
+    """A loss reported for ``shard`` is real: some record of it expired unread. One a
+    replayed batch reports is told apart as its own kind (a cause of its own)."""
     if not lost.get(shard):
-        raise Violation(FALSE_LOSS, f"shard {shard}: loss reported, none happened: {detail}")
+        kind = FALSE_LOSS_REPLAY if replay else FALSE_LOSS
+        raise Violation(kind, f"shard {shard}: loss reported, none happened: {detail}")
 
 
 def check_sensor(

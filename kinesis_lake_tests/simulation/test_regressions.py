@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
 _HOUR = 3_600_000
+_TRIM_HORIZON_GAP = (
+    "open: kinesis/shard_reader.py checks for a gap only after a known record; a "
+    "TRIM_HORIZON start whose last read to the tip is older than the trim horizon should "
+    "report possible loss, as an aged-out resume record does since d3abc76"
+)
 
 
 def test_an_empty_batch_racing_another_writer_never_rolls_positions_back(tmp_path: Path):
@@ -89,6 +96,14 @@ def test_a_quiet_stream_whose_resume_position_is_refused_is_not_data_loss(tmp_pa
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: a replay of a pinned range retention took raises ShardReadError on every "
+        "restart (kinesis/shard_reader.py, spark/kinesis_source.py); it should report the "
+        "loss (DataLossError, or skip it under failOnDataLoss=false)"
+    ),
+)
 def test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reported_lost(
     tmp_path: Path,
 ):
@@ -115,6 +130,7 @@ def test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reporte
     assert sum(state.lake.rows().values()) == 2
 
 
+@pytest.mark.xfail(strict=True, reason=_TRIM_HORIZON_GAP)
 def test_records_expired_on_a_shard_never_read_past_its_start_are_reported(tmp_path: Path):
     """Found by the simulation (new; fails on 9eea889 and today; shrunk from seed 136). A
     split's child is read to its tip while empty, so its cursor stays at TRIM_HORIZON;
@@ -137,6 +153,7 @@ def test_records_expired_on_a_shard_never_read_past_its_start_are_reported(tmp_p
     assert "shardId-000000000002" in state.reported
 
 
+@pytest.mark.xfail(strict=True, reason=_TRIM_HORIZON_GAP)
 def test_records_expired_on_a_shard_empty_when_ingestion_started_are_reported(
     tmp_path: Path,
 ):
@@ -158,3 +175,34 @@ def test_records_expired_on_a_shard_empty_when_ingestion_started_are_reported(
         shards=2,
     )
     assert "shardId-000000000000" in state.reported
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: the replay of a pinned range re-checks its resume record, which aged out "
+        "since the first attempt found it (kinesis/shard_reader.py, spark/kinesis_source.py)"
+    ),
+)
+def test_a_replay_whose_resume_record_aged_out_since_is_no_loss(tmp_path: Path):
+    """Found by the simulation (new; shrunk from seed 5032). A query started without
+    checkpoint reads 4 records after a 23-hour-old committed one; its commit is applied
+    late (the catalog was still processing it), so the batch is replayed 1.4 hours later:
+    by then the committed record aged out, and the replay reports a data loss, though the
+    first attempt found that record and read the whole range after it."""
+    run_schedule(
+        tmp_path,
+        [
+            ("put", 4, 7, False),
+            ("advance", 82932903),
+            ("lose_checkpoint",),
+            ("put", 2, 4, False),
+            ("late_commit", "unknown"),
+            ("run", "main", 2, None),
+            ("advance", 3100576),
+            ("advance", 1982662),
+            ("run", "main", 3, "after-commit"),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )

@@ -26,6 +26,19 @@ from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shri
 
 _DAY = 24 * 3_600_000
 
+KNOWN_OPEN: dict[str, str] = {
+    "silent-loss-before-first-record": (
+        "test_records_expired_on_a_shard_never_read_past_its_start_are_reported"
+    ),
+    "ingestion-stuck-replaying-a-range-gone": (
+        "test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reported_lost"
+    ),
+    "false-loss-in-a-replay": "test_a_replay_whose_resume_record_aged_out_since_is_no_loss",
+}
+"""Violation kinds of bugs found and still open, each pinned by an xfail(strict) test of
+test_regressions.py: the bounded run reports them without failing. Remove an entry with
+its fix (the strict xfail then fails until it is removed too)."""
+
 
 class Clock:
     def __init__(self) -> None:
@@ -90,6 +103,7 @@ def test_a_seed_is_a_replay():
     assert generate(7) != generate(8)
 
 
+@pytest.mark.system  # a minute of random schedules, like the fuzzers: not for test-fast
 def test_bounded_simulation_run(capsys: pytest.CaptureFixture[str]):
     """As many seeded schedules as fit in the budget; every invariant after every step."""
     logging.disable(logging.WARNING)
@@ -101,7 +115,9 @@ def test_bounded_simulation_run(capsys: pytest.CaptureFixture[str]):
         while time.monotonic() < deadline:
             schedule = generate(seed, short=True)
             violation = run(schedule, figures)
-            if violation is not None:
+            if violation is not None and violation.kind in KNOWN_OPEN:
+                figures.faults[f"known-open-{violation.kind}"] += 1
+            elif violation is not None:
                 figures.failures.append((schedule, violation))
             seed += 1
         with capsys.disabled():

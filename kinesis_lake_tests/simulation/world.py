@@ -298,7 +298,7 @@ class World:
             return False
         except (DataLossError, SourcePlanningError) as error:
             self._take_reports(who, query)
-            self._loss_reported(who, str(error))
+            self._loss_reported(who, str(error), replay=query.replaying)
             self.queries[who] = None
             self.acknowledge.add(who)
             self._failed(who, error)
@@ -369,15 +369,15 @@ class World:
 
     def _take_reports(self, who: str, query: Query) -> None:
         for shard, detail in query.reported_loss.items():
-            self._loss_reported(who, f"shard {shard}: {detail}")
+            self._loss_reported(who, f"shard {shard}: {detail}", replay=query.replaying)
         query.reported_loss.clear()
 
-    def _loss_reported(self, who: str, message: str) -> None:
+    def _loss_reported(self, who: str, message: str, *, replay: bool = False) -> None:
         found = _SHARD_IN_MESSAGE.search(message)
         shard = found.group(1) if found else "?"
         self.faults["loss-reported"] += 1
         if who == "main" and not self.unobserved and shard not in self.blind:
-            invariants.check_loss_report(shard, self._lost(), message)
+            invariants.check_loss_report(shard, self._lost(), message, replay=replay)
         self.reported.add(shard)
 
     def _failed(self, who: str, error: Exception) -> None:
