@@ -14,7 +14,7 @@ from kinesis_lake.events.routes import NO_ROUTE
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, table_rows
+from kinesis_lake_tests.pipeline_helpers import assert_reconciled, table_ids, table_rows
 from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
 
 DECLARATION = """\
@@ -100,10 +100,6 @@ def settings(kinesalite_endpoint, settings_factory, tmp_path: Path) -> Settings:
     return replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
 
 
-def _ids(settings: Settings, table: str) -> list[str]:
-    return sorted(r["id"] for r in table_rows(settings, settings.table_identifier(table)))
-
-
 def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(spark, settings):
     put(settings, *FIRST)
     run_ingestion(spark, settings)
@@ -113,8 +109,8 @@ def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(
     (view,) = table_rows(settings, settings.table_identifier("page_views"))
     assert view["context"] == {"os": "ios", "screen": {"w": 390, "h": 844}}
     assert view["tags"] == ["new", "promo"]
-    assert _ids(settings, "purchases") == ["p1"]
-    assert _ids(settings, "all_events") == ["p1", "p2", "p3", "v1", "v1"]
+    assert table_ids(settings, "purchases") == ["p1"]
+    assert table_ids(settings, "all_events") == ["p1", "p2", "p3", "v1", "v1"]
     quarantined = Counter(
         (r["target_table"], r["error"].split(":")[0])
         for r in table_rows(settings, settings.quarantine_table)
@@ -158,13 +154,13 @@ def test_a_refresh_that_died_between_two_tables_commits_is_finished_exactly_once
 
     assert crashed.returncode != 0
     assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
-    assert _ids(settings, "page_views") == ["v1", "v2"], "committed before the crash"
-    assert _ids(settings, "purchases") == ["p1"], "the crash point"
+    assert table_ids(settings, "page_views") == ["v1", "v2"], "committed before the crash"
+    assert table_ids(settings, "purchases") == ["p1"], "the crash point"
     refresh_derived(spark, settings)
 
-    assert _ids(settings, "page_views") == ["v1", "v2"]
-    assert _ids(settings, "purchases") == ["p1", "p4"]
-    assert _ids(settings, "all_events") == ["p1", "p2", "p3", "p4", "v1", "v1", "v2"]
+    assert table_ids(settings, "page_views") == ["v1", "v2"]
+    assert table_ids(settings, "purchases") == ["p1", "p4"]
+    assert table_ids(settings, "all_events") == ["p1", "p2", "p3", "p4", "v1", "v1", "v2"]
     no_route = [
         r for r in table_rows(settings, settings.quarantine_table) if r["error"] == NO_ROUTE
     ]

@@ -16,7 +16,7 @@ from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.reconcile import quarantine_ratio
 from kinesis_lake.pipeline.replay import replay_quarantine
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, run_cli, table_rows
+from kinesis_lake_tests.pipeline_helpers import assert_reconciled, run_cli, table_ids, table_rows
 from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
 
 BEFORE = """\
@@ -74,10 +74,6 @@ def _quarantine(settings: Settings) -> dict[tuple[str | None, bool], int]:
     return counts
 
 
-def _ids(settings: Settings, table: str) -> list[str]:
-    return sorted(r["id"] for r in table_rows(settings, settings.table_identifier(table)))
-
-
 def _assert_accounted(settings: Settings) -> None:
     assert_reconciled(settings, ("page_views", "purchases", "signups"))
     catalog = open_lake(settings)
@@ -107,8 +103,8 @@ def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, setti
     # A new table's first refresh reads raw from the start: s1 reached signups that way,
     # so the replay only marks its no-route row resolved, writing nothing twice.
     assert result.written == {"page_views": 0, "purchases": 1, "signups": 0}
-    assert _ids(settings, "purchases") == ["p1", "p2"]
-    assert _ids(settings, "signups") == ["s1"]
+    assert table_ids(settings, "purchases") == ["p1", "p2"]
+    assert table_ids(settings, "signups") == ["s1"]
     purchases = open_lake(settings).load_table(settings.table_identifier("purchases"))
     assert table_history(purchases)[-1]["writer_id"] == "replay:events_quarantine"
     assert _quarantine(settings) == {
@@ -125,7 +121,7 @@ def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, setti
 
     again = replay_quarantine(spark, settings)
     assert (again.candidates, again.resolved) == (2, 0)
-    assert _ids(settings, "purchases") == ["p1", "p2"]
+    assert table_ids(settings, "purchases") == ["p1", "p2"]
 
 
 def test_a_replay_killed_before_marking_moves_nothing_twice(spark, settings):
@@ -141,7 +137,7 @@ def test_a_replay_killed_before_marking_moves_nothing_twice(spark, settings):
 
     assert crashed.returncode != 0
     assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
-    assert _ids(settings, "purchases") == ["p1", "p2"], "appended before the crash"
+    assert table_ids(settings, "purchases") == ["p1", "p2"], "appended before the crash"
     assert (None, True) not in _quarantine(settings), "the marking commit did not land"
 
     replayed = run_cli(settings, "replay")
@@ -150,6 +146,6 @@ def test_a_replay_killed_before_marking_moves_nothing_twice(spark, settings):
     assert replayed.stdout.strip().splitlines()[-1] == (
         "replayed 4 quarantined records: 2 resolved, 2 still quarantined"
     )
-    assert _ids(settings, "purchases") == ["p1", "p2"]
-    assert _ids(settings, "signups") == ["s1"]
+    assert table_ids(settings, "purchases") == ["p1", "p2"]
+    assert table_ids(settings, "signups") == ["s1"]
     _assert_accounted(settings)
