@@ -219,8 +219,20 @@ def _table_for(catalog: Catalog, identifier: str, spec: DerivedTable, columns: p
 
 
 def _fitted(spec: DerivedTable, table: Table, data: pa.Table) -> pa.Table:
-    """``data`` in ``table``'s column types; a value that does not fit names its column."""
+    """``data`` in ``table``'s column types; a value that does not fit names its column.
+
+    Columns are matched by name, as the table was evolved by name: an edited SQL may list
+    them in another order, or no longer give an optional one (null in the new rows)."""
     target = table_arrow_schema(table.schema())
+    data = pa.table(
+        [
+            data.column(field.name)
+            if field.name in data.column_names
+            else pa.nulls(data.num_rows, field.type)
+            for field in target
+        ],
+        names=target.names,
+    )
     try:
         return data.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):

@@ -174,3 +174,24 @@ def test_a_windowed_result_the_table_cannot_hold_names_table_and_column(
 
 def refresh_table(catalog: Catalog, settings: Settings, spec: DerivedTable) -> Table:
     return catalog.load_table(settings.table_identifier(spec.name))
+
+
+def test_sql_whose_columns_were_reordered_still_refreshes_full_and_windowed_tables(
+    spark, streamless_catalog, streamless_settings
+) -> None:
+    """An edit that lists the same columns in another order is legal: the table keeps
+    its columns and matches the result by name. The result was cast to the
+    table's schema position by position, and every later refresh failed with pyarrow's
+    "Target schema's field names are not matching the table's field names"."""
+    append(streamless_catalog, streamless_settings, [1])
+    refresh(spark, streamless_catalog, streamless_settings, HOURLY)
+    two = replace(TOTAL, sql="SELECT sum(n) AS n, count(*) AS c FROM events")
+    refresh(spark, streamless_catalog, streamless_settings, two)
+    append(streamless_catalog, streamless_settings, [12])
+    swapped = "SELECT max(n) AS top, date_trunc('hour', at) AS hour FROM events GROUP BY 2"
+
+    hourly = refresh(spark, streamless_catalog, streamless_settings, replace(HOURLY, sql=swapped))
+    assert column(hourly, "top") == [1, 12]
+    reordered = replace(TOTAL, sql="SELECT count(*) AS c, sum(n) AS n FROM events")
+    total = refresh(spark, streamless_catalog, streamless_settings, reordered)
+    assert (column(total, "n"), column(total, "c")) == ([13], [2])
