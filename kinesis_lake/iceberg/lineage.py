@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 SOURCE_TABLE_UUID = "kinesis-lake.source-table-uuid"
 """Summary key of a derived table's snapshot: the uuid of the source table it read."""
 
+REBUILT = "kinesis-lake.rebuilt"
+"""Summary key of the snapshot that emptied a derived table for a rebuild (why): its own
+incremental readers cannot follow a delete, so they rebuild in turn."""
+
 
 def table_state(table: Table) -> str:
     """``uuid/snapshot id`` of ``table`` as it is now (``uuid/empty`` before any data)."""
@@ -103,10 +107,19 @@ def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | No
     snapshot_id = int(recorded_snapshot[0])
     if source.snapshot_by_id(snapshot_id) is None:
         return None  # expired: the refresh's own error says what to do
-    if all(s.snapshot_id != snapshot_id for s in ancestors_of(current, source.metadata)):
+    newer = []
+    for snapshot in ancestors_of(current, source.metadata):
+        if snapshot.snapshot_id == snapshot_id:
+            break
+        newer.append(snapshot)
+    else:
         return (
             f"{name} was rolled back past snapshot {snapshot_id}, which {derived.name()[-1]} read"
         )
+    for snapshot in reversed(newer):
+        summary = snapshot.summary
+        if summary is not None and REBUILT in summary.additional_properties:
+            return f"{name} was rebuilt since {'.'.join(derived.name())} last read it"
     return None
 
 
@@ -124,11 +137,19 @@ def rebuild_if_source_moved_back(source: Table, derived: Table | None, *more: Ta
 
 
 def forget_source(derived: Table, writer_id: str, source: Table, why: str) -> None:
-    """Empty ``derived`` and drop ``writer_id``'s watermark in one commit, so its next
-    refresh rebuilds it from the whole of ``source`` as it is now."""
+    """Empty ``derived`` and drop the watermarks of ``writer_id`` and of its parts
+    (``writer_id:...``, writers of the same source) in one commit, so its next refresh
+    rebuilds it from the whole of ``source`` as it is now. The commit says so
+    (:data:`REBUILT`), so that tables reading ``derived`` incrementally rebuild too."""
     logger.warning("%s: rebuilding %s from it", why, ".".join(derived.name()))
-    summary = {SOURCE_TABLE_UUID: str(source.metadata.table_uuid)}
+    summary = {SOURCE_TABLE_UUID: str(source.metadata.table_uuid), REBUILT: why}
+    parts = watermark_property(f"{writer_id}:").removesuffix(".last-batch-id")
+    watermarks = [watermark_property(writer_id)] + [
+        key
+        for key in derived.properties
+        if key.startswith(parts) and key.endswith(".last-batch-id")
+    ]
     with derived.transaction() as tx, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Delete operation did not match any records")
         tx.delete(AlwaysTrue(), snapshot_properties=summary)
-        tx.remove_properties(watermark_property(writer_id))
+        tx.remove_properties(*watermarks)

@@ -47,11 +47,11 @@ from kinesis_lake.events.tables import (
     quarantine_table_schema,
 )
 from kinesis_lake.iceberg.incremental import (
-    SOURCE_SNAPSHOT_PROPERTY,
     IncrementalSlice,
     appended_since,
     caught_up_snapshot_id,
 )
+from kinesis_lake.iceberg.lineage import rebuild_if_source_moved_back, source_summary
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
@@ -208,9 +208,17 @@ def refresh_routed(
     (its first refresh reads all of raw) judged by a quarantine pass over the new files
     alone, before its backfill, let a repeat of a backfilled key land in neither. The
     loaded tables in ``tables`` are left refreshed, as this refresh's commits left them.
+
+    A target whose rows came from a raw history raw no longer has (raw dropped and
+    re-created, or rolled back) is emptied first and rebuilt from the whole of raw,
+    the quarantine too: its rows, and the marks of records a replay resolved (their rows
+    go with the tables), are verdicts on the old history; the rebuilt raw's records are
+    all judged again under the declaration as it is now, each once.
     """
     declared = {name: tables.declared[name] for name in declaration.names}
     targets: dict[str, Table] = {**declared, QUARANTINE: tables.quarantine}
+    for table in targets.values():  # each by its own record: a crash between is repaired
+        rebuild_if_source_moved_back(raw, table)
     backfilled = _backfill_to_quarantine(spark, settings, declaration, raw, tables)
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
@@ -289,7 +297,7 @@ def _backfill_to_quarantine(
                 identifier,
                 writer_id=f"{derived_writer_id(raw.name()[-1])}:{'+'.join(names)}",
                 batch_id=sequence_number(raw, done),
-                summary={SOURCE_SNAPSHOT_PROPERTY: str(done)},
+                summary=source_summary(raw, done),
             )
             tables.quarantine.refresh()
             for name in names:
@@ -545,7 +553,7 @@ def _append(
         identifier,
         writer_id=derived_writer_id(source.name()[-1]),
         batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary={SOURCE_SNAPSHOT_PROPERTY: str(piece.to_snapshot_id)},
+        summary=source_summary(source, piece.to_snapshot_id),
     )
 
 
