@@ -100,11 +100,23 @@ def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | No
     last = getattr(source.metadata, "last_sequence_number", None)  # v1 tables have none
     if done is not None and last is not None and done > last:
         return f"{name} was re-created since {'.'.join(derived.name())} last read it"
+    # Checked: the snapshot the watermark names, where the next read starts. A refresh that
+    # wrote no rows moves the watermark in a commit without a snapshot, so the summary's
+    # record can name an older one, still an ancestor after a rollback past the newer.
+    read = next(
+        (s for s in source.metadata.snapshots if done is not None and s.sequence_number == done),
+        None,
+    )
     recorded_snapshot = latest_summary_value(derived, SOURCE_SNAPSHOT_PROPERTY)
     current = source.current_snapshot()
-    if recorded_snapshot is None or current is None:
+    if current is None:
         return None
-    snapshot_id = int(recorded_snapshot[0])
+    if read is not None:
+        snapshot_id = read.snapshot_id
+    elif recorded_snapshot is not None:
+        snapshot_id = int(recorded_snapshot[0])
+    else:
+        return None
     if source.snapshot_by_id(snapshot_id) is None:
         return None  # expired: the refresh's own error says what to do
     newer = []

@@ -1,0 +1,137 @@
+"""Lineage's rebuild (issue 31 defect 5) against a second refresh of the same table."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.exceptions import ValidationException
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField
+
+from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
+from kinesis_lake.iceberg.commit import commit_arrow, last_committed_batch
+from kinesis_lake.iceberg.incremental import read_files
+from kinesis_lake.iceberg.lineage import (
+    forget_source,
+    rebuild_if_source_moved_back,
+    source_moved_back,
+    source_summary,
+)
+from kinesis_lake.iceberg.summary import derived_writer_id
+from kinesis_lake.iceberg.tables import ensure_table
+from kinesis_lake.pipeline.refresh import pending_slice
+from kinesis_lake_tests.ambiguous_catalog import catalog_environment, pause_commits
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
+WRITER = derived_writer_id("src")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for key, value in catalog_environment(tmp_path / "data", tmp_path / "faults.json").items():
+        monkeypatch.setenv(key, value)
+    return tmp_path / "data"
+
+
+def _rows(ids: list[int]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64())})
+
+
+def _refresh_from_scratch(source: Table, derived: Table) -> None:
+    """What a first refresh commits: the whole source, at its current snapshot."""
+    snapshot = source.current_snapshot()
+    assert snapshot is not None and snapshot.sequence_number is not None
+    commit_arrow(
+        derived,
+        source.scan().to_arrow(),
+        writer_id=WRITER,
+        batch_id=snapshot.sequence_number,
+        summary=source_summary(source, snapshot.snapshot_id),
+    )
+
+
+def test_a_rebuild_landing_after_another_refresh_rebuilt_leaves_no_rows_without_watermark(
+    data_dir: Path,
+) -> None:
+    """Two refreshes of one derived table (two runs) both find its source re-created.
+    One empties the table and refills it from the new source; the other's emptying lands
+    after that. It must not leave the refill's rows without the watermark that says they
+    are there: the next refresh would read the whole source again and add them twice.
+    It holds: pyiceberg's own retry of the delete finds the refill's files and refuses
+    (ValidationException), so that run fails and the next one finds nothing moved back."""
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    ensure_namespace(catalog, "lake")
+    source = ensure_table(catalog, "lake.src", SCHEMA)
+    commit_arrow(source, _rows([1, 2, 3]), writer_id="raw", batch_id=0)
+    derived = ensure_table(catalog, "lake.dst", SCHEMA)
+    _refresh_from_scratch(source, derived)
+    catalog.drop_table("lake.src")  # what SnapshotExpiredError tells operators to do
+    source = ensure_table(catalog, "lake.src", SCHEMA)
+    commit_arrow(source, _rows([1, 2, 3]), writer_id="raw", batch_id=0)
+
+    slow = catalog.load_table("lake.dst")
+    why = source_moved_back(source, slow, WRITER)
+    assert why is not None
+    once = threading.Lock()
+
+    def the_other_run_rebuilds_first(_table: str) -> None:
+        if once.acquire(blocking=False):
+            fast = catalog.load_table("lake.dst")
+            forget_source(fast, WRITER, source, why)
+            _refresh_from_scratch(source, fast)
+
+    with pause_commits(the_other_run_rebuilds_first), contextlib.suppress(ValidationException):
+        forget_source(slow, WRITER, source, why)  # pyiceberg's retry refuses it: it holds
+
+    derived = catalog.load_table("lake.dst")
+    rows = derived.scan().to_arrow().num_rows
+    if last_committed_batch(derived, WRITER) is None:  # the next refresh is a first one
+        _refresh_from_scratch(source, derived)
+    assert sorted(derived.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3], (
+        f"{rows} rows left without a watermark"
+    )
+
+
+def test_a_rollback_past_a_refresh_that_wrote_no_rows_is_seen_and_rebuilt(
+    data_dir: Path,
+) -> None:
+    """A refresh whose new source rows gave no output (a windowed table's rows without a
+    time, a rows table's WHERE matching none) commits only its watermark, so its commit
+    records no source snapshot. A rollback of the source past that snapshot, then a new
+    append: the recorded (older) snapshot is still an ancestor, the watermark is not
+    above the source's numbers, and the next read starts from the snapshot the watermark
+    names, which is no longer in the source's history: every refresh failed with
+    IncrementalReadError ("rebuild the derived table")."""
+    catalog = open_catalog("kinesis_lake", data_dir=data_dir)
+    ensure_namespace(catalog, "lake")
+    source = ensure_table(catalog, "lake.src", SCHEMA)
+    commit_arrow(source, _rows([1, 2, 3]), writer_id="raw", batch_id=0)
+    first = source.current_snapshot()
+    assert first is not None
+    derived = ensure_table(catalog, "lake.dst", SCHEMA)
+    _refresh_from_scratch(source, derived)
+    commit_arrow(source, _rows([4]), writer_id="raw", batch_id=1)
+    second = source.current_snapshot()
+    assert second is not None and second.sequence_number is not None
+    piece = pending_slice(source, derived)
+    assert piece.files and piece.to_snapshot_id == second.snapshot_id
+    commit_arrow(  # no output: the watermark moves, no snapshot records the source's
+        derived,
+        _rows([]),
+        writer_id=WRITER,
+        batch_id=second.sequence_number,
+        summary=source_summary(source, second.snapshot_id),
+    )
+    source.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
+    commit_arrow(source, _rows([5]), writer_id="raw", batch_id=2)
+
+    derived = catalog.load_table("lake.dst")
+    rebuild_if_source_moved_back(source, derived)
+    derived = catalog.load_table("lake.dst")
+    piece = pending_slice(source, derived)
+    assert sorted(read_files(source, piece.files).column("id").to_pylist()) == [1, 2, 3, 5]
