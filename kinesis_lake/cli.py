@@ -394,6 +394,13 @@ def cmd_replay(args: argparse.Namespace) -> None:
         result = replay_quarantine(spark, settings)
     finally:
         spark.stop()
+    for name in sorted(result.written.keys() | result.caught_up.keys()):
+        replayed, caught_up = result.written.get(name, 0), result.caught_up.get(name, 0)
+        if replayed or caught_up:  # what the replay_quarantine job reports as materialized
+            print(
+                f"{name}: {replayed + caught_up} rows added ({replayed} replayed, "
+                f"{caught_up} caught up from raw first)"
+            )
     moved = ", ".join(f"{rows} to {name}" for name, rows in result.written.items() if rows)
     print(
         f"replayed {result.candidates} quarantined records: {result.resolved} resolved"

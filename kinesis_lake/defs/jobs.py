@@ -20,7 +20,12 @@ if TYPE_CHECKING:  # the type define_asset_job returns; dagster does not export 
         UnresolvedAssetJobDefinition,
     )
 
-from kinesis_lake.defs.assets import DERIVE_POOL, EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
+from kinesis_lake.defs.assets import (
+    DERIVE_POOL,
+    EVENT_COUNTS_PER_MINUTE,
+    EVENTS_QUARANTINE,
+    _table_metadata,
+)
 from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 
@@ -57,6 +62,7 @@ full_job = dg.define_asset_job(
 
 @dg.op(
     pool=DERIVE_POOL,  # it writes the derived tables: never beside a refresh
+    out={},  # it reports materializations only; a generator op has no "result" to yield
     description=(
         "Route and parse every unresolved quarantined record again with the declaration as "
         "it is now; append the ones it takes to their tables and mark them resolved."
@@ -65,6 +71,7 @@ full_job = dg.define_asset_job(
 def replay_quarantined_records(
     context: dg.OpExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
 ):
+    from kinesis_lake.pipeline.lake import open_lake
     from kinesis_lake.pipeline.preflight import check_event_schema
     from kinesis_lake.pipeline.replay import replay_quarantine  # PySpark: only when it runs
 
@@ -73,15 +80,28 @@ def replay_quarantined_records(
     result = replay_quarantine(spark.session, lake)
     context.log.info(
         f"Replayed {result.candidates} quarantined records: {result.resolved} resolved, "
-        f"{result.still_quarantined} still quarantined; written {result.written}"
+        f"{result.still_quarantined} still quarantined; written {result.written}, "
+        f"caught up from raw first {result.caught_up}"
     )
-    for name, rows in result.written.items():
-        if rows:
-            yield dg.AssetMaterialization(
-                asset_key=name,
-                description=f"Quarantine replay added {rows} rows.",
-                metadata={"rows_added": rows, "replayed_rows": rows},
-            )
+    catalog = open_lake(lake)
+    for name in result.written.keys() | result.caught_up.keys():
+        replayed, caught_up = result.written.get(name, 0), result.caught_up.get(name, 0)
+        if not replayed and not caught_up:
+            continue
+        identifier = lake.table_identifier(name)
+        yield dg.AssetMaterialization(
+            asset_key=name,
+            description=(
+                f"Quarantine replay added {replayed} rows, after {caught_up} rows from raw "
+                "that no refresh had written yet (a new table's backfill, or raw's newest)."
+            ),
+            metadata={
+                **_table_metadata(identifier, catalog.load_table(identifier)),
+                "rows_added": replayed + caught_up,
+                "replayed_rows": replayed,
+                "caught_up_rows": caught_up,
+            },
+        )
     yield dg.AssetMaterialization(
         asset_key=EVENTS_QUARANTINE,
         description=f"Quarantine replay resolved {result.resolved} records.",
