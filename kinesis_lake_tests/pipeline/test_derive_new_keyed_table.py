@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 
 from kinesis_lake.config import Settings
+from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.replay import replay_quarantine
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, table_rows
-from kinesis_lake_tests.spark.test_derive_poison import ingest_and_derive
+from kinesis_lake_tests.pipeline_helpers import assert_reconciled, put, table_rows
+from kinesis_lake_tests.spark.test_derive_poison import (
+    derive_with_a_failing_commit,
+    ingest_and_derive,
+)
 
 BEFORE = """\
 tables:
@@ -112,4 +117,29 @@ def test_a_new_keyed_tables_rejections_among_earlier_records_are_quarantined_onc
     ]
     assert sorted(rejected) == [("r", None, False), ("x", "orders", True), ("y", None, True)]
     assert (replayed.candidates, replayed.resolved) == (5, 1)
+    assert_reconciled(settings, ("events", "orders"))
+
+
+def test_a_crash_between_a_new_keyed_tables_backfill_commits_quarantines_nothing_twice(
+    spark, settings
+):
+    """The backfill commits the quarantine's part first, then the table: a refresh dying
+    between the two repeats the pass, and must neither quarantine the table's rejections
+    again nor lose its rows."""
+    ingest_and_derive(spark, settings, order("a", 1), order("b", 1), order("b", 2))
+    settings.event_schema_path.write_text(AFTER)
+    put(settings, order("a", 2), order("c", 1))
+    run_ingestion(spark, settings)
+
+    crashed = derive_with_a_failing_commit(settings, settings.table_identifier("orders"))
+
+    assert crashed.returncode != 0
+    assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
+    assert _fates(settings) == ([], ['{"id": "b", "type": "order", "at": "' + AT + '", "copy": 2}'])
+
+    refresh_derived(spark, settings)
+
+    orders, repeats = _fates(settings)
+    assert orders == ["a", "b", "c"]
+    assert sorted(json.loads(payload)["copy"] for payload in repeats) == [2, 2], repeats
     assert_reconciled(settings, ("events", "orders"))
