@@ -346,6 +346,7 @@ class ShardReader:
         arrival_cutoff_ms: int | None = None,
         quiet_since_ms: int | None = None,
         retention_ms: int | None = None,
+        pinned_records: int | None = None,
     ) -> Iterator[list[KinesisRecord]]:
         """Yield de-aggregated records, one non-empty list per GetRecords response.
 
@@ -388,7 +389,12 @@ class ShardReader:
             read_started_ms=self._now_ms(),
         )
         end = int(end_sequence_number) if end_sequence_number is not None else None
-        cursor = ReadCursor(start, quiet_since_ms, retention_ms)
+        # A replay is judged by the range it must reproduce, not by its resume record:
+        # the first attempt found that record (or reported its gap), and it may have aged
+        # out since without anything of the range being lost (issue 31).
+        cursor = ReadCursor(start, quiet_since_ms, retention_ms, check_gap=end is None)
+        gone_at: tuple[str, int] | None = None  # a replay's first record past its end
+        last_server_ms: int | None = None
         # A replay must return exactly the pinned range: GetRecords, asked again from the
         # same start, does; a subscription is only for reading ahead.
         if self._consumer_arn is not None and end is None:
@@ -421,15 +427,14 @@ class ShardReader:
                     if cursor.skip(sequence_number, page.server_ms):
                         skipped += 1
                         continue
-                    if end is not None and int(sequence_number) > end:
-                        raise self._error(
-                            "GetRecords",
-                            outcome.calls,
-                            f"pinned range ending at {end_sequence_number} cannot be "
-                            f"reproduced: record {sequence_number} follows "
-                            f"{outcome.last_sequence_number} and the end record is gone",
-                        )
                     arrival_ms = epoch_ms(record["ApproximateArrivalTimestamp"])
+                    if end is not None and int(sequence_number) > end:
+                        # Records are immutable: only retention takes the end record
+                        # (and, being older, every record of the range before it).
+                        gone_at = (sequence_number, arrival_ms)
+                        stop = "end_gone"
+                        consumed_all = False
+                        break
                     if arrival_cutoff_ms is not None and arrival_ms > arrival_cutoff_ms:
                         stop = "cutoff"
                         consumed_all = False
@@ -452,6 +457,7 @@ class ShardReader:
                         break
                 if page.millis_behind is not None:
                     outcome.millis_behind_latest = int(page.millis_behind)
+                last_server_ms = page.server_ms or last_server_ms
                 if batch:
                     outcome.user_records += len(batch)
                     yield batch
@@ -482,15 +488,61 @@ class ShardReader:
                     break
 
         outcome.data_loss = cursor.data_loss
-        if end is not None and stop != "end_sequence":
+        if end_sequence_number is not None:
+            self._settle_replay(
+                outcome, stop, end_sequence_number, pinned_records, gone_at, last_server_ms
+            )
+        outcome.stopped_by = stop
+        self.outcome = outcome
+
+    def _settle_replay(
+        self,
+        outcome: ReadOutcome,
+        stop: str,
+        end_sequence_number: str,
+        pinned_records: int | None,
+        gone_at: tuple[str, int] | None,
+        server_now_ms: int | None,
+    ) -> None:
+        """Judge a replay of a pinned range by what it read again.
+
+        All of it (as many records as the first attempt, up to the end record): no loss,
+        whether or not the record it resumes after is still retained. Fewer, because
+        retention took the oldest ones (the batch was read, then died uncommitted, and an
+        outage outlasted retention): those are lost, and reported as such
+        (``data_loss``), instead of failing every restart with the same
+        ``ShardReadError``. Retention takes a shard's records oldest first, so an end
+        record gone leaves none of the range: a read of some of it that misses its end
+        is a range that cannot be reproduced (``ShardReadError``, as before). A range
+        gone up to its end leaves the shard unread after the end record as well: the
+        records after it, up to the first one still retained, are part of the reported
+        gap, and ``tip_ms`` says from when on everything is accounted for, so the next
+        read does not report them again.
+        """
+        if stop == "end_sequence":
+            if pinned_records is None or outcome.records_read >= pinned_records:
+                return
+            lost = f"{pinned_records - outcome.records_read} of its {pinned_records} records"
+        elif stop in ("end_gone", "caught_up", "shard_end") and outcome.records_read == 0:
+            counted = f" {pinned_records}" if pinned_records is not None else ""
+            lost = f"all{counted} of its records"
+            if gone_at is not None:
+                lost += f" and any that arrived after them before record {gone_at[0]}"
+                outcome.tip_ms = gone_at[1] - 1
+            else:
+                lost += " and any that arrived after them"
+                outcome.tip_ms = server_now_ms
+        else:
             raise self._error(
                 "GetRecords",
                 outcome.calls,
                 f"pinned range ending at {end_sequence_number} cannot be reproduced: the read "
                 f"stopped ({stop}) after {outcome.last_sequence_number} without reaching it",
             )
-        outcome.stopped_by = stop
-        self.outcome = outcome
+        outcome.data_loss = (
+            f"the batch read up to record {end_sequence_number} was never committed, and "
+            f"{lost} expired (retention) before it could be read again"
+        )
 
     def _polled_pages(
         self,
@@ -698,11 +750,26 @@ class ReadCursor:
     """Tracks the position within a read and the AFTER_SEQUENCE_NUMBER resume check."""
 
     def __init__(
-        self, start: StartPosition, quiet_since_ms: int | None, retention_ms: int | None
+        self,
+        start: StartPosition,
+        quiet_since_ms: int | None,
+        retention_ms: int | None,
+        *,
+        check_gap: bool = True,
     ) -> None:
         self.start = start
         self._quiet_since_ms = quiet_since_ms
         self._retention_ms = retention_ms
+        self._check_gap = check_gap
+        # A start that is not after a known record (TRIM_HORIZON, a timestamp), on a shard
+        # read to its tip before without a record: what arrived after that read and
+        # expired before this one is lost as surely as after a resume record (issue 31).
+        self._unread_since_tip = (
+            check_gap
+            and start.kind != "AFTER_SEQUENCE_NUMBER"
+            and quiet_since_ms is not None
+            and retention_ms is not None
+        )
         self.last_seen: str | None = None
         self.data_loss: str | None = None
         self._rejection: str | None = None
@@ -728,13 +795,16 @@ class ReadCursor:
     def skip(self, sequence_number: str, server_ms: int | None) -> bool:
         """True for records at or before the resume point; detects a gap after it."""
         if self._resume_after is None:
+            self._settle_start(server_ms, f"before record {sequence_number}")
             return False
         value = int(sequence_number)
         if value <= self._resume_after:
             self._found_resume_record = value == self._resume_after
             self.last_seen = sequence_number
             return True
-        if not self._found_resume_record and self._quiet_past(server_ms):
+        if not self._check_gap:
+            pass  # a replay: judged by the range it reads again (ShardReader._settle_replay)
+        elif not self._found_resume_record and self._quiet_past(server_ms):
             _log.info(
                 "resume record %s aged out of a shard that was quiet since %s: no gap",
                 self.start.sequence_number,
@@ -761,7 +831,11 @@ class ReadCursor:
         silent here would let this read record a tip time, and the next read would take
         the lost records for a quiet shard.
         """
-        if self._resume_after is None or self._found_resume_record:
+        if self._resume_after is None:
+            self._settle_start(server_ms, "and the shard holds none now")
+            return
+        if self._found_resume_record or not self._check_gap:
+            self._resume_after = None
             return
         if self._quiet_past(server_ms):
             _log.info(
@@ -782,6 +856,21 @@ class ReadCursor:
                 "may have expired unread"
             )
         self._resume_after = None
+
+    def _settle_start(self, server_ms: int | None, seen: str) -> None:
+        """The gap check of a start that is not after a known record, at the first record
+        read (or the tip): once per read."""
+        if not self._unread_since_tip:
+            return
+        self._unread_since_tip = False
+        if self._quiet_past(server_ms):
+            return
+        self.data_loss = (
+            f"the shard was last read to its tip at {self._quiet_since_ms} ms (server time), "
+            f"before the current trim horizon, holding no record after its start "
+            f"({self.start.kind}): records that arrived after that read and {seen} may have "
+            "expired unread"
+        )
 
     def _quiet_past(self, server_ms: int | None) -> bool:
         """True when the shard was read to its tip after the current trim horizon."""

@@ -56,13 +56,26 @@ class QuietProof:
 
 
 def quiet_proof(settings: Settings, positions: Mapping[str, str]) -> QuietProof:
-    """How recently every shard with a committed position was read to its tip."""
-    if not positions:
-        return QuietProof(needed=False, read_to_tip_ms=None)
-    status = _store(settings).latest_status()
+    """How recently every shard with a committed position, or read to its tip before
+    any record, was read to its tip.
+
+    A shard the source read to its tip while it held nothing (a split's child, a shard
+    empty when ingestion started) has no committed position, but its next read checks
+    the same proof: records that arrived after that read and expired are loss.
+    """
+    store = _store(settings)
+    status = store.latest_status()
     if status is None:
-        return QuietProof(needed=True, read_to_tip_ms=None)
-    live = {sid: entry for sid, entry in status.get("shards", {}).items() if sid in positions}
+        # No epoch completed yet: a query that read (its progress is there) may have
+        # read shards to their tip all the same; nothing ran at all, nothing to prove.
+        return QuietProof(needed=bool(positions) or store.has_progress(), read_to_tip_ms=None)
+    live = {
+        sid: entry
+        for sid, entry in status.get("shards", {}).items()
+        if sid in positions or entry.get("tip_ms") is not None
+    }
+    if not positions and not live:
+        return QuietProof(needed=False, read_to_tip_ms=None)
     if not live:
         return QuietProof(needed=True, read_to_tip_ms=None)
     tips = [entry.get("tip_ms") for entry in live.values()]

@@ -76,7 +76,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import pyarrow as pa
@@ -267,7 +267,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             new_shard_start=new_shard_start,
             per_shard_start=self.options.per_shard_start,
         )
-        return offset.to_dict()
+        return _with_earlier_tips(offset, self._store.latest_status()).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Spark's limit per micro-batch: ``maxRecordsPerBatch``, if set.
@@ -418,6 +418,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
             quiet_since_ms=task.quiet_since_ms,
             retention_ms=task.retention_ms,
+            pinned_records=pinned.outcome.records_read if pinned is not None else None,
         ):
             yield records_to_arrow(task.stream_name, task.shard_id, records)
         outcome = reader.outcome
@@ -428,6 +429,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise _data_loss(task, outcome.data_loss)
         if pinned is None:
             store.save(task.run_id, task.epoch, ProgressRecord(outcome, _reader_identity()))
+        elif outcome.data_loss:
+            # A replay that lost part of its range (skipped, failOnDataLoss=false): the
+            # first attempt's record stands; the loss is recorded beside it, to be counted.
+            store.save_replay_loss(task.run_id, task.epoch, outcome)
 
 
 def release_consumer(options: Mapping[str, str]) -> None:
@@ -446,6 +451,32 @@ def release_consumer(options: Mapping[str, str]) -> None:
     found = find_consumer(client, stream.arn, parsed.consumer_name)
     if found is not None:
         deregister_consumer(client, found)
+
+
+def _with_earlier_tips(offset: SourceOffset, status: Mapping | None) -> SourceOffset:
+    """``offset`` (a new query's first) with what an earlier query of this metadataPath
+    recorded of shards it read to their tip without a record (issue 31).
+
+    A shard that starts from its trim horizon or a timestamp, not after a committed
+    record, was empty for that query: records that arrived after its last read to the tip
+    and expired before this query reads them are loss, and without that read's time a
+    query started without checkpoint would skip them silently. Shards that start after a
+    committed record keep the limit the README states (no read to the tip on record: an
+    aged-out resume record is reported as possible loss). A tip from before the stream's
+    creation belongs to a deleted stream of the same name, and is ignored.
+    """
+    earlier = (status or {}).get("shards", {})
+    shards = dict(offset.shards)
+    for shard_id, cursor in offset.shards.items():
+        tip_ms = earlier.get(shard_id, {}).get("tip_ms")
+        if (
+            cursor.start.kind != "AFTER_SEQUENCE_NUMBER"
+            and cursor.tip_ms is None
+            and tip_ms is not None
+            and int(tip_ms) >= offset.stream_created_ms
+        ):
+            shards[shard_id] = replace(cursor, tip_ms=int(tip_ms))
+    return replace(offset, shards=shards)
 
 
 def _processed_through(options: KinesisSourceOptions, shard_id: str) -> str | None:

@@ -39,7 +39,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
@@ -76,6 +76,19 @@ class ProgressRecord:
         return cls(ReadOutcome.from_dict(data), dict(data.get("reader", {})))
 
 
+def _with_replay_loss(record: ProgressRecord, note: Mapping[str, Any]) -> ProgressRecord:
+    """The first attempt's record, with the loss its replay found (see
+    :meth:`ShardProgressStore.save_replay_loss`)."""
+    outcome = record.outcome
+    tips = [tip for tip in (outcome.tip_ms, note.get("tip_ms")) if tip is not None]
+    changed = replace(
+        outcome,
+        data_loss=outcome.data_loss or note.get("data_loss"),
+        tip_ms=max(tips, default=None),
+    )
+    return ProgressRecord(changed, record.reader)
+
+
 class ShardProgressStore:
     """Per-run, per-epoch, per-shard read records under one root URL."""
 
@@ -101,14 +114,35 @@ class ShardProgressStore:
         One ``cat`` of every path: s3fs fetches them concurrently, where reading one after
         another cost the driver a round trip per shard in every micro-batch's planning.
         """
+        shard_ids = list(shard_ids)
         paths = {self._path(run_id, epoch, shard_id): shard_id for shard_id in shard_ids}
         if not paths:
             return {}
-        contents = self._fs.cat(list(paths), on_error="omit")
-        return {
+        losses = {self._loss_path(run_id, epoch, shard_id): shard_id for shard_id in shard_ids}
+        contents = self._fs.cat([*paths, *losses], on_error="omit")
+        records = {
             paths[path]: ProgressRecord.from_dict(json.loads(data))
             for path, data in contents.items()
+            if path in paths
         }
+        for path, data in contents.items():
+            if path in losses and losses[path] in records:
+                shard_id = losses[path]
+                records[shard_id] = _with_replay_loss(records[shard_id], json.loads(data))
+        return records
+
+    def save_replay_loss(self, run_id: str, epoch: int, outcome: ReadOutcome) -> None:
+        """Record that a replay of this epoch's shard could not read all of its pinned
+        range again (retention took part of it), beside the first attempt's record, which
+        stands: :meth:`load_epoch` then reports the loss (``data_loss``, counted once by
+        the planner) and the replay's ``tip_ms``. The first replay to record it wins."""
+        note = {"data_loss": outcome.data_loss, "tip_ms": outcome.tip_ms}
+        self._create_json(
+            self._epoch_dir(run_id, epoch), self._loss_path(run_id, epoch, outcome.shard_id), note
+        )
+
+    def _loss_path(self, run_id: str, epoch: int, shard_id: str) -> str:
+        return f"{self._epoch_dir(run_id, epoch)}/{shard_id}.replay-loss.json"
 
     def save(self, run_id: str, epoch: int, record: ProgressRecord) -> None:
         """Create the record of this epoch and shard, unless another attempt did first.
@@ -160,6 +194,14 @@ class ShardProgressStore:
             status for run in runs if (status := self._read_json(f"{run}/status.json")) is not None
         ]
         return max(statuses, key=lambda status: int(status.get("writtenAtMs", 0)), default=None)
+
+    def has_progress(self) -> bool:
+        """Whether any query recorded a read here (a run's folder exists)."""
+        try:
+            entries = self._fs.ls(self._base, detail=True)
+        except FileNotFoundError:
+            return False
+        return any(entry["type"] == "directory" for entry in entries)
 
     def _read_json(self, path: str) -> dict | None:
         try:

@@ -270,6 +270,7 @@ def read_shard(
             arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
             quiet_since_ms=task.quiet_since_ms,
             retention_ms=task.retention_ms,
+            **_pinned_records(pinned),
         )
     ]
     outcome = reader.outcome
@@ -278,7 +279,20 @@ def read_shard(
         raise _data_loss(task, outcome.data_loss)
     if pinned is None:
         store.save(task.run_id, task.epoch, ProgressRecord(outcome, {"simulated": True}))
+    elif outcome.data_loss and hasattr(store, "save_replay_loss"):
+        store.save_replay_loss(task.run_id, task.epoch, outcome)
     return batches, outcome.data_loss
+
+
+PINNED_RECORDS = "pinned_records" in inspect.signature(ShardReader.read).parameters
+"""Whether a replay tells the reader how many records its range holds (since the fix of
+a replay whose range retention took, issue 31): older code re-checks the resume record."""
+
+
+def _pinned_records(pinned: ProgressRecord | None) -> dict[str, Any]:
+    if not PINNED_RECORDS or pinned is None:
+        return {}
+    return {"pinned_records": pinned.outcome.records_read}
 
 
 def _with_ingested_at(batch: pa.RecordBatch, at: pa.Scalar) -> pa.RecordBatch:

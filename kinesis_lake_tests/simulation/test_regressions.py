@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
 _HOUR = 3_600_000
-_TRIM_HORIZON_GAP = (
-    "open: kinesis/shard_reader.py checks for a gap only after a known record; a "
-    "TRIM_HORIZON start whose last read to the tip is older than the trim horizon should "
-    "report possible loss, as an aged-out resume record does since d3abc76"
-)
 
 
 def test_an_empty_batch_racing_another_writer_never_rolls_positions_back(tmp_path: Path):
@@ -96,14 +89,6 @@ def test_a_quiet_stream_whose_resume_position_is_refused_is_not_data_loss(tmp_pa
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: a replay of a pinned range retention took raises ShardReadError on every "
-        "restart (kinesis/shard_reader.py, spark/kinesis_source.py); it should report the "
-        "loss (DataLossError, or skip it under failOnDataLoss=false)"
-    ),
-)
 def test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reported_lost(
     tmp_path: Path,
 ):
@@ -130,14 +115,15 @@ def test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reporte
     assert sum(state.lake.rows().values()) == 2
 
 
-@pytest.mark.xfail(strict=True, reason=_TRIM_HORIZON_GAP)
 def test_records_expired_on_a_shard_never_read_past_its_start_are_reported(tmp_path: Path):
     """Found by the simulation (new; fails on 9eea889 and today; shrunk from seed 136). A
     split's child is read to its tip while empty, so its cursor stays at TRIM_HORIZON;
     two records arrive and expire in an outage; the next read starts at the trim horizon,
     takes the newer records and moves past the lost two without a word. Only a start
     after a known record is checked for a gap: a TRIM_HORIZON start with a tip time older
-    than the trim horizon cannot prove the shard was quiet either."""
+    than the trim horizon cannot prove the shard was quiet either. Shard 1, empty and
+    unread through the same outage, is reported first (possible loss, the README's rule
+    for an outage longer than retention): the acknowledged run then reports the child."""
     state = run_schedule(
         tmp_path,
         [
@@ -147,13 +133,13 @@ def test_records_expired_on_a_shard_never_read_past_its_start_are_reported(tmp_p
             ("outage", 29 * _HOUR),
             ("put", 1, 4, False),
             ("run", "main", 2, None),
+            ("run", "main", 2, None),
         ],
         shards=2,
     )
     assert "shardId-000000000002" in state.reported
 
 
-@pytest.mark.xfail(strict=True, reason=_TRIM_HORIZON_GAP)
 def test_records_expired_on_a_shard_empty_when_ingestion_started_are_reported(
     tmp_path: Path,
 ):
@@ -177,13 +163,6 @@ def test_records_expired_on_a_shard_empty_when_ingestion_started_are_reported(
     assert "shardId-000000000000" in state.reported
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open: the replay of a pinned range re-checks its resume record, which aged out "
-        "since the first attempt found it (kinesis/shard_reader.py, spark/kinesis_source.py)"
-    ),
-)
 def test_a_replay_whose_resume_record_aged_out_since_is_no_loss(tmp_path: Path):
     """Found by the simulation (new; shrunk from seed 5032). A query started without
     checkpoint reads 4 records after a 23-hour-old committed one; its commit is applied
@@ -206,3 +185,28 @@ def test_a_replay_whose_resume_record_aged_out_since_is_no_loss(tmp_path: Path):
         shards=2,
         trimmed_position=REFUSE,
     )
+
+
+def test_records_expired_on_an_empty_shard_are_reported_after_a_checkpoint_lost(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 11 of the 300 s run, shrunk), once the two above were
+    fixed. A query reads an empty shard to its tip; three records arrive and expire in
+    an outage; the checkpoint is lost, so the new query starts at the trim horizon with
+    no read to the tip on record and took the four newer records without a word. The
+    deployment's progress folder, which outlives the checkpoint, still holds that read's
+    time: the new query's start takes it over, and the gap is reported."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("run", "main", 2, None),
+            ("put", 3, 3, False),
+            ("outage", 93345723),
+            ("put", 3, 4, True),
+            ("lose_checkpoint",),
+            ("run", "main", 2, None),
+        ],
+        shards=1,
+        trimmed_position=REFUSE,
+    )
+    assert "shardId-000000000000" in state.reported

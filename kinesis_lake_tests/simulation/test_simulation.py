@@ -26,15 +26,7 @@ from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shri
 
 _DAY = 24 * 3_600_000
 
-KNOWN_OPEN: dict[str, str] = {
-    "silent-loss-before-first-record": (
-        "test_records_expired_on_a_shard_never_read_past_its_start_are_reported"
-    ),
-    "ingestion-stuck-replaying-a-range-gone": (
-        "test_a_batch_that_died_before_its_commit_and_expired_in_an_outage_is_reported_lost"
-    ),
-    "false-loss-in-a-replay": "test_a_replay_whose_resume_record_aged_out_since_is_no_loss",
-}
+KNOWN_OPEN: dict[str, str] = {}
 """Violation kinds of bugs found and still open, each pinned by an xfail(strict) test of
 test_regressions.py: the bounded run reports them without failing. Remove an entry with
 its fix (the strict xfail then fails until it is removed too)."""

@@ -56,7 +56,11 @@ def test_ingestion_starts_again_after_a_split_parent_ages_out(
     run_ingestion(spark, settings)
     split(kinesis(clock.url), settings.stream_name, PARENT)
     run_ingestion(spark, settings)  # the parent is read to its end; the children are empty
-    clock.advance(DAY_S + 60)
+    # Read within the retention period, as the README asks: since issue 31 a shard read to
+    # its tip while empty, then left unread for longer, is possible loss like any other.
+    clock.advance(DAY_S - 4 * 3600)
+    assert run_ingestion(spark, settings).rows == 0
+    clock.advance(4 * 3600 + 60)
     listed = kinesis(clock.url).list_shards(StreamName=settings.stream_name)["Shards"]
     assert PARENT not in {s["ShardId"] for s in listed}
     produce(settings, 80, seed=2)
@@ -183,3 +187,21 @@ def test_an_acknowledged_loss_after_an_outage_is_counted_once(spark, clock, sett
 
     assert result.rows == 5 and result.skipped_ranges == 1
     assert_exactly_once(settings, 15)
+
+
+def test_records_expired_on_a_shard_read_to_its_tip_while_empty_are_data_loss(
+    spark, clock, settings_factory
+):
+    """Issue 31 (found by the simulation): a shard the query read to its tip while empty
+    stays at TRIM_HORIZON; records that arrived after that read and expired unread were
+    skipped silently, since only a start after a known record was checked for a gap."""
+    settings = settings_factory(clock, shard_count=1)
+    produce(settings, 0, seed=0)  # creates the stream
+    assert run_ingestion(spark, settings).rows == 0  # read to its tip, nothing there
+    produce(settings, 4, seed=1)  # arrive during the outage, never read
+    clock.advance(DAY_S + 3600)
+    produce(settings, 3, seed=2)
+
+    with pytest.raises(StreamingQueryException, match=r"(?s)Data loss.*TRIM_HORIZON"):
+        run_ingestion(spark, settings)
+    assert raw_keys(settings) == []
