@@ -7,7 +7,10 @@ Each commit therefore sets a table property
 a batch id at or below that watermark is skipped. Table properties survive snapshot
 expiry, unlike snapshot summaries, so the answer to "did writer W commit batch N" never
 ages out. Snapshot summaries still carry writer id, batch id and the caller's keys as
-history.
+history. What the caller needs to know of the watermark for as long as it holds (which
+source table its batch ids count in) goes with it the same way: ``writer_properties``
+become ``kinesis-lake.writer.<writer id>.<name>`` properties of the same transaction, so
+they change only when the watermark moves.
 
 Conflicts with other writers are retried here, by rebuilding the transaction on fresh
 metadata after re-checking the watermark (see :mod:`kinesis_lake.iceberg.retry`). Any
@@ -107,6 +110,7 @@ def commit_files(
     batch_id: int,
     summary: dict[str, str] | None = None,
     prepare: Callable[[Table], dict[str, str]] | None = None,
+    writer_properties: dict[str, str] | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     just_loaded: bool = False,
 ) -> CommitOutcome:
@@ -119,7 +123,8 @@ def commit_files(
     snapshot: "batch N is done, with no rows" must be durable too, or a replay of batch N
     that happens to read rows (Kinesis reads are capped by time, so a replay may see
     records the first run did not) would commit them while the next batch, which started
-    where the first run stopped, reads them again. ``summary`` is not recorded then.
+    where the first run stopped, reads them again. ``summary`` is not recorded then;
+    ``writer_properties`` are, as they go with the watermark (see the module docstring).
 
     ``prepare(table)`` runs before every attempt, on the freshly refreshed table, once the
     watermark said the batch is new: it returns summary entries derived from that base
@@ -160,6 +165,7 @@ def commit_files(
         batch_id=batch_id,
         summary=summary,
         prepare=prepare,
+        writer_properties=writer_properties,
         max_attempts=max_attempts,
         just_loaded=just_loaded,
     )
@@ -176,6 +182,7 @@ def commit_arrow(
     batch_id: int,
     summary: dict[str, str] | None = None,
     overwrite_filter: BooleanExpression | str | None = None,
+    writer_properties: dict[str, str] | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> CommitOutcome:
     """Write a small driver-side Arrow table as batch ``batch_id`` under the same protocol.
@@ -202,6 +209,7 @@ def commit_arrow(
         batch_id=batch_id,
         summary=summary,
         prepare=None,
+        writer_properties=writer_properties,
         max_attempts=max_attempts,
     )
     if outcome.committed:
@@ -219,12 +227,14 @@ def _commit_batch(
     batch_id: int,
     summary: dict[str, str] | None,
     prepare: Callable[[Table], dict[str, str]] | None,
+    writer_properties: dict[str, str] | None,
     max_attempts: int,
     just_loaded: bool = False,
 ) -> CommitOutcome:
     """The retry loop shared by both entry points; ``stage`` adds the batch's data."""
     if not writer_id:
         raise ValueError("writer_id must be a non-empty string")
+    own = _own_properties(writer_id, writer_properties or {})
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     if not just_loaded:
@@ -253,7 +263,7 @@ def _commit_batch(
         tx = MetadataReusingTransaction(view)
         stage(tx, snapshot_properties)
         tx.require_base_snapshot()  # a snapshot update has it; a metadata-only commit not
-        properties = {watermark_property(writer_id): str(batch_id)}
+        properties = {**own, watermark_property(writer_id): str(batch_id)}
         tx.set_properties({**properties, **_positions_update(table, tx, positions)})
         try:
             tx.commit_transaction()
@@ -281,6 +291,19 @@ def _commit_batch(
             files=0,
             rows=_summary_int(snapshot, "added-records"),
         )
+
+
+def _own_properties(writer_id: str, names: dict[str, str]) -> dict[str, str]:
+    """``writer_properties`` as the table properties they become; the watermark is not
+    one of them (only the protocol moves it)."""
+    watermark = watermark_property(writer_id)
+    properties = {f"{WRITER_PROPERTY_PREFIX}{writer_id}.{name}": v for name, v in names.items()}
+    if watermark in properties or any(not name or "." in name for name in names):
+        raise ValueError(
+            f"writer_properties of {writer_id!r} must be dot-free names other "
+            f"than the watermark's, got {sorted(names)}"
+        )
+    return properties
 
 
 def _positions_update(

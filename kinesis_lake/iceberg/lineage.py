@@ -9,9 +9,11 @@ down in its life, so a watermark above it was taken on another table.
 * A ``full`` table records, right after each recomputation's commit, its batch id and the
   ``uuid/snapshot`` of every input it was computed from: it is up to date exactly when
   that batch is its watermark and those are the inputs' current states.
-* An incremental table's commits record its source's uuid (:data:`SOURCE_TABLE_UUID`) next
-  to the source snapshot (``kinesis-lake.source-snapshot-id``): :func:`source_moved_back`
-  says when that history is no longer the source's, and
+* An incremental table's commits record its source's uuid next to the watermark, in a
+  table property of the same commit (:func:`source_uuid_property`, which snapshot expiry
+  cannot remove), and in their summaries (:data:`SOURCE_TABLE_UUID`, next to the source
+  snapshot ``kinesis-lake.source-snapshot-id``): :func:`source_moved_back` says when that
+  history is no longer the source's, and
   :func:`rebuild_if_source_moved_back` then empties the table and its watermark in one
   commit, so the refresh that follows is a first one.
 """
@@ -26,7 +28,11 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
-from kinesis_lake.iceberg.commit import last_committed_batch, watermark_property
+from kinesis_lake.iceberg.commit import (
+    WRITER_PROPERTY_PREFIX,
+    last_committed_batch,
+    watermark_property,
+)
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 from kinesis_lake.iceberg.summary import derived_writer_id, latest_summary_value
 
@@ -34,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 SOURCE_TABLE_UUID = "kinesis-lake.source-table-uuid"
 """Summary key of a derived table's snapshot: the uuid of the source table it read."""
+
+SOURCE_UUID = "source-uuid"
+"""Name of the writer property (:func:`source_uuid_property`) naming the source table."""
 
 REBUILT = "kinesis-lake.rebuilt"
 """Summary key of the snapshot that emptied a derived table for a rebuild (why): its own
@@ -89,12 +98,37 @@ def source_summary(source: Table, snapshot_id: int | None) -> dict[str, str]:
     }
 
 
+def source_properties(source: Table) -> dict[str, str]:
+    """What an incremental refresh's commit records of its source next to its watermark
+    (``writer_properties`` of the commit protocol): which table its batch ids count in.
+
+    Summaries say it too, but the derived table's own upkeep (compaction, then expiry)
+    can leave none that does: a source re-created and past the watermark's number before
+    the next refresh would then go unseen, and the read start partway into it."""
+    return {SOURCE_UUID: str(source.metadata.table_uuid)}
+
+
+def source_uuid_property(writer_id: str) -> str:
+    """Table property: the uuid of the source table ``writer_id``'s watermark counts in."""
+    return f"{WRITER_PROPERTY_PREFIX}{writer_id}.{SOURCE_UUID}"
+
+
+def recorded_source_uuid(derived: Table, writer_id: str) -> str | None:
+    """The uuid of the source ``derived``'s rows were read from: the property written with
+    the watermark, else (tables last written before it) the newest summary naming one."""
+    recorded = derived.properties.get(source_uuid_property(writer_id))
+    if recorded is not None:
+        return recorded
+    summarised = latest_summary_value(derived, SOURCE_TABLE_UUID)
+    return summarised[0] if summarised is not None else None
+
+
 def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | None:
     """Why ``derived``'s rows no longer come from ``source``'s history (the source was
     re-created or rolled back); None when they do, or when nothing recorded says."""
     name = ".".join(source.name())
-    recorded_uuid = latest_summary_value(derived, SOURCE_TABLE_UUID)
-    if recorded_uuid is not None and recorded_uuid[0] != str(source.metadata.table_uuid):
+    recorded_uuid = recorded_source_uuid(derived, writer_id)
+    if recorded_uuid is not None and recorded_uuid != str(source.metadata.table_uuid):
         return f"{name} was re-created since {'.'.join(derived.name())} last read it"
     done = last_committed_batch(derived, writer_id)
     last = getattr(source.metadata, "last_sequence_number", None)  # v1 tables have none
@@ -152,16 +186,19 @@ def forget_source(derived: Table, writer_id: str, source: Table, why: str) -> No
     """Empty ``derived`` and drop the watermarks of ``writer_id`` and of its parts
     (``writer_id:...``, writers of the same source) in one commit, so its next refresh
     rebuilds it from the whole of ``source`` as it is now. The commit says so
-    (:data:`REBUILT`), so that tables reading ``derived`` incrementally rebuild too."""
+    (:data:`REBUILT`), so that tables reading ``derived`` incrementally rebuild too, and
+    records ``source``'s uuid as the one ``writer_id`` reads now (the parts' go)."""
     logger.warning("%s: rebuilding %s from it", why, ".".join(derived.name()))
-    summary = {SOURCE_TABLE_UUID: str(source.metadata.table_uuid), REBUILT: why}
+    uuid = str(source.metadata.table_uuid)
+    summary = {SOURCE_TABLE_UUID: uuid, REBUILT: why}
     parts = watermark_property(f"{writer_id}:").removesuffix(".last-batch-id")
-    watermarks = [watermark_property(writer_id)] + [
+    forgotten = [watermark_property(writer_id)] + [
         key
         for key in derived.properties
-        if key.startswith(parts) and key.endswith(".last-batch-id")
+        if key.startswith(parts) and key.endswith((".last-batch-id", f".{SOURCE_UUID}"))
     ]
     with derived.transaction() as tx, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Delete operation did not match any records")
         tx.delete(AlwaysTrue(), snapshot_properties=summary)
-        tx.remove_properties(*watermarks)
+        tx.remove_properties(*forgotten)
+        tx.set_properties({source_uuid_property(writer_id): uuid})

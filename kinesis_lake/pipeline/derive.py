@@ -51,7 +51,11 @@ from kinesis_lake.iceberg.incremental import (
     appended_since,
     caught_up_snapshot_id,
 )
-from kinesis_lake.iceberg.lineage import rebuild_if_source_moved_back, source_summary
+from kinesis_lake.iceberg.lineage import (
+    rebuild_if_source_moved_back,
+    source_properties,
+    source_summary,
+)
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
@@ -298,6 +302,7 @@ def _backfill_to_quarantine(
                 writer_id=f"{derived_writer_id(raw.name()[-1])}:{'+'.join(names)}",
                 batch_id=sequence_number(raw, done),
                 summary=source_summary(raw, done),
+                writer_properties=source_properties(raw),
             )
             tables.quarantine.refresh()
             for name in names:
@@ -554,6 +559,7 @@ def _append(
         writer_id=derived_writer_id(source.name()[-1]),
         batch_id=sequence_number(source, piece.to_snapshot_id),
         summary=source_summary(source, piece.to_snapshot_id),
+        writer_properties=source_properties(source),
     )
 
 

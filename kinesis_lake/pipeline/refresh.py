@@ -54,9 +54,11 @@ def append_rows(
     writer_id: str,
     batch_id: int,
     summary: dict[str, str],
+    writer_properties: dict[str, str] | None = None,
 ) -> int:
     """Append ``rows`` through the Iceberg sink as ``writer_id``'s batch ``batch_id`` (a
-    batch it already committed is skipped); the number of rows."""
+    batch it already committed is skipped), with ``summary`` in its snapshot and
+    ``writer_properties`` next to its watermark; the number of rows."""
     count = rows.count()
     writer = (
         rows.write.format(SINK_NAME)
@@ -69,6 +71,8 @@ def append_rows(
     )
     for key, value in summary.items():
         writer = writer.option(f"summary.{key}", value)
+    for name, value in (writer_properties or {}).items():
+        writer = writer.option(f"writerProperty.{name}", value)
     writer.save()
     return count
 

@@ -48,6 +48,7 @@ from kinesis_lake.iceberg.lineage import (
     full_refresh_batch,
     rebuild_if_source_moved_back,
     record_inputs,
+    source_properties,
     source_summary,
     table_state,
 )
@@ -107,6 +108,7 @@ def refresh_sql(
         writer_id=derived_writer_id(spec.source),
         batch_id=sequence_number(source, piece.to_snapshot_id),
         summary=source_summary(source, piece.to_snapshot_id),
+        writer_properties=source_properties(source),
     )
     return TableRefresh(
         identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
@@ -140,6 +142,7 @@ def refresh_windowed(
         writer_id=derived_writer_id(spec.source),
         batch_id=sequence_number(source, piece.to_snapshot_id),
         summary=source_summary(source, piece.to_snapshot_id),
+        writer_properties=source_properties(source),
     )
     window_micros = _windows(read_table_files(spark, source, piece.files), window)
     if not window_micros:  # no new row has a time: nothing to recompute, the place moves on

@@ -40,7 +40,11 @@ from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, Upse
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.filters import any_of
-from kinesis_lake.iceberg.lineage import rebuild_if_source_moved_back, source_summary
+from kinesis_lake.iceberg.lineage import (
+    rebuild_if_source_moved_back,
+    source_properties,
+    source_summary,
+)
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
@@ -121,6 +125,7 @@ def refresh_upsert(
         writer_id=derived_writer_id(source.name()[-1]),
         batch_id=sequence_number(source, piece.to_snapshot_id),
         summary=source_summary(source, piece.to_snapshot_id),
+        writer_properties=source_properties(source),
         overwrite_filter=any_of(upsert.key, keys) if keys else None,
     )
     commit(tables.tombstones, dead)  # first: see the module docstring

@@ -71,6 +71,10 @@ READ_OPTIONS: dict[str, tuple[str | None, str]] = {
 
 _SUMMARY_PREFIX = "summary."
 """Options ``summary.<key>`` become extra snapshot-summary entries."""
+_WRITER_PROPERTY_PREFIX = "writerproperty."
+"""Options ``writerProperty.<name>`` become the writer's own table properties
+(``kinesis-lake.writer.<writer id>.<name>``), committed with its watermark."""
+_PREFIXES = (_SUMMARY_PREFIX, _WRITER_PROPERTY_PREFIX)
 OPTIONS.update(READ_OPTIONS)
 _KNOWN = {name.lower() for name in OPTIONS} | {"path"}
 
@@ -97,6 +101,7 @@ class SinkOptions:
     batch_id: int | None
     position_columns: tuple[str, str] | None = None
     summary: dict[str, str] = field(default_factory=dict)
+    writer_properties: dict[str, str] = field(default_factory=dict)
     namespace_from: str | None = None
     """Where a bare table name's namespace came from; None when the name was qualified."""
 
@@ -106,12 +111,12 @@ class SinkOptions:
         unknown = sorted(
             key
             for key in options
-            if key.lower() not in _KNOWN and not key.lower().startswith(_SUMMARY_PREFIX)
+            if key.lower() not in _KNOWN and not key.lower().startswith(_PREFIXES)
         )
         if unknown:
             raise IcebergSinkOptionError(
                 f"Unknown option(s) {', '.join(map(repr, unknown))} of the Iceberg sink; known: "
-                f"{', '.join(OPTIONS)} and {_SUMMARY_PREFIX}<key>."
+                f"{', '.join(OPTIONS)}, {_SUMMARY_PREFIX}<key> and writerProperty.<name>."
             )
         table = lowered.get("table") or lowered.get("path")
         if not table:
@@ -146,6 +151,11 @@ class SinkOptions:
                 key[len(_SUMMARY_PREFIX) :]: value
                 for key, value in options.items()
                 if key.lower().startswith(_SUMMARY_PREFIX)
+            },
+            writer_properties={
+                key[len(_WRITER_PROPERTY_PREFIX) :]: value
+                for key, value in options.items()
+                if key.lower().startswith(_WRITER_PROPERTY_PREFIX)
             },
             namespace_from=namespace_from,
         )

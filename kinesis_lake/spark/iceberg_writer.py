@@ -120,6 +120,7 @@ class _FileWritingTask:
                 batch_id=batch_id,
                 summary=summary,
                 prepare=prepare,
+                writer_properties=self.options.writer_properties,
                 just_loaded=True,
             )
         except OverlappingPositionsError:

@@ -82,6 +82,38 @@ def test_empty_batch_still_records_that_it_is_done(raw: Table) -> None:
     assert ingest(raw, "w", 1, range(100, 103)).skipped_duplicate
 
 
+def test_writer_properties_move_with_the_watermark_and_only_with_it(raw: Table) -> None:
+    """What a caller keeps next to its watermark (lineage: which source table its batch ids
+    count in) is written by the watermark's own commits, empty ones too, survives expiry,
+    and is left alone by a skipped replay. The watermark itself is not one of them."""
+    uuid = "kinesis-lake.writer.w.source-uuid"
+    commit_files(
+        raw,
+        _write(raw, range(3), "a"),
+        writer_id="w",
+        batch_id=0,
+        writer_properties={"source-uuid": "A"},
+    )
+    commit_files(raw, [], writer_id="w", batch_id=1, writer_properties={"source-uuid": "B"})
+    assert (raw.properties[uuid], last_committed_batch(raw, "w")) == ("B", 1)
+    snapshot = raw.current_snapshot()
+    assert snapshot is not None
+    current = snapshot.snapshot_id
+    with raw.maintenance.expire_snapshots() as expiry:
+        expiry.by_ids([s.snapshot_id for s in raw.snapshots() if s.snapshot_id != current])
+    skipped = commit_files(
+        raw, [], writer_id="w", batch_id=1, writer_properties={"source-uuid": "C"}
+    )
+    raw.refresh()
+
+    assert skipped.skipped_duplicate
+    assert raw.properties[uuid] == "B"
+    for wrong in ({"last-batch-id": "9"}, {"a.b": "x"}, {"": "x"}):
+        with pytest.raises(ValueError, match="writer_properties"):
+            commit_files(raw, [], writer_id="w", batch_id=2, writer_properties=wrong)
+    assert last_committed_batch(raw, "w") == 1
+
+
 def test_fail_fast_view_does_not_let_pyiceberg_rebase_silently(
     raw: Table, catalog: Catalog
 ) -> None:

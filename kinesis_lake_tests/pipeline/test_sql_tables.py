@@ -17,6 +17,8 @@ from kinesis_lake.errors import TableError
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.lineage import source_uuid_property
+from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
 from kinesis_lake.pipeline.derived_reconciliation import reconcile_windows, sql_table_caught_up
 from kinesis_lake.pipeline.sql_tables import refresh_sql
@@ -115,6 +117,9 @@ def test_an_incremental_table_rebuilds_from_a_re_created_input(
     table = refresh(spark, streamless_catalog, streamless_settings, spec)
     assert column(table, "n" if spec is COPIED else "top") == [5, 17]
     assert sql_table_caught_up(spec, {"events": events}, table)
+    # Next to the watermark, where the table's own snapshot expiry cannot remove it.
+    recorded = table.properties[source_uuid_property(derived_writer_id("events"))]
+    assert recorded == str(events.metadata.table_uuid)
 
 
 def test_a_rows_table_rebuilds_from_a_rolled_back_input(

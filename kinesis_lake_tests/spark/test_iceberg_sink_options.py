@@ -19,8 +19,10 @@ def test_an_unknown_option_is_refused_naming_the_known_ones() -> None:
 def test_every_option_of_the_table_is_accepted_in_any_case() -> None:
     options = {name.upper(): "1" for name in OPTIONS}
     options |= {"TABLE": "lake.raw", "POSITIONCOLUMNS": "a,b", "summary.Team": "data"}
+    options |= {"WRITERPROPERTY.source-uuid": "u"}
     parsed = SinkOptions.parse(options)
     assert parsed.summary == {"Team": "data"}
+    assert parsed.writer_properties == {"source-uuid": "u"}
     assert parsed.batch_id == 1
 
 
