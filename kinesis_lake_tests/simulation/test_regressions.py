@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
@@ -210,3 +212,61 @@ def test_records_expired_on_an_empty_shard_are_reported_after_a_checkpoint_lost(
         trimmed_position=REFUSE,
     )
     assert "shardId-000000000000" in state.reported
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open: a split's child never read has no tip time of its own; it should take its "
+        "parent's when the parent was still open at that read (spark/kinesis_offsets.py, "
+        "spark/kinesis_source.py initialOffset)"
+    ),
+)
+def test_records_expired_on_a_child_never_read_are_reported(tmp_path: Path):
+    """Found by the simulation (seed 11 of a 300 s run after d925520, shrunk). The only
+    shard is read to its tip while empty, then split; records arrive on a child and
+    expire in an outage; the checkpoint is lost. The child was never read, so nothing
+    tells the new query when it was last known empty, and the loss is skipped silently."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("run", "main", 2, None),
+            ("split", 7),
+            ("put", 3, 3, False),
+            ("outage", 93345723),
+            ("put", 3, 4, True),
+            ("lose_checkpoint",),
+            ("run", "main", 2, None),
+        ],
+        shards=1,
+        trimmed_position=REFUSE,
+    )
+    assert state.reported
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open, and on 1ef987f too: a sensor's availableNow run ends with records from before "
+        "its start unread after a second writer from a saved checkpoint died during abort"
+    ),
+)
+def test_an_available_now_run_after_a_second_writer_died_in_abort_reads_everything(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 26 of a 300 s run, shrunk; fails the same on
+    1ef987f, before the fixes above): not yet analysed."""
+    run_schedule(
+        tmp_path,
+        [
+            ("put", 4, 2, False),
+            ("sensor",),
+            ("save_checkpoint",),
+            ("second_writer", True),
+            ("run", "second", 2, "during-abort"),
+            ("put", 1, 2, False),
+            ("sensor",),
+        ],
+        shards=3,
+        trimmed_position=REFUSE,
+    )
