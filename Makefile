@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kinesis-lake-installed
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test test-fast dev bench bench-full lint clean fuzz lock simulate
+.PHONY: setup demo test test-fast dev bench bench-full lint clean fuzz lock simulate simulate-derived
 
 setup: $(STAMP)
 
@@ -59,6 +59,12 @@ fuzz: setup
 SIM_SECONDS ?= 600
 simulate: setup
 	$(BIN)/python -m kinesis_lake_tests.simulation --seconds $(SIM_SECONDS)
+
+# The derived tables' simulation, Spark in the loop (about a minute a schedule): routing,
+# dedup, upsert, SQL modes, quarantine, replay, declaration edits, re-created tables.
+SIM_SCHEDULES ?= 20
+simulate-derived: setup
+	$(BIN)/python -m kinesis_lake_tests.simulation.derived --schedules $(SIM_SCHEDULES)
 
 # Re-resolve requirements.lock (every extra, every platform, hashed) to the newest versions
 # pyproject.toml allows; review the diff, run `make test`, commit both.
