@@ -344,13 +344,16 @@ class Violation(AssertionError):
 class Figures:
     schedules: int = 0
     steps: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)  # failing commits: table/mode, outcome
     failures: list[tuple[Schedule, Violation]] = field(default_factory=list)
     seconds: float = 0.0
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.steps.items()))
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
         return (
             f"{self.schedules} schedules, {sum(self.steps.values())} steps ({kinds}), "
+            f"failing commits ({faults or 'none'}), "
             f"{len(self.failures)} failed, {self.seconds:.0f} s"
         )
 
@@ -446,14 +449,15 @@ def _arrow(settings: Settings, table: str) -> Any:
     return open_lake(settings).load_table(settings.table_identifier(table)).scan().to_arrow()
 
 
-def _fail(settings: Settings, arg: str) -> None:
+def _fail(settings: Settings, arg: str) -> bool:
+    """The derive in a new process; True if the armed commit came and failed it."""
     from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit
 
     table, mode = arg.split("/")
     identifier = (
         settings.quarantine_table if table == "quarantine" else settings.table_identifier(table)
     )
-    derive_with_a_failing_commit(settings, identifier, mode=mode)
+    return derive_with_a_failing_commit(settings, identifier, mode=mode).returncode != 0
 
 
 def run_schedule(
@@ -486,8 +490,10 @@ def run_schedule(
                 model.unsettled = False
             elif step.kind == "fail":
                 _ingest(spark, settings, model)
-                _fail(settings, step.arg)
+                fired = _fail(settings, step.arg)
                 model.unsettled = True
+                if figures is not None:
+                    figures.faults[f"{step.arg}-{'fired' if fired else 'not-reached'}"] += 1
             elif step.kind == "edit":
                 model.edits.add(step.arg)
                 path.write_text(declaration(model.edits))
