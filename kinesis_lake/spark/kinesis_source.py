@@ -104,6 +104,7 @@ from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
 from kinesis_lake.kinesis.streams import (
+    Shard,
     StreamInfo,
     StreamNotFoundError,
     describe_stream,
@@ -267,7 +268,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             new_shard_start=new_shard_start,
             per_shard_start=self.options.per_shard_start,
         )
-        return _with_earlier_tips(offset, self._store.latest_status()).to_dict()
+        return _with_earlier_tips(offset, self._store.latest_status(), shards).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Spark's limit per micro-batch: ``maxRecordsPerBatch``, if set.
@@ -453,7 +454,9 @@ def release_consumer(options: Mapping[str, str]) -> None:
         deregister_consumer(client, found)
 
 
-def _with_earlier_tips(offset: SourceOffset, status: Mapping | None) -> SourceOffset:
+def _with_earlier_tips(
+    offset: SourceOffset, status: Mapping | None, listed: Sequence[Shard] = ()
+) -> SourceOffset:
     """``offset`` (a new query's first) with what an earlier query of this metadataPath
     recorded of shards it read to their tip without a record (issue 31).
 
@@ -464,11 +467,23 @@ def _with_earlier_tips(offset: SourceOffset, status: Mapping | None) -> SourceOf
     committed record keep the limit the README states (no read to the tip on record: an
     aged-out resume record is reported as possible loss). A tip from before the stream's
     creation belongs to a deleted stream of the same name, and is ignored.
+
+    A shard the earlier query never read (a split's or a merge's child created after its
+    last read) takes its parents' tip time, the earliest of them, when every parent was
+    read to its tip while still open (its entry is in the status, not ended or finished):
+    the child was created when its parents closed, after those reads, so every record it
+    ever held arrived after them. (kinesalite reports a drained closed shard as caught
+    up, not ended: such a read's tip may postdate the child's creation. On AWS the read
+    ends the shard, and an ended shard leaves the status.)
     """
     earlier = (status or {}).get("shards", {})
+    done = set((status or {}).get("finishedShards", []))
+    parents = {shard.shard_id: shard.parent_ids for shard in listed}
     shards = dict(offset.shards)
     for shard_id, cursor in offset.shards.items():
         tip_ms = earlier.get(shard_id, {}).get("tip_ms")
+        if tip_ms is None and shard_id not in earlier:
+            tip_ms = _parents_tip(parents.get(shard_id, ()), earlier, done)
         if (
             cursor.start.kind != "AFTER_SEQUENCE_NUMBER"
             and cursor.tip_ms is None
@@ -477,6 +492,17 @@ def _with_earlier_tips(offset: SourceOffset, status: Mapping | None) -> SourceOf
         ):
             shards[shard_id] = replace(cursor, tip_ms=int(tip_ms))
     return replace(offset, shards=shards)
+
+
+def _parents_tip(parent_ids: Sequence[str], earlier: Mapping, done: set[str]) -> int | None:
+    """The earliest tip time of ``parent_ids``, each read to its tip while open, else None."""
+    tips = []
+    for parent_id in parent_ids:
+        entry = earlier.get(parent_id, {})
+        if entry.get("tip_ms") is None or entry.get("shard_ended") or parent_id in done:
+            return None
+        tips.append(int(entry["tip_ms"]))
+    return min(tips, default=None)
 
 
 def _processed_through(options: KinesisSourceOptions, shard_id: str) -> str | None:

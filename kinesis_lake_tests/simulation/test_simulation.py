@@ -27,9 +27,8 @@ from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shri
 _DAY = 24 * 3_600_000
 
 KNOWN_OPEN: dict[str, str] = {
-    "silent-loss-before-first-record": "test_records_expired_on_a_child_never_read_are_reported",
     "available-now-left-records-behind": (
-        "test_an_available_now_run_after_a_second_writer_died_in_abort_reads_everything"
+        "test_an_available_now_run_after_an_old_checkpoint_copy_ran_empty_batches_reads_everything"
     ),
 }
 """Violation kinds of bugs found and still open, each pinned by an xfail(strict) test of

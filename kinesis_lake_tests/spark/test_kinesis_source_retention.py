@@ -205,3 +205,35 @@ def test_records_expired_on_a_shard_read_to_its_tip_while_empty_are_data_loss(
     with pytest.raises(StreamingQueryException, match=r"(?s)Data loss.*TRIM_HORIZON"):
         run_ingestion(spark, settings)
     assert raw_keys(settings) == []
+
+
+def test_a_child_never_read_takes_its_open_parents_tip_time():
+    """Issue 31 (simulation seed 11): a query started without checkpoint gives a split's
+    child the tip time its parent was read to while open, so records that arrived on the
+    child and expired are reported; not when the parent's read ended it or finished it (a
+    drained closed shard on kinesalite), nor when the child has an entry of its own."""
+    from kinesis_lake.kinesis.shard_reader import StartPosition
+    from kinesis_lake.spark.kinesis_offsets import SourceOffset
+    from kinesis_lake.spark.kinesis_source import _with_earlier_tips
+
+    child, other = "shardId-000000000001", "shardId-000000000002"
+    listed = [Shard(sid, PARENT, None, "1", None) for sid in (child, other)]
+    offset = SourceOffset.initial(
+        stream_created_ms=1_000,
+        shards=listed,
+        start=StartPosition.trim_horizon(),
+        new_shard_start=StartPosition.trim_horizon(),
+    )
+
+    def tips(status: dict) -> dict:
+        planned = _with_earlier_tips(offset, status, listed)
+        return {sid: cursor.tip_ms for sid, cursor in planned.shards.items()}
+
+    open_parent = {PARENT: {"tip_ms": 5_000, "shard_ended": False}}
+    assert tips({"shards": open_parent}) == {child: 5_000, other: 5_000}
+    own = {**open_parent, other: {"tip_ms": None}}
+    assert tips({"shards": own}) == {child: 5_000, other: None}
+    assert tips({"shards": open_parent, "finishedShards": [PARENT]}) == {child: None, other: None}
+    ended = {PARENT: {"tip_ms": 5_000, "shard_ended": True}}
+    assert tips({"shards": ended}) == {child: None, other: None}
+    assert tips({"shards": {PARENT: {"tip_ms": 500}}}) == {child: None, other: None}
