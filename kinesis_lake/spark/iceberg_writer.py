@@ -132,6 +132,8 @@ class _FileWritingTask:
             # attempt of ours was sent, they are kept: that attempt may land yet (the
             # commit that raised the watermark may not have moved main), as in _abort.
             delete_unreferenced(table, paths)
+        if outcome.skipped_duplicate and outcome.attempts == 1 and prepare is not None:
+            _refuse_uncommitted_skip(table, written, batch_id, writer)
         return outcome
 
     def _abort(self, messages: list) -> None:
@@ -227,6 +229,42 @@ def _refuse_overlap(
             f"{committed[shard]}; {len(overlap)} shard(s) in all). Its checkpoint is behind "
             "the table, so another query has ingested this range: committing would "
             "duplicate rows. Delete this query's checkpoint folder; a new checkpoint "
+            "resumes after the table's committed positions."
+        )
+
+
+class DivergedCheckpointError(OverlappingPositionsError):
+    """A batch id the writer already passed holds records the table never committed."""
+
+
+def _refuse_uncommitted_skip(
+    table, written: list[DataFilesWritten], batch_id: int, writer: str
+) -> None:
+    """Refuse to drop, as a replay, a batch whose records the table does not hold.
+
+    The watermark says batch ``batch_id`` of ``writer`` is done, and a replay of a batch
+    that landed holds only records at or before the positions that landed with it
+    (positions never move backwards). A record past them means another copy of this
+    query's checkpoint (same query id, so same watermark) committed batch ids past this
+    one, even empty ones: skipping would move Spark's offsets past records never written.
+    Found by issue 31's simulation (seed 26). Only a skip decided before any attempt of
+    ours was sent is judged: after one, that attempt may still land with these records
+    (a catalog still processing it), so its absence proves nothing yet.
+    """
+    committed = committed_positions(table)
+    beyond = sorted(
+        (shard, sequence)
+        for message in written
+        for shard, sequence in message.positions.items()
+        if shard not in committed or int(sequence) > int(committed[shard])
+    )
+    if beyond:
+        shard, sequence = beyond[0]
+        raise DivergedCheckpointError(
+            f"Batch {batch_id} of query {writer} is marked committed in {table.name()}, but "
+            f"its records are not (shard {shard}: record {sequence} is past the committed "
+            "positions): another copy of this query's checkpoint committed later batch ids. "
+            "Stop the other copy and delete this query's checkpoint folder; a new checkpoint "
             "resumes after the table's committed positions."
         )
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
@@ -241,17 +239,6 @@ def test_records_expired_on_a_child_never_read_are_reported(tmp_path: Path):
     assert "shardId-000000000002" in state.reported
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open product bug of the sink's commit protocol (iceberg/commit.py "
-        "_commit_batch, spark/iceberg_writer.py _commit), on 1ef987f too: two queries "
-        "sharing one query id (a copied checkpoint) share one watermark "
-        "(kinesis-lake.writer.<id>.last-batch-id); the copy's empty batches 1-2 move it to 2, "
-        "the original's batch 1 (2 records) is then skipped as already committed, and its "
-        "offsets move past records that never landed: silent loss"
-    ),
-)
 def test_an_available_now_run_after_an_old_checkpoint_copy_ran_empty_batches_reads_everything(
     tmp_path: Path,
 ):
@@ -266,10 +253,11 @@ def test_an_available_now_run_after_an_old_checkpoint_copy_ran_empty_batches_rea
     (batch 1 <= watermark 2); Spark records the batch as committed, the source commits
     its end offset, and the records are never read again. The overlap guard cannot fire:
     the copy's batches held no records. (The schedule's "during-abort" crash never
-    happens: no commit raised; the schedule fails the same without it.) A fix belongs
-    in the sink: a batch skipped as already committed whose positions are past the
-    table's committed positions was not the one that landed; it must fail (a diverged
-    checkpoint of the same query id), not be dropped."""
+    happens: no commit raised; the schedule fails the same without it.) Fixed in the
+    sink: a batch skipped as already committed whose positions are past the table's
+    committed positions was not the one that landed, so it fails as a diverged
+    checkpoint (DivergedCheckpointError, an OverlappingPositionsError: the runbook deletes
+    the refused checkpoint) instead of being dropped."""
     run_schedule(
         tmp_path,
         [

@@ -26,11 +26,7 @@ from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shri
 
 _DAY = 24 * 3_600_000
 
-KNOWN_OPEN: dict[str, str] = {
-    "available-now-left-records-behind": (
-        "test_an_available_now_run_after_an_old_checkpoint_copy_ran_empty_batches_reads_everything"
-    ),
-}
+KNOWN_OPEN: dict[str, str] = {}
 """Violation kinds of bugs found and still open, each pinned by an xfail(strict) test of
 test_regressions.py: the bounded run reports them without failing. Remove an entry with
 its fix (the strict xfail then fails until it is removed too)."""
