@@ -236,7 +236,9 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
 
     for shard in shard_lineage_order(list(given.listed_shards)):
         if shard.shard_id not in finished and shard.shard_id not in cursors:
-            cursors[shard.shard_id] = ShardCursor(current.new_shard_start)
+            cursors[shard.shard_id] = ShardCursor(
+                current.new_shard_start, tip_ms=_inherited_tip(current, shard)
+            )
 
     eligible = [
         shard_id
@@ -263,6 +265,26 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     if given.cutoff_ms is None and resting(current, given.outcomes, given.now_ms, given.idle_ms):
         return current
     return proposal
+
+
+def _inherited_tip(current: SourceOffset, shard: Shard) -> int | None:
+    """A new child's read-to-tip time: the earliest of its parents', if each has one.
+
+    The child was created when its parents closed, after those reads, so every record it
+    ever held arrived later. Without a time of its own, records that arrive on it and
+    expire in an outage before its first read would be skipped silently, as a start from
+    the trim horizon is only checked against a known read to the tip (issue 31's
+    simulation, seed 10136). A parent read to its tip only after it closed (kinesalite
+    says caught up for a drained closed shard) gives a later time: a weaker check, never a
+    false report.
+    """
+    tips = [
+        current.shards[parent].tip_ms if parent in current.shards else None
+        for parent in shard.parent_ids
+    ]
+    if not tips or any(tip is None for tip in tips):
+        return None
+    return min(tip for tip in tips if tip is not None)
 
 
 def epoch_limits(

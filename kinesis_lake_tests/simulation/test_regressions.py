@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
@@ -241,20 +239,12 @@ def test_records_expired_on_a_child_never_read_are_reported(tmp_path: Path):
     assert "shardId-000000000002" in state.reported
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open, not yet analysed; likely: a child shard the planner of a query that keeps its "
-        "checkpoint discovers starts at TRIM_HORIZON with no read-to-tip time (2358b6c gives "
-        "a never-read child its open parents' time only in initialOffset, a checkpoint-less "
-        "start), so its records expired in an outage are skipped silently"
-    ),
-)
 def test_records_expired_on_a_child_the_planner_found_are_reported(tmp_path: Path):
     """Found by the simulation (seed 10136 of a 1,500 s run at b1ef122, shrunk; fails at
     71bdee6 too). Three empty shards are read to their tips; shard 2 splits; records
     arrive on a child and expire in a 72 h outage; the next runs keep their checkpoint,
-    plan the children from TRIM_HORIZON and move past the lost records without a report."""
+    plan the children from TRIM_HORIZON and moved past the lost records without a report.
+    A child the planner finds now takes its parents' read-to-tip time."""
     state = run_schedule(
         tmp_path,
         [

@@ -26,11 +26,7 @@ from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shri
 
 _DAY = 24 * 3_600_000
 
-KNOWN_OPEN: dict[str, str] = {
-    "silent-loss-before-first-record": (
-        "test_records_expired_on_a_child_the_planner_found_are_reported"
-    ),
-}
+KNOWN_OPEN: dict[str, str] = {}
 """Violation kinds of bugs found and still open, each pinned by an xfail(strict) test of
 test_regressions.py: the bounded run reports them without failing. Remove an entry with
 its fix (the strict xfail then fails until it is removed too)."""
