@@ -11,7 +11,3 @@ a test, a CLI, a Dagster asset or a Spark executor alike.
 * ``query``: SQL, history and printable results for people and checks.
 * ``maintenance``: snapshot expiry, compaction, orphan-file removal.
 """
-
-from kinesis_lake.iceberg import pyiceberg_fixes
-
-pyiceberg_fixes.apply()

@@ -22,10 +22,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kinesis_lake.errors import TableError
-from kinesis_lake.iceberg import metadata_cache
+from kinesis_lake.iceberg import metadata_cache, pyiceberg_fixes
 from kinesis_lake.iceberg.defaults import DEFAULT_CATALOG_NAME
 
 logger = logging.getLogger(__name__)
+
+# Every table we read or write is loaded through a catalog opened here, so the work-arounds
+# are in place before any of it; applied here rather than on importing kinesis_lake.iceberg,
+# which Spark's planner processes do only for the sink's options and must not pay for.
+pyiceberg_fixes.apply()
 
 
 class DataDirMovedError(TableError, RuntimeError):

@@ -1,5 +1,6 @@
 """Work-arounds for pyiceberg defects that would change what readers see; applied once, when
-``kinesis_lake.iceberg`` is imported, so every read and write of ours goes through them.
+``kinesis_lake.iceberg.catalog`` is imported (every table of ours is loaded through it), so
+every read and write of ours goes through them.
 
 * A null list of structs became ``[]`` (apache/iceberg-python#3833, open in pyiceberg
   0.12). pyiceberg projects every batch it writes (``Table.append``: our upsert, SQL and
