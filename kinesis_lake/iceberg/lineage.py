@@ -24,7 +24,7 @@ import json
 import logging
 import warnings
 
-from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
@@ -34,7 +34,7 @@ from kinesis_lake.iceberg.commit import (
     watermark_property,
 )
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
-from kinesis_lake.iceberg.summary import derived_writer_id, latest_summary_value
+from kinesis_lake.iceberg.summary import WRITER_ID, derived_writer_id
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ SOURCE_TABLE_UUID = "kinesis-lake.source-table-uuid"
 
 SOURCE_UUID = "source-uuid"
 """Name of the writer property (:func:`source_uuid_property`) naming the source table."""
+
+ALL_ROWS: BooleanExpression = AlwaysTrue()
 
 REBUILT = "kinesis-lake.rebuilt"
 """Summary key of the snapshot that emptied a derived table for a rebuild (why): its own
@@ -115,12 +117,26 @@ def source_uuid_property(writer_id: str) -> str:
 
 def recorded_source_uuid(derived: Table, writer_id: str) -> str | None:
     """The uuid of the source ``derived``'s rows were read from: the property written with
-    the watermark, else (tables last written before it) the newest summary naming one."""
+    the watermark, else (tables last written before it) the newest summary of a commit of
+    ``writer_id`` (or of its parts) naming one. Only its own: the quarantine is written by
+    every stream's writer, and another source's uuid is no sign that this one moved."""
     recorded = derived.properties.get(source_uuid_property(writer_id))
     if recorded is not None:
         return recorded
-    summarised = latest_summary_value(derived, SOURCE_TABLE_UUID)
-    return summarised[0] if summarised is not None else None
+    return _own_summary_value(derived, writer_id, SOURCE_TABLE_UUID)
+
+
+def _own_summary_value(derived: Table, writer_id: str, key: str) -> str | None:
+    """The newest value of summary ``key`` in a commit of ``writer_id`` or of its parts."""
+    current = derived.current_snapshot()
+    if current is None:
+        return None
+    for snapshot in ancestors_of(current, derived.metadata):
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        writer = summary.get(WRITER_ID, "")
+        if key in summary and (writer == writer_id or writer.startswith(f"{writer_id}:")):
+            return summary[key]
+    return None
 
 
 def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | None:
@@ -141,14 +157,14 @@ def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | No
         (s for s in source.metadata.snapshots if done is not None and s.sequence_number == done),
         None,
     )
-    recorded_snapshot = latest_summary_value(derived, SOURCE_SNAPSHOT_PROPERTY)
+    recorded_snapshot = _own_summary_value(derived, writer_id, SOURCE_SNAPSHOT_PROPERTY)
     current = source.current_snapshot()
     if current is None:
         return None
     if read is not None:
         snapshot_id = read.snapshot_id
     elif recorded_snapshot is not None:
-        snapshot_id = int(recorded_snapshot[0])
+        snapshot_id = int(recorded_snapshot)
     else:
         return None
     if source.snapshot_by_id(snapshot_id) is None:
@@ -169,36 +185,50 @@ def source_moved_back(source: Table, derived: Table, writer_id: str) -> str | No
     return None
 
 
-def rebuild_if_source_moved_back(source: Table, derived: Table | None, *more: Table) -> None:
-    """Empty ``derived`` (and ``more``, the tables refreshed with it, emptied first) and
-    drop their watermarks when ``source`` was re-created or rolled back since ``derived``
-    last read it: their rows came from a history the source no longer has, and their
-    watermark would skip its new rows. The refresh that follows is then a first one."""
+def rebuild_if_source_moved_back(
+    source: Table, derived: Table | None, *more: Table, rows: BooleanExpression = ALL_ROWS
+) -> None:
+    """Empty ``derived`` (and ``more``, the tables refreshed with it, emptied first) of
+    ``rows`` (all of them unless the table holds other sources' rows too) and drop their
+    watermarks when ``source`` was re-created or rolled back since ``derived`` last read
+    it: those rows came from a history the source no longer has, and the watermark would
+    skip its new rows. The refresh that follows is then a first one."""
     writer_id = derived_writer_id(source.name()[-1])
     why = source_moved_back(source, derived, writer_id) if derived is not None else None
     if derived is None or why is None:
         return
     for table in (*more, derived):  # derived last: its record is what says "moved back"
-        forget_source(table, writer_id, source, why)
+        forget_source(table, writer_id, source, why, rows=rows)
 
 
-def forget_source(derived: Table, writer_id: str, source: Table, why: str) -> None:
-    """Empty ``derived`` and drop the watermarks of ``writer_id`` and of its parts
-    (``writer_id:...``, writers of the same source) in one commit, so its next refresh
-    rebuilds it from the whole of ``source`` as it is now. The commit says so
-    (:data:`REBUILT`), so that tables reading ``derived`` incrementally rebuild too, and
-    records ``source``'s uuid as the one ``writer_id`` reads now (the parts' go)."""
+def forget_source(
+    derived: Table,
+    writer_id: str,
+    source: Table,
+    why: str,
+    *,
+    rows: BooleanExpression = ALL_ROWS,
+) -> None:
+    """Delete ``rows`` (the ones read from ``source``) from ``derived`` and drop the
+    watermarks of ``writer_id`` and of its parts (``writer_id:...``, writers of the same
+    source) in one commit, so its next refresh rebuilds them from the whole of ``source``
+    as it is now. Other writers' rows and watermarks stay: they are still true. The commit
+    says so (:data:`REBUILT`), so that tables reading ``derived`` incrementally rebuild
+    too, and records ``source``'s uuid as the one ``writer_id`` reads now (the parts' go)."""
     logger.warning("%s: rebuilding %s from it", why, ".".join(derived.name()))
     uuid = str(source.metadata.table_uuid)
     summary = {SOURCE_TABLE_UUID: uuid, REBUILT: why}
+    own = watermark_property(writer_id)
     parts = watermark_property(f"{writer_id}:").removesuffix(".last-batch-id")
-    forgotten = [watermark_property(writer_id)] + [
+    forgotten = [
         key
         for key in derived.properties
-        if key.startswith(parts) and key.endswith((".last-batch-id", f".{SOURCE_UUID}"))
+        if key == own
+        or (key.startswith(parts) and key.endswith((".last-batch-id", f".{SOURCE_UUID}")))
     ]
     with derived.transaction() as tx, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Delete operation did not match any records")
-        tx.delete(AlwaysTrue(), snapshot_properties=summary)
-        tx.remove_properties(*forgotten)
+        tx.delete(rows, snapshot_properties=summary)
+        if forgotten:  # pyiceberg fails removing a property the table does not have
+            tx.remove_properties(*forgotten)
         tx.set_properties({source_uuid_property(writer_id): uuid})

@@ -24,7 +24,16 @@ from datetime import UTC, datetime, timedelta
 from functools import reduce
 
 import pyarrow as pa
-from pyiceberg.expressions import AlwaysFalse, And, GreaterThanOrEqual, In, IsNull, LessThan, Or
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    And,
+    EqualTo,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThan,
+    Or,
+)
 from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -221,8 +230,11 @@ def refresh_routed(
     """
     declared = {name: tables.declared[name] for name in declaration.names}
     targets: dict[str, Table] = {**declared, QUARANTINE: tables.quarantine}
-    for table in targets.values():  # each by its own record: a crash between is repaired
+    for table in declared.values():  # each by its own record: a crash between is repaired
         rebuild_if_source_moved_back(raw, table)
+    # The quarantine holds every stream's records: only this stream's are verdicts on raw.
+    stream_rows = EqualTo(C.STREAM_NAME, settings.stream_name)
+    rebuild_if_source_moved_back(raw, tables.quarantine, rows=stream_rows)
     backfilled = _backfill_to_quarantine(spark, settings, declaration, raw, tables)
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
     groups: dict[tuple[str, ...], list[str]] = {}

@@ -4,6 +4,7 @@ for per stream."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -80,3 +81,33 @@ def test_two_streams_are_ingested_and_routed_apart(
     again = refresh_derived(spark, settings)
     assert again.tables["clicks"].up_to_date, "a stream without new records is not read"
     assert again.tables["order_lines"].rows_written == 1
+
+
+def test_re_creating_one_streams_raw_table_rebuilds_only_its_rows_of_the_shared_quarantine(
+    spark, kinesalite_endpoint, settings_factory, tmp_path: Path
+):
+    """The operator drops one stream's raw table (and its checkpoint) and ingests it again:
+    that stream's routed tables and quarantine rows are rebuilt from the new raw table, the
+    other stream's quarantine rows stay (its watermark does, so they would never return)."""
+    path = tmp_path / "lake.yaml"  # streams of its own: the endpoint outlives each test
+    path.write_text(DECLARATION.replace("web-clicks", "clicks-2").replace("orders", "orders-2"))
+    settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
+    clicks_stream, orders_stream = lake_streams(settings, load_declaration(path))
+    put(clicks_stream, {"id": "c1", "type": "click"}, {"id": "c2", "type": "scroll"})
+    put(orders_stream, {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
+    for stream in (clicks_stream, orders_stream):
+        run_ingestion(spark, stream)
+    refresh_derived(spark, settings)
+
+    open_lake(settings).drop_table(orders_stream.raw_table)
+    shutil.rmtree(checkpoint_location(orders_stream))
+    run_ingestion(spark, orders_stream)
+    refresh_derived(spark, settings)
+
+    quarantined = sorted(
+        (r["stream_name"], r["error"].split(":")[0])
+        for r in table_rows(settings, settings.quarantine_table)
+    )
+    assert quarantined == [("clicks-2", "no route"), ("orders-2", "field 'total'")]
+    orders = table_rows(settings, settings.table_identifier("order_lines"))
+    assert [r["id"] for r in orders] == ["o1"]
