@@ -6,7 +6,8 @@ which take their options from Spark, never from ``config``; the pipeline jobs
 (``pipeline``); the Dagster layer (``defs``, ``definitions``); the front door (``cli``,
 ``console``, ``demo``, ``dev``). A module may import its own layer's modules and lower
 layers', never a higher layer's; the libraries may not import each other. Imports inside
-functions count: a lazy import is still a dependency.
+functions count: a lazy import is still a dependency; so does a module named in a string
+(the worker daemon's preload list, imported with importlib).
 """
 
 from __future__ import annotations
@@ -64,7 +65,17 @@ def _imports(path: Path) -> set[str]:
                     PACKAGE.parent / ((name + "." + alias.name).replace(".", "/") + ".py")
                 ).exists():
                     found.add(f"{name}.{alias.name}")
+        elif isinstance(node, ast.Constant) and _names_a_module(node.value):
+            found.add(node.value)  # imported by name (importlib): a dependency all the same
     return found
+
+
+def _names_a_module(value: object) -> bool:
+    """Whether ``value`` is the dotted name of one of the package's modules."""
+    if not isinstance(value, str) or not value.startswith("kinesis_lake."):
+        return False
+    path = PACKAGE.parent / value.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 GRAPH = {

@@ -18,12 +18,11 @@ committed is skipped by the same idempotent commit that protects ingestion.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
-import pyarrow as pa
 from pyiceberg.expressions import (
     AlwaysFalse,
     And,
@@ -37,18 +36,15 @@ from pyiceberg.expressions import (
 from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
 from kinesis_lake.events.declaration import AGGREGATE_TABLE, LakeDeclaration, load_declaration
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
-from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
     aggregate_partition_spec,
     aggregate_table_schema,
-    parsed_arrow_schema,
     parsed_partition_spec,
     parsed_table_schema,
     quarantine_arrow_schema,
@@ -79,9 +75,13 @@ from kinesis_lake.pipeline.refresh import (
 from kinesis_lake.pipeline.sql_tables import refresh_sql, refresh_windowed
 from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
+from kinesis_lake.spark.routing import (
+    QUARANTINE,
+    declared_rows,
+    quarantined_rows,
+    route_on_executors,
+)
 
-_TARGET = "__target"
-QUARANTINE = "__quarantine"  # the quarantine's name as a target; no declared table has it
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_EVENT_TYPE = "unknown"
 
@@ -365,13 +365,13 @@ def target_rows(
     """
     quarantine_columns = quarantine_arrow_schema().names
     outputs: dict[str, DataFrame] = {}
-    quarantined = [routed.filter(F.col(_TARGET) == QUARANTINE).select(*quarantine_columns)]
-    for position, table in enumerate(declaration.tables):
+    quarantined = [quarantined_rows(routed)]
+    for table in declaration.tables:
         wanted = table.name in names
         verdicts = QUARANTINE in names and (judged is None or table.name in judged)
         if not wanted and not (verdicts and table.schema.event_key):
             continue
-        rows = routed.filter(F.col(_TARGET) == table.name).select(f"{_struct(position)}.*")
+        rows = declared_rows(routed, declaration, table.name)
         if table.schema.event_key:
             rows, repeats = deduplicate(
                 spark, rows, raw_rows, table.name, table.schema, tables.declared[table.name]
@@ -382,71 +382,6 @@ def target_rows(
     if QUARANTINE in names:
         outputs[QUARANTINE] = reduce(DataFrame.unionByName, quarantined)
     return outputs
-
-
-def route_on_executors(raw_rows: DataFrame, declaration: LakeDeclaration) -> DataFrame:
-    """Route and parse once: one row per output row, its target named in ``__target``, a
-    declared table's columns in that table's struct column, quarantine columns at the top."""
-    declared = declaration.to_dict()
-    union = _union_schema(declaration)
-
-    def route_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        lake = LakeDeclaration.from_dict(declared)
-        for batch in batches:
-            routed = route_events(batch, lake)
-            for position, table in enumerate(lake.tables):
-                rows = routed.tables[table.name]
-                yield from _to_union(rows, union, table.name, _struct(position)).to_batches()
-            yield from _to_union(routed.quarantine, union, QUARANTINE, None).to_batches()
-
-    return raw_rows.mapInArrow(route_partition, from_arrow_schema(union))
-
-
-def _struct(position: int) -> str:
-    return f"__table_{position}"
-
-
-def _nullable(field: pa.Field) -> pa.Field:
-    """``field`` with every level nullable: a row of one target leaves the others' columns
-    null, and Spark's Arrow hand-over checks no nullability anyway (the sink restores it)."""
-    arrow = field.type
-    if pa.types.is_struct(arrow):
-        arrow = pa.struct([_nullable(child) for child in arrow])
-    elif pa.types.is_list(arrow):
-        arrow = pa.list_(_nullable(arrow.value_field))
-    return field.with_type(arrow).with_nullable(True)
-
-
-def _union_schema(declaration: LakeDeclaration) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field(_TARGET, pa.string(), nullable=False),
-            *(_nullable(field) for field in quarantine_arrow_schema()),
-            *(
-                pa.field(
-                    _struct(position),
-                    pa.struct([_nullable(f) for f in parsed_arrow_schema(table.schema)]),
-                )
-                for position, table in enumerate(declaration.tables)
-            ),
-        ]
-    )
-
-
-def _to_union(rows: pa.Table, union: pa.Schema, target: str, struct: str | None) -> pa.Table:
-    size = rows.num_rows
-    columns = []
-    for field in union:
-        if field.name == _TARGET:
-            columns.append(pa.array([target] * size, pa.string()))
-        elif field.name == struct:
-            arrays = [rows.column(f.name).combine_chunks().cast(f.type) for f in field.type]
-            columns.append(pa.StructArray.from_arrays(arrays, fields=list(field.type)))
-        elif struct is None and field.name in rows.column_names:
-            columns.append(rows.column(field.name).cast(field.type))
-        else:
-            columns.append(pa.nulls(size, field.type))
-    return pa.Table.from_arrays(columns, schema=union)
 
 
 _KEY_EXCERPT_CHARS = 60

@@ -36,17 +36,16 @@ from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration, l
 from kinesis_lake.events.tables import quarantine_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.pipeline.derive import (
-    QUARANTINE,
     DerivedTables,
     ensure_derived_tables,
     refresh_aggregate,
     refresh_routed,
-    route_on_executors,
     target_rows,
 )
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.pipeline.refresh import append_rows
 from kinesis_lake.spark.iceberg_files_reader import read_table_files
+from kinesis_lake.spark.routing import QUARANTINE, route_on_executors
 
 SOURCE_ERROR_PREFIX = "kinesis source error"
 REPLAY_WRITER_ID = f"replay:{QUARANTINE_TABLE}"

@@ -27,7 +27,7 @@ PRELOADED = (
     "kinesis_lake.spark.iceberg_writer",
     "kinesis_lake.spark.iceberg_table_reader",
     "kinesis_lake.spark.iceberg_files_reader",
-    "kinesis_lake.pipeline.derive",
+    "kinesis_lake.spark.routing",
 )
 """What our tasks import. PySpark's own data source runners are added when present."""
 
