@@ -9,7 +9,8 @@ calls the same methods with the same arguments: ``describe_stream_summary``,
 ``list_shards``, ``get_shard_iterator``, ``get_records`` (plus ``meta.endpoint_url`` /
 ``meta.region_name`` for error messages). Responses have boto3's shapes, including the
 ``Date`` header the reader takes the server's clock from (second precision, rounded down,
-as HTTP dates are), and errors are real ``botocore.exceptions.ClientError``s.
+as HTTP dates are), and errors are real ``botocore.exceptions.ClientError``s (whose
+response holds that header too: the reader dates a shard found gone by it).
 
 What it models (AWS Kinesis Data Streams API reference and developer guide):
 
@@ -247,7 +248,7 @@ class SimulatedKinesis:
         self._stream(StreamName, operation)
         shard = self.shards.get(ShardId)
         if shard is None or not self.listed(shard):
-            raise _error(operation, "ResourceNotFoundException", f"Shard {ShardId} not found")
+            raise self._error(operation, "ResourceNotFoundException", f"Shard {ShardId} not found")
         retained = self.retained(shard)
         oldest = retained[0].sequence_number if retained else self._sequence + 1
         if ShardIteratorType == "TRIM_HORIZON":
@@ -261,17 +262,19 @@ class SimulatedKinesis:
             start = later[0] if later else self._sequence + 1
         else:
             if StartingSequenceNumber is None or not StartingSequenceNumber.isdigit():
-                raise _error(operation, "InvalidArgumentException", "bad StartingSequenceNumber")
+                raise self._error(
+                    operation, "InvalidArgumentException", "bad StartingSequenceNumber"
+                )
             number = int(StartingSequenceNumber)
             if not any(r.sequence_number == number for r in shard.records):
-                raise _error(
+                raise self._error(
                     operation,
                     "InvalidArgumentException",
                     f"StartingSequenceNumber {number} used in GetShardIterator on shard "
                     f"{ShardId} in stream {StreamName} did not come from this stream",
                 )
             if number < oldest and self.trimmed_position == REFUSE:
-                raise _error(
+                raise self._error(
                     operation,
                     "InvalidArgumentException",
                     f"StartingSequenceNumber {number} is past the retention period",
@@ -283,7 +286,7 @@ class SimulatedKinesis:
         operation = "GetRecords"
         iterator = self._iterators.get(ShardIterator)
         if iterator is None:
-            raise _error(operation, "InvalidArgumentException", "unknown shard iterator")
+            raise self._error(operation, "InvalidArgumentException", "unknown shard iterator")
         if self._expire_after:
             self._expire_after -= 1
             if not self._expire_after:
@@ -292,11 +295,11 @@ class SimulatedKinesis:
         if iterator.generation != self._generation or now - iterator.issued_ms > (
             ITERATOR_LIFETIME_MS
         ):
-            raise _error(operation, "ExpiredIteratorException", "Iterator expired")
+            raise self._error(operation, "ExpiredIteratorException", "Iterator expired")
         shard = self.shards[iterator.shard_id]
         if self._throttled.get(shard.shard_id):
             self._throttled[shard.shard_id] -= 1
-            raise _error(operation, "ProvisionedThroughputExceededException", "Rate exceeded")
+            raise self._error(operation, "ProvisionedThroughputExceededException", "Rate exceeded")
         ahead = [r for r in self.retained(shard) if r.sequence_number >= iterator.from_sequence]
         if ahead and self._lagging_empty_pages:
             self._lagging_empty_pages -= 1
@@ -357,22 +360,24 @@ class SimulatedKinesis:
     def _stream(self, name: str, operation: str) -> None:
         self.calls[operation] = self.calls.get(operation, 0) + 1
         if name != self.stream_name:
-            raise _error(operation, "ResourceNotFoundException", f"Stream {name} not found")
+            raise self._error(operation, "ResourceNotFoundException", f"Stream {name} not found")
 
     def _response(self, body: dict[str, Any]) -> dict[str, Any]:
-        date = format_datetime(_datetime(self._now_ms()), usegmt=True)
-        body["ResponseMetadata"] = {"HTTPStatusCode": 200, "HTTPHeaders": {"date": date}}
+        body["ResponseMetadata"] = {"HTTPStatusCode": 200, "HTTPHeaders": self._headers()}
         return body
+
+    def _error(self, operation: str, code: str, message: str) -> ClientError:
+        """An error response carries the server's Date header too, as botocore's
+        ``ClientError.response`` does for a real one."""
+        response: Mapping[str, Any] = {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": self._headers()},
+        }
+        return ClientError(response, operation)
+
+    def _headers(self) -> dict[str, str]:
+        return {"date": format_datetime(_datetime(self._now_ms()), usegmt=True)}
 
 
 def _datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _error(operation: str, code: str, message: str) -> ClientError:
-    status = 400
-    response: Mapping[str, Any] = {
-        "Error": {"Code": code, "Message": message},
-        "ResponseMetadata": {"HTTPStatusCode": status},
-    }
-    return ClientError(response, operation)
