@@ -37,6 +37,7 @@ from kinesis_lake.kinesis.retry import (
     is_retryable,
 )
 from kinesis_lake.kinesis.server_time import epoch_ms, server_ms
+from kinesis_lake.kinesis.streams import could_have_aged_out, list_shards
 from kinesis_lake.kinesis.subscription import (
     BUSY_RETRIES,
     BusyWaits,
@@ -61,6 +62,11 @@ _FOREIGN_SEQUENCE_MESSAGES = ("It encodes", "did not come from this stream")
 
 # How Kinesis refuses to start at a sequence number it no longer holds.
 _REJECTABLE = frozenset({"InvalidArgumentException"})
+# Where a replay that read nothing of its pinned range can stop: retention took it all.
+_RANGE_GONE_STOPS = ("end_gone", "caught_up", "shard_end", "shard_gone")
+# How it answers for a shard it no longer has: a closed shard whose records are all past
+# retention, which ListShards stops listing too (or a stream or consumer that is gone).
+_NOT_FOUND = frozenset({"ResourceNotFoundException"})
 _SUBSCRIBE = "SubscribeToShard"
 
 
@@ -190,6 +196,9 @@ class Page:
     """kinesalite's GetRecords reports a closed shard's end only on an empty page, so a
     page holding nothing but the resume record must not count as the tip there. A
     subscription reports the end in the event itself."""
+    gone: str | None = None
+    """Why the shard is known to be gone from the stream, on the empty end page that
+    stands for it (:class:`_ShardGoneError`)."""
 
 
 #: Opens a read at a GetShardIterator-shaped position (``StartPosition.iterator_args``):
@@ -199,6 +208,41 @@ Opener = Callable[[dict[str, Any]], Any]
 
 class _ReadAbandonedError(RuntimeError):
     """A call made ahead whose page the caller will never ask for."""
+
+
+class _ShardGoneError(Exception):
+    """The shard is no longer in the stream: Kinesis closed it and all its records
+    passed retention, so it answers ResourceNotFoundException and ListShards omits it.
+
+    Such a shard will never return another record, exactly like a closed shard read to
+    its end: the read ends there (``_ending_if_gone``), and the gap rules of the start
+    decide whether anything after it expired unread. Failing instead failed every retry
+    and replay of the batch the same way, for ever (issue 31 simulation, seed 20147).
+    """
+
+    def __init__(self, detail: str, server_ms: int | None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.server_ms = server_ms
+
+    def end_page(self) -> Page:
+        return Page(
+            records=[],
+            server_ms=self.server_ms,
+            shard_ended=True,
+            millis_behind=0,
+            may_be_tip=True,
+            end_needs_empty_page=False,
+            gone=self.detail,
+        )
+
+
+def _ending_if_gone(pages: Generator[Page]) -> Generator[Page]:
+    """``pages``, ending with an empty end-of-shard page if the shard is found gone."""
+    try:
+        yield from pages
+    except _ShardGoneError as gone:
+        yield gone.end_page()
 
 
 class ShardReadError(KinesisError, RuntimeError):
@@ -304,9 +348,7 @@ class ShardReader:
                 StreamName=self._stream_name, ShardId=self._shard_id, **position
             ),
             outcome,
-            passthrough=_REJECTABLE
-            if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
-            else frozenset(),
+            passthrough=_openers_passthrough(position),
         )
         return str(response["ShardIterator"])
 
@@ -353,7 +395,9 @@ class ShardReader:
         Stops at the first of: ``max_records`` Kinesis records ("limit"), the record
         ``end_sequence_number`` read, inclusive ("end_sequence"), a record that arrived
         after ``arrival_cutoff_ms``, which is not included ("cutoff"), the end of a closed
-        shard ("shard_end"), or a short page at the tip of the stream ("caught_up").
+        shard ("shard_end"), a short page at the tip of the stream ("caught_up"), or the
+        shard found gone from the stream ("shard_gone": closed and past retention, it
+        ends like a closed shard with nothing after the start, ``shard_ended`` set).
 
         With ``end_sequence_number`` (a replay of a pinned range) any other stop raises
         ``ShardReadError``: the range can no longer be reproduced exactly, and silently
@@ -398,7 +442,7 @@ class ShardReader:
         # A replay must return exactly the pinned range: GetRecords, asked again from the
         # same start, does; a subscription is only for reading ahead.
         if self._consumer_arn is not None and end is None:
-            pages = self._subscribed_pages(cursor, outcome)
+            pages = _ending_if_gone(self._subscribed_pages(cursor, outcome))
         else:
 
             def reads_past(page: Page) -> bool:
@@ -415,7 +459,7 @@ class ShardReader:
                     epoch_ms(last["ApproximateArrivalTimestamp"]) <= arrival_cutoff_ms
                 )
 
-            pages = self._polled_pages(cursor, outcome, max_records, reads_past)
+            pages = _ending_if_gone(self._polled_pages(cursor, outcome, max_records, reads_past))
         stop = ""
         with closing(pages):
             for page in pages:
@@ -465,7 +509,7 @@ class ShardReader:
                 if page.shard_ended and consumed_all:
                     cursor.nothing_after(page.server_ms)
                     outcome.shard_ended = True
-                    stop = stop or "shard_end"
+                    stop = stop or ("shard_gone" if page.gone else "shard_end")
                 elif (
                     not stop
                     and page.may_be_tip
@@ -491,6 +535,11 @@ class ShardReader:
         if end_sequence_number is not None:
             self._settle_replay(
                 outcome, stop, end_sequence_number, pinned_records, gone_at, last_server_ms
+            )
+        if stop == "shard_gone" and outcome.data_loss:
+            outcome.data_loss += (
+                "; the shard is no longer in the stream (closed, and every record it held "
+                "is past retention)"
             )
         outcome.stopped_by = stop
         self.outcome = outcome
@@ -523,7 +572,7 @@ class ShardReader:
             if pinned_records is None or outcome.records_read >= pinned_records:
                 return
             lost = f"{pinned_records - outcome.records_read} of its {pinned_records} records"
-        elif stop in ("end_gone", "caught_up", "shard_end") and outcome.records_read == 0:
+        elif stop in _RANGE_GONE_STOPS and outcome.records_read == 0:
             counted = f" {pinned_records}" if pinned_records is not None else ""
             lost = f"all{counted} of its records"
             if gone_at is not None:
@@ -696,9 +745,7 @@ class ShardReader:
                 _SUBSCRIBE,
                 request,
                 outcome,
-                passthrough=_REJECTABLE
-                if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
-                else frozenset(),
+                passthrough=_openers_passthrough(position),
             )
 
         return subscribe_at
@@ -710,40 +757,76 @@ class ShardReader:
 
         AFTER_SEQUENCE_NUMBER S is requested as AT_SEQUENCE_NUMBER S so that the first
         record proves S is still retained; if S is rejected outright, the read falls back to
-        TRIM_HORIZON and the cursor reports the gap.
+        TRIM_HORIZON and the cursor reports the gap. A shard gone from the stream raises
+        :class:`_ShardGoneError`.
         """
         start = cursor.start
-        if start.kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
-            try:
-                return opener(
-                    {
-                        "ShardIteratorType": "AT_SEQUENCE_NUMBER",
-                        "StartingSequenceNumber": start.sequence_number,
-                    }
-                )
-            except ClientError as error:
-                message = str(error)
-                if start.kind == "AT_SEQUENCE_NUMBER" or any(
-                    m in message for m in _FOREIGN_SEQUENCE_MESSAGES
-                ):
-                    raise self._error(operation, 1, message) from error
-                cursor.rejected(operation, message)
-                return opener({"ShardIteratorType": "TRIM_HORIZON"})
-        return opener(start.iterator_args())
+        try:
+            if start.kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+                try:
+                    return opener(
+                        {
+                            "ShardIteratorType": "AT_SEQUENCE_NUMBER",
+                            "StartingSequenceNumber": start.sequence_number,
+                        }
+                    )
+                except ClientError as error:
+                    message = str(error)
+                    if error_code(error) in _NOT_FOUND:
+                        raise
+                    if start.kind == "AT_SEQUENCE_NUMBER" or any(
+                        m in message for m in _FOREIGN_SEQUENCE_MESSAGES
+                    ):
+                        raise self._error(operation, 1, message) from error
+                    cursor.rejected(operation, message)
+                    return opener({"ShardIteratorType": "TRIM_HORIZON"})
+            return opener(start.iterator_args())
+        except ClientError as error:  # ResourceNotFoundException only (passthrough)
+            raise self._gone(operation, error) from error
+
+    def _gone(self, operation: str, error: ClientError) -> Exception:
+        """What ResourceNotFoundException at the start of a read means: the shard is gone
+        from the stream if ListShards no longer lists it and it can have aged out (a gone
+        stream raises StreamNotFoundError there); else an error of this read (a consumer
+        not found, a shard the stream never had)."""
+        listed = {s.shard_id for s in list_shards(self._client, self._stream_name)}
+        if self._shard_id in listed or not could_have_aged_out(self._shard_id, listed):
+            return self._error(operation, 1, str(error))
+        _log.warning(
+            "shard %s of stream %s is no longer in the stream: read as ended (%s)",
+            self._shard_id,
+            self._stream_name,
+            error,
+        )
+        return _ShardGoneError(f"{operation}: {error}", server_ms(error.response))
 
     def _reopen(
         self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener, operation: str
     ) -> Any:
         """Open again after an iterator expired or a subscription ended: right after the
-        last record seen, or at the start."""
+        last record seen, or at the start.
+
+        A shard gone after this read took records fails the read: what it held after them
+        is unknown, and the retry, reading from the start again, judges that gap.
+        """
         if cursor.last_seen is None:
             return self._open(cursor, outcome, opener, operation)
-        return opener(
-            {
-                "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-                "StartingSequenceNumber": cursor.last_seen,
-            }
-        )
+        try:
+            return opener(
+                {
+                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                    "StartingSequenceNumber": cursor.last_seen,
+                }
+            )
+        except ClientError as error:  # ResourceNotFoundException only (passthrough)
+            raise self._error(operation, 1, str(error)) from error
+
+
+def _openers_passthrough(position: Mapping[str, Any]) -> frozenset[str]:
+    """Error codes an opener raises as they came, for :meth:`ShardReader._open` to judge."""
+    if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
+        return _REJECTABLE | _NOT_FOUND
+    return _NOT_FOUND
 
 
 class ReadCursor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -206,6 +206,25 @@ def ensure_stream(
         time.sleep(_POLL_INTERVAL_S)
         info = describe_stream(client, stream_name)
     return info
+
+
+def could_have_aged_out(shard_id: str, listed_ids: Collection[str]) -> bool:
+    """Whether ``shard_id``, missing from a listing of ``listed_ids``, may be a closed
+    shard past retention rather than one the stream never had.
+
+    Kinesis stops listing a closed shard once its records are past retention, and numbers
+    shards in creation order: a closed shard's children are newer, and still listed. So
+    only an id numbered below the newest listed shard can have aged out.
+    """
+    number = _shard_number(shard_id)
+    newest = max((n for n in map(_shard_number, listed_ids) if n is not None), default=-1)
+    return number is not None and number < newest
+
+
+def _shard_number(shard_id: str) -> int | None:
+    """The creation number in a Kinesis shard id (shardId-000000000007 -> 7), if any."""
+    prefix, _, digits = shard_id.rpartition("-")
+    return int(digits) if prefix == "shardId" and digits.isdigit() else None
 
 
 def shard_lineage_order(shards: list[Shard]) -> list[Shard]:

@@ -24,7 +24,7 @@ from kinesis_lake.kinesis.shard_reader import (
     StartPosition,
     parse_timestamp_ms,
 )
-from kinesis_lake.kinesis.streams import Shard
+from kinesis_lake.kinesis.streams import Shard, could_have_aged_out
 
 DEFAULT_METADATA_ROOT = Path.home() / ".kinesis-lake" / "kinesis-source"
 MIN_CALL_INTERVAL_MS = 200
@@ -193,28 +193,16 @@ def check_against_stream(options: KinesisSourceOptions, shards: Sequence[Shard])
     listed). A missing id that is not of that form cannot have aged out, and is refused.
     """
     known = {s.shard_id for s in shards}
-    newest = max((n for n in map(_shard_number, known) if n is not None), default=-1)
     impossible = sorted(
         shard_id
         for shard_id in set(options.per_shard_start) - known
-        if not _could_have_aged_out(shard_id, newest)
+        if not could_have_aged_out(shard_id, known)
     )
     if impossible:
         raise KinesisOptionError(
             f"startingPosition names shards that stream {options.stream_name!r} does not "
             f"have: {', '.join(impossible)}. Its shards are: {', '.join(sorted(known))}."
         )
-
-
-def _could_have_aged_out(shard_id: str, newest_listed: int) -> bool:
-    number = _shard_number(shard_id)
-    return number is not None and number < newest_listed
-
-
-def _shard_number(shard_id: str) -> int | None:
-    """The creation number in a Kinesis shard id (shardId-000000000007 -> 7), if any."""
-    prefix, _, digits = shard_id.rpartition("-")
-    return int(digits) if prefix == "shardId" and digits.isdigit() else None
 
 
 def default_consumer_name(metadata_path: str) -> str:

@@ -557,3 +557,44 @@ def test_records_expired_on_a_shard_read_to_its_tip_while_empty_are_reported(
     else:
         assert [r.data for r in records] == [b"new0", b"new1"]
         assert "TRIM_HORIZON" in (_outcome(reader).data_loss or "")
+
+
+def test_a_shard_gone_from_the_stream_ends_the_read_and_only_a_possible_gap_is_loss(
+    clock, new_stream
+) -> None:
+    """Issue 31 (simulation seed 20147): a day after a split, Kinesis no longer has the
+    parent, and GetShardIterator answers ResourceNotFoundException. That failed every
+    read of it, for ever; now the read ends as at the end of a closed shard, and the gap
+    rules of its start decide whether records may have expired unread."""
+    client = kinesis_client(clock.url, timeout_s=10)
+    stream = new_stream(client)
+    put(client, stream, entries(3))
+    reader = _reader(client, stream)
+    first = _read(reader, StartPosition.trim_horizon(), max_records=10)
+    last, tip_ms = _outcome(reader).last_sequence_number, _outcome(reader).tip_ms
+    assert last is not None and tip_ms is not None
+    client.split_shard(StreamName=stream, ShardToSplit=SHARD, NewStartingHashKey=str(2**127))
+    ensure_stream(client, stream, 1)
+    clock.advance(25 * _HOUR_S)
+    # The proxy answers for a shard it knows expired, from a listing (as the planner does).
+    assert SHARD not in {s.shard_id for s in list_shards(client, stream)}
+
+    def read_gone(start: StartPosition, **kwargs) -> ReadOutcome:
+        assert _read(reader, start, max_records=10, retention_ms=_RETENTION_MS, **kwargs) == []
+        outcome = _outcome(reader)
+        assert outcome.shard_ended and outcome.stopped_by == "shard_gone"
+        return outcome
+
+    # Read to the tip before the trim horizon: records may have arrived before the close.
+    possible = read_gone(StartPosition.after(last), quiet_since_ms=tip_ms).data_loss
+    assert possible is not None and "no longer in the stream" in possible
+    # Read to the tip after it (so after the close): nothing can have been missed.
+    server_now_ms = int(clock.now() * 1000)
+    assert read_gone(StartPosition.after(last), quiet_since_ms=server_now_ms).data_loss is None
+    # A first read from the trim horizon finds what is retained: nothing, and no gap.
+    assert read_gone(StartPosition.trim_horizon()).data_loss is None
+    # A replay of a range read and never committed: retention took all of it.
+    replayed = read_gone(
+        StartPosition.trim_horizon(), end_sequence_number=last, pinned_records=len(first)
+    )
+    assert "all 3 of its records" in (replayed.data_loss or "")

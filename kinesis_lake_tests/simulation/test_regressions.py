@@ -294,3 +294,34 @@ def test_an_available_now_run_after_an_old_checkpoint_copy_ran_empty_batches_rea
         shards=3,
         trimmed_position=REFUSE,
     )
+
+
+def test_a_replay_reading_a_shard_gone_from_the_stream_finishes_it(tmp_path: Path):
+    """Found by the simulation (seed 20147, shrunk; fails at f236913). A second machine,
+    started without checkpoint, plans its first batch while shard 2 (split 8 h before,
+    never holding a record) is still listed; the batch fails on shard 1's possible loss
+    (its committed record aged out, the README's limit). 22 hours later shard 2 is past
+    retention and no longer in the stream, and every replay of the batch failed at
+    GetShardIterator with ResourceNotFoundException, for ever: a ShardReadError, so
+    failOnDataLoss=false could not help. A shard gone from the stream is a closed shard
+    with nothing left after the start: finished, and a loss only where the gap rules say
+    records may have expired unread."""
+    run_schedule(
+        tmp_path,
+        [
+            ("second_writer", True),
+            ("put", 1, 8, False),
+            ("advance", 100164528),
+            ("split", 5),
+            ("put", 6, 5, False),
+            ("advance", 28910933),
+            ("run", "second", 3, None),
+            ("race", "second", "main", 4),
+            ("advance", 77978337),
+            ("race", "second", "main", 1),
+            ("run", "second", 1, None),
+            ("run", "second", 3, None),
+        ],
+        shards=3,
+        trimmed_position=REFUSE,
+    )

@@ -25,7 +25,18 @@ from kinesis_lake.spark.kinesis_source_options import (
     check_against_stream,
 )
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
-from kinesis_lake_tests.spark.source_helpers import kinesis, split
+from kinesis_lake_tests.spark.source_helpers import (
+    QUERY_TIMEOUT_S,
+    keyed_events,
+    kinesis,
+    new_stream,
+    payloads,
+    put,
+    run_source,
+    source_options,
+    split,
+    status,
+)
 
 PARENT = "shardId-000000000000"
 DAY_S = 24 * 3600
@@ -237,3 +248,50 @@ def test_a_child_never_read_takes_its_open_parents_tip_time():
     ended = {PARENT: {"tip_ms": 5_000, "shard_ended": True}}
     assert tips({"shards": ended}) == {child: None, other: None}
     assert tips({"shards": {PARENT: {"tip_ms": 500}}}) == {child: None, other: None}
+
+
+def test_a_replay_of_a_parent_gone_from_the_stream_reports_its_loss_then_goes_on(
+    spark, clock, tmp_path
+):
+    """Issue 31 (simulation seed 20147): a batch read a split's parent and died before its
+    commit; a day later Kinesis no longer has the parent (ListShards omits it,
+    GetShardIterator answers ResourceNotFoundException). Every restart replayed the
+    batch and failed at GetShardIterator, for ever, and failOnDataLoss=false could not
+    help. A shard gone is finished: the replay reports the range it can no longer read
+    as data loss, and the acknowledged run goes on with the children."""
+    url = clock.url
+    stream = new_stream(url, shards=1)
+    put(url, stream, keyed_events("lost", keys=2, per_key=2))
+    split(kinesis(url), stream, PARENT)
+    options = source_options(url, stream, tmp_path / "meta")
+    checkpoint = tmp_path / "checkpoint"
+
+    def read_then_die(batch, _batch_id: int) -> None:
+        batch.count()  # the executors read the parent and record where they stopped
+        raise RuntimeError("the sink died before its commit")
+
+    query = (
+        spark.readStream.format("kinesis")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(read_then_die)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException, match="died before its commit"):
+        query.awaitTermination(QUERY_TIMEOUT_S)
+    clock.advance(DAY_S + 3600)
+    # The proxy answers for a shard it knows expired, from a listing (the planner's).
+    assert PARENT not in {
+        s["ShardId"] for s in kinesis(url).list_shards(StreamName=stream)["Shards"]
+    }
+
+    pattern = r"(?s)Data loss.*shardId-000000000000.*all 4 of its records.*no longer in the stream"
+    with pytest.raises(StreamingQueryException, match=pattern):
+        run_source(spark, options, checkpoint)
+    put(url, stream, keyed_events("new", keys=2, per_key=2))
+    rows = run_source(spark, {**options, "failOnDataLoss": "false"}, checkpoint)
+
+    assert sorted(payloads(rows)) == sorted(d.decode() for _, d in keyed_events("new", 2, 2))
+    assert status(tmp_path / "meta")["skippedRanges"] == 1
