@@ -67,3 +67,14 @@ def committed_positions(table: Table) -> dict[str, str]:
         found = latest_summary_value(table, POSITIONS)
         value = found[0] if found else None
     return json.loads(value) if value is not None else {}
+
+
+def positions_snapshot_id(table: Table) -> int | None:
+    """The snapshot whose rows :func:`committed_positions` describes: the current one when
+    the property holds them (it moves with every commit's data), else the snapshot whose
+    summary they were read from; None before any."""
+    if POSITIONS in table.properties:
+        current = table.current_snapshot()
+        return current.snapshot_id if current is not None else None
+    found = latest_summary_value(table, POSITIONS)
+    return found[1].snapshot_id if found else None

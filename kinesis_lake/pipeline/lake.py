@@ -17,8 +17,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.iceberg.catalog import configured_catalog_properties, open_catalog
-from kinesis_lake.iceberg.summary import POSITIONS, latest_summary_value
-from kinesis_lake.iceberg.summary import committed_positions as table_positions
+from kinesis_lake.iceberg.summary import committed_positions, positions_snapshot_id
 
 
 def open_lake(settings: Settings) -> Catalog:
@@ -103,23 +102,9 @@ class CommittedPositions:
     snapshot_id: int | None
 
 
-def committed_positions(table: Table | None) -> CommittedPositions:
-    """{shard id: last committed sequence number} from table metadata alone (no scan).
-
-    The property moves with every commit's data, so it describes the current snapshot;
-    a table written before the property existed has them in its newest summary instead.
-    """
-    if table is None:
-        return CommittedPositions({}, None)
-    if POSITIONS in table.properties:
-        current = table.current_snapshot()
-        return CommittedPositions(
-            table_positions(table), current.snapshot_id if current is not None else None
-        )
-    found = latest_summary_value(table, POSITIONS)
-    return CommittedPositions(table_positions(table), found[1].snapshot_id if found else None)
-
-
 def raw_positions(settings: Settings) -> CommittedPositions:
     """The committed positions of the deployment's raw table; empty before the first run."""
-    return committed_positions(load_table(open_lake(settings), settings.raw_table))
+    raw = load_table(open_lake(settings), settings.raw_table)
+    if raw is None:
+        return CommittedPositions({}, None)
+    return CommittedPositions(committed_positions(raw), positions_snapshot_id(raw))

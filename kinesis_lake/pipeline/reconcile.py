@@ -35,8 +35,9 @@ from kinesis_lake.events.columns import (
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_table_schema
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
+from kinesis_lake.iceberg.summary import committed_positions, positions_snapshot_id
 from kinesis_lake.iceberg.tables import type_text
-from kinesis_lake.pipeline.lake import committed_positions, table_stats
+from kinesis_lake.pipeline.lake import table_stats
 
 EXAMPLES = 5
 QUARANTINE_TARGET = ""
@@ -131,6 +132,7 @@ class PositionReconciliation:
 def raw_position_reconciliation(raw: Table) -> PositionReconciliation:
     """Cost: one scan of (shard_id, sequence_number) at the current snapshot."""
     committed = committed_positions(raw)
+    positions_snapshot = positions_snapshot_id(raw)
     snapshot = raw.current_snapshot()
     table_max: dict[str, str] = {}
     rows = 0
@@ -150,15 +152,15 @@ def raw_position_reconciliation(raw: Table) -> PositionReconciliation:
             table_max[shard] = padded.lstrip("0") or "0"
             rows += int(count)
     mismatched: dict[str, tuple[str | None, str | None]] = {}
-    for shard in sorted(set(table_max) | set(committed.positions)):
+    for shard in sorted(set(table_max) | set(committed)):
         in_table = table_max.get(shard)
-        position = committed.positions.get(shard)
+        position = committed.get(shard)
         if in_table is None or position is None or int(in_table) != int(position):
             mismatched[shard] = (in_table, position)
     return PositionReconciliation(
         rows=rows,
-        positions_snapshot_id=committed.snapshot_id,
-        committed=committed.positions,
+        positions_snapshot_id=positions_snapshot,
+        committed=committed,
         table_max=table_max,
         mismatched=mismatched,
     )

@@ -30,9 +30,9 @@ from kinesis_lake.defs.resources import KinesisResource
 from kinesis_lake.defs.sensors import HANDOVER_MARGIN_S, BacklogCursor, kinesis_backlog_sensor
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
-from kinesis_lake.iceberg.summary import POSITIONS
+from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
 from kinesis_lake.pipeline.ingest import source_metadata_path
-from kinesis_lake.pipeline.lake import committed_positions, open_lake
+from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.shard_progress import ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import produce, read_stream
 
@@ -53,7 +53,7 @@ def commit_as_the_sink_does(lake, records: list[dict]) -> dict[str, str]:
     catalog = open_lake(lake.settings)
     ensure_namespace(catalog, lake.settings.namespace)
     table = ensure_raw_table(catalog, lake.settings.raw_table)
-    positions = dict(committed_positions(table).positions)
+    positions = dict(committed_positions(table))
     for record in records:
         shard, sequence = record["ShardId"], record["SequenceNumber"]
         if shard not in positions or int(sequence) > int(positions[shard]):
