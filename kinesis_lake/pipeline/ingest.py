@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -26,7 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import ensure_namespace
-from kinesis_lake.iceberg.raw_table import ensure_raw_table as ensure_raw_iceberg_table
+from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID, committed_positions
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg_sink import SINK_NAME
@@ -91,10 +92,12 @@ def source_metadata_path(settings: Settings) -> str:
     return f"{root}/{settings.namespace}/{settings.raw_table_name}/kinesis-source"
 
 
-def ensure_raw_table(settings: Settings):
+def prepare_raw_table(settings: Settings) -> Table:
+    """The deployment's raw table, its namespace and the table created or evolved first:
+    the sink's commits and the query's start position read it before the first batch."""
     catalog = open_lake(settings)
     ensure_namespace(catalog, settings.namespace)
-    return ensure_raw_iceberg_table(catalog, settings.raw_table)
+    return ensure_raw_table(catalog, settings.raw_table)
 
 
 def _stream_options(settings: Settings) -> dict[str, str]:
@@ -139,7 +142,7 @@ def start_ingestion_query(
     exactly once instead of re-reading the stream. Spark ignores the starting position
     when a checkpoint exists: the checkpoint, when there is one, wins.
     """
-    table = ensure_raw_table(settings)
+    table = prepare_raw_table(settings)
     reader = (
         spark.readStream.format("kinesis")
         .options(**_stream_options(settings))
@@ -397,8 +400,9 @@ def _planned_batch_uncommitted(checkpoint: str) -> bool:
     return latest("offsets") > latest("commits")
 
 
-def source_status(settings: Settings, progress: dict) -> dict:
-    """The source's per-shard status for the run that produced ``progress``."""
+def read_source_status(settings: Settings, progress: dict) -> dict:
+    """The status the source published (:func:`~kinesis_lake.spark.kinesis_source.source_status`)
+    for the epoch that ended ``progress``'s batch; {} before it published one."""
     end_offset = progress["sources"][0].get("endOffset") if progress.get("sources") else None
     if not end_offset:
         return {}
@@ -416,7 +420,7 @@ def _lag_by_shard(status: dict) -> dict[str, int]:
 
 
 def _batch_report(settings: Settings, progress: dict) -> BatchReport:
-    status = source_status(settings, progress)
+    status = read_source_status(settings, progress)
     lags = _lag_by_shard(status)
     total, snapshot_id = _raw_table_state(
         settings, writer_id=progress["id"], batch_id=progress["batchId"]
@@ -462,7 +466,7 @@ def _raw_table_state(
 
 
 def _raw_rows(settings: Settings) -> int:
-    ensure_raw_table(settings)
+    prepare_raw_table(settings)
     return _raw_table_state(settings)[0]
 
 
@@ -486,7 +490,7 @@ def _summarise(
     """Rows come from the table itself: Spark keeps only recent progress entries (100 by
     default), which is also why a long continuous run passes the ``batches`` it counted."""
     moving = [p for p in progresses if input_rows(p) > 0]
-    status = source_status(settings, progresses[-1]) if progresses else {}
+    status = read_source_status(settings, progresses[-1]) if progresses else {}
     lags = _lag_by_shard(status)
     total, snapshot_id = _raw_table_state(settings)
     return IngestResult(

@@ -10,7 +10,7 @@ import dagster as dg
 
 from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, kinesis_stream, raw_events
 from kinesis_lake.kinesis.fault_proxy import FaultProxy
-from kinesis_lake.pipeline.ingest import ensure_raw_table
+from kinesis_lake.pipeline.ingest import prepare_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake
 from kinesis_lake_tests.pipeline_helpers import produce, raw_rows
 
@@ -60,7 +60,7 @@ def test_a_lingering_run_records_each_micro_batch_as_it_commits(
     lake = make_lake(monkeypatch, tmp_path / "data", moto_endpoint.url)
     lake = lake.rebuild(monkeypatch, KINESIS_LAKE_RUN_LINGER_SECONDS="4")
     produce(lake.settings, 30, seed=31)
-    ensure_raw_table(lake.settings)  # so the watching thread can count its rows from the start
+    prepare_raw_table(lake.settings)  # so the watching thread can count its rows from the start
 
     def put_after_the_first_commit() -> None:
         deadline = time.monotonic() + 120
