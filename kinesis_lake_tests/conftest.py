@@ -16,6 +16,7 @@ import pytest
 
 from kinesis_lake_tests import tiers
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
+from kinesis_lake_tests.lake_settings import make_settings
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -104,6 +105,17 @@ def kinesis_mock_endpoint() -> Iterator:
     endpoint.stop()
 
 
+@pytest.fixture
+def s3_root(moto_endpoint, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An empty S3 prefix on moto; s3fs finds moto through botocore's AWS_ENDPOINT_URL."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint.url)
+    bucket = f"state-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/checkpoints/lake/raw_events/kinesis-source"
+
+
 @pytest.fixture(params=["kinesalite", "moto"])
 def any_endpoint(request):
     """Both local endpoints: kinesalite (the default) and moto (the pip-only fallback)."""
@@ -119,25 +131,10 @@ def spark():
     session.stop()
 
 
-def make_settings(data_dir: Path, endpoint_url: str, **overrides):
-    from kinesis_lake.config import Settings
-
-    values = {
-        "stream_name": f"test-{uuid.uuid4().hex[:10]}",
-        "endpoint_url": endpoint_url,
-        "region": "us-east-1",
-        "shard_count": 2,
-        "starting_position": "trim_horizon",
-        "data_dir": data_dir,
-        "namespace": "lake",
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
 @pytest.fixture
 def settings_factory(tmp_path: Path):
-    """Settings for a fresh stream and a fresh catalog/warehouse under tmp_path."""
+    """Settings for a fresh stream and a fresh catalog/warehouse under tmp_path; with
+    ``declaration=`` (a lake.yaml text), declared by it (:func:`make_settings`)."""
 
     def build(endpoint, **overrides):
         return make_settings(tmp_path / "data", endpoint.url, **overrides)

@@ -1,4 +1,6 @@
-"""Ground truth for pipeline tests, taken independently of the code under test.
+"""Helpers of the pipeline tests (and of the Dagster, CLI and simulation tests that run the
+same jobs): put records, run ingestion and derive, crash a job at a chosen commit, and
+ground truth taken independently of the code under test.
 
 ``stream_truth`` reads the stream with plain boto3 GetRecords loops (not our ShardReader),
 so a test compares what the pipeline committed with what Kinesis actually holds.
@@ -10,7 +12,9 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -20,8 +24,13 @@ from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.producer import PutSummary, put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake.pipeline.derive import DeriveResult, refresh_derived
+from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.reconcile import reconcile_derived
+from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def produce(
@@ -125,3 +134,69 @@ def assert_reconciled(settings: Settings, tables: Sequence[str]) -> None:
         routes_everything=False,
     )
     assert report.passed, report
+
+
+def event(event_id: str, when: str) -> dict[str, Any]:
+    """An event of the demo schema (``events``, the aggregate)."""
+    return {"event_id": event_id, "event_type": "t", "event_time": when}
+
+
+def ingest_and_derive(spark, settings: Settings, *payloads: bytes | dict[str, Any]) -> DeriveResult:
+    """Put ``payloads`` (in order), ingest them and refresh every derived table."""
+    put(settings, *payloads)
+    run_ingestion(spark, settings)
+    return refresh_derived(spark, settings)
+
+
+def assert_accounted(settings: Settings) -> tuple[list[dict], list[dict]]:
+    """Of the demo schema's lake: parsed + quarantined == raw, each raw record once, and
+    the aggregate is a recount. Returns the parsed and the quarantined rows."""
+    identity = ("shard_id", "sequence_number", "sub_sequence_number")
+    raw = [tuple(r[c] for c in identity) for r in table_rows(settings, settings.raw_table)]
+    parsed = table_rows(settings, settings.table_identifier("events"))
+    quarantined = table_rows(settings, settings.quarantine_table)
+    derived = [tuple(r[c] for c in identity) for r in [*parsed, *quarantined]]
+    assert Counter(derived) == Counter(raw), "every raw record parsed or quarantined once"
+    counts = table_rows(settings, settings.aggregate_table)
+    recount = Counter(
+        (r["event_timestamp"].replace(second=0, microsecond=0), r["event_type"]) for r in parsed
+    )
+    assert {(r["window_start"], r["event_type"]): r["event_count"] for r in counts} == recount
+    return parsed, quarantined
+
+
+_JOB = (
+    "from kinesis_lake.config import Settings\n"
+    "from kinesis_lake.pipeline.{module} import {function}\n"
+    "from kinesis_lake.spark.session import build_spark_session\n"
+    "{function}(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
+)
+
+
+def derive_with_a_failing_commit(
+    settings: Settings,
+    table: str,
+    job: str = "derive.refresh_derived",
+    mode: str = RAISES_BEFORE,
+) -> subprocess.CompletedProcess:
+    """Run ``job`` (a pipeline function of Spark and settings; the refresh by default) in a
+    new process whose catalog (the same SQLite database) fails the next commit of
+    ``table`` (refuses it, or with ``LANDS_THEN_RAISES`` applies it and then raises), so
+    the job dies right after that commit's predecessors."""
+    module, function = job.split(".")
+    faults = settings.data_dir.parent / "catalog-faults.json"
+    arm(faults, mode, error="generic", table=table)
+    env = {
+        **settings_env(settings),
+        **catalog_environment(settings.data_dir, faults, settings.catalog_name),
+        "PYTHONPATH": str(REPO),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", _JOB.format(module=module, function=function)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )

@@ -20,8 +20,8 @@ from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake
-from kinesis_lake_tests.spark.test_derive_poison import put
-from kinesis_lake_tests.spark.test_sql_tables import DECLARATION, at
+from kinesis_lake_tests.pipeline.declared_lakes import PROFILES_WITH_SQL_TABLES, profile_at
+from kinesis_lake_tests.pipeline_helpers import put
 
 DERIVED = ("user_profiles", "emails", "updates_per_hour", "profile_count")
 CHECKS = {
@@ -44,7 +44,7 @@ class Deployment:
 @pytest.fixture(scope="module")
 def deployment(spark, kinesalite_endpoint, tmp_path_factory) -> Iterator[Deployment]:
     folder: Path = tmp_path_factory.mktemp("derived-assets")
-    (folder / "lake.yaml").write_text(DECLARATION)
+    (folder / "lake.yaml").write_text(PROFILES_WITH_SQL_TABLES)
     declaration = load_declaration(folder / "lake.yaml")
     defs = [
         raw_events,
@@ -56,11 +56,11 @@ def deployment(spark, kinesalite_endpoint, tmp_path_factory) -> Iterator[Deploym
         lake = make_lake(patch, folder / "data", kinesalite_endpoint.url)
         put(
             lake.settings,
-            at("ann", 1, "2024-05-01T10:00:00Z"),
-            at("bob", 2, "2024-05-01T10:30:00Z"),
-            at("ann", 3, "2024-05-01T11:00:00Z"),
-            at("bob", 1, "2024-05-01T11:10:00Z"),  # older than bob's 2: loses
-            at("cid", 1, "2024-05-01T12:00:00Z", op="delete"),
+            profile_at("ann", 1, "2024-05-01T10:00:00Z"),
+            profile_at("bob", 2, "2024-05-01T10:30:00Z"),
+            profile_at("ann", 3, "2024-05-01T11:00:00Z"),
+            profile_at("bob", 1, "2024-05-01T11:10:00Z"),  # older than bob's 2: loses
+            profile_at("cid", 1, "2024-05-01T12:00:00Z", op="delete"),
         )
         run = dg.materialize(
             defs,
@@ -123,7 +123,7 @@ def test_the_upsert_tables_and_their_tombstones_are_maintained(
     """Every table, tombstones included, gets an upkeep observation; before any refresh
     created a table, its upkeep finds nothing to do (the demo's first run once failed on
     the tombstones there)."""
-    (tmp_path / "lake.yaml").write_text(DECLARATION)
+    (tmp_path / "lake.yaml").write_text(PROFILES_WITH_SQL_TABLES)
     job = maintenance_job(load_declaration(tmp_path / "lake.yaml"))
     empty = make_lake(monkeypatch, tmp_path / "empty", kinesalite_endpoint.url)
 

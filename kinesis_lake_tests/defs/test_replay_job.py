@@ -11,14 +11,13 @@ import pytest
 
 from kinesis_lake.defs.jobs import replay_job
 from kinesis_lake_tests.defs.helpers import make_lake
-from kinesis_lake_tests.pipeline.test_derive_new_keyed_table import (
+from kinesis_lake_tests.pipeline.declared_lakes import (
     AT,
     ONLY_PAGES_AND_ORDERS,
     ORDERS_AND_REFUNDS,
     order,
 )
-from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_derive_poison import ingest_and_derive
+from kinesis_lake_tests.pipeline_helpers import ingest_and_derive, table_rows
 
 
 def test_the_replay_job_reports_the_rows_its_catch_up_and_its_replay_wrote(

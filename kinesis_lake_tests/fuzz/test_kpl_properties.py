@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kinesis_lake.kinesis.kpl import KPL_MAGIC, user_records
 from kinesis_lake.spark.kinesis_source import records_to_arrow
-from kinesis_lake_tests.kinesis.test_kpl import _field, _varint
+from kinesis_lake_tests.kinesis.helpers import protobuf_field, varint
 
 SHARD = "shardId-000000000003"
 KEYS = (
@@ -39,10 +39,10 @@ class Sent:
 def _encode(users: list[tuple[bytes, bytes]]) -> bytes:
     """The KPL format from its spec; keys are bytes, so they may be anything."""
     keys = list(dict.fromkeys(key for key, _ in users))
-    body = b"".join(_field(1, key) for key in keys)
+    body = b"".join(protobuf_field(1, key) for key in keys)
     for key, data in users:
-        record = _varint(1 << 3 | 0) + _varint(keys.index(key)) + _field(3, data)
-        body += _field(3, record)
+        record = varint(1 << 3 | 0) + varint(keys.index(key)) + protobuf_field(3, data)
+        body += protobuf_field(3, record)
     return body
 
 
@@ -63,7 +63,9 @@ def kinesis_records(draw: st.DrawFn) -> Sent:
     if kind == "bad_digest":
         framed = _framed(_encode(users))
         return Sent(framed[:-1] + bytes([framed[-1] ^ 0x01]), None)
-    body = _encode(users) + _field(3, _varint(1 << 3) + _varint(len(users) + 5) + _field(3, b"x"))
+    body = _encode(users) + protobuf_field(
+        3, varint(1 << 3) + varint(len(users) + 5) + protobuf_field(3, b"x")
+    )
     return Sent(_framed(body), None)
 
 

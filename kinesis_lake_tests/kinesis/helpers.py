@@ -1,10 +1,11 @@
-"""Test helpers: read a whole stream back with the production reader."""
+"""Test helpers of the Kinesis layer: read a whole stream back with the production reader,
+put ordered records, encode KPL protobuf by hand, make up a read's outcome."""
 
 from __future__ import annotations
 
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader, StartPosition
 from kinesis_lake.kinesis.streams import list_shards
 
 
@@ -35,3 +36,48 @@ def put(client: KinesisClient, stream: str, entries: list[tuple[str, bytes]]) ->
 
 def entries(count: int, prefix: str = "r", key: str = "k") -> list[tuple[str, bytes]]:
     return [(key, f"{prefix}{i}".encode()) for i in range(count)]
+
+
+def varint(value: int) -> bytes:
+    """A protobuf base-128 varint, written from the spec (no protobuf library)."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def protobuf_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def outcome(
+    shard_id: str,
+    last: str | None,
+    *,
+    stopped_by: str = "limit",
+    records: int = 1,
+    ended: bool = False,
+    caught_up: bool = False,
+    started_ms: int = 0,
+    data_loss: str | None = None,
+) -> ReadOutcome:
+    """A made-up read of ``shard_id`` that ended at ``last`` (what an executor reports)."""
+    return ReadOutcome(
+        shard_id=shard_id,
+        records_read=records,
+        user_records=records,
+        last_sequence_number=last,
+        last_arrival_ms=None,
+        shard_ended=ended,
+        caught_up=caught_up,
+        millis_behind_latest=0,
+        stopped_by=stopped_by,
+        calls=1,
+        retries=0,
+        iterator_renewals=0,
+        data_loss=data_loss,
+        read_started_ms=started_ms,
+    )

@@ -8,28 +8,15 @@ import sys
 import pytest
 
 from kinesis_lake.kinesis.kpl import KPL_MAGIC, aggregate, user_records
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+from kinesis_lake_tests.kinesis.helpers import protobuf_field, varint
 
 
 def _hand_encoded_aggregate(keys: list[str], records: list[tuple[int, bytes]]) -> bytes:
     """The KPL format written from its spec, sharing no code with aws_kinesis_agg."""
-    body = b"".join(_field(1, key.encode()) for key in keys)
+    body = b"".join(protobuf_field(1, key.encode()) for key in keys)
     for key_index, data in records:
-        record = _varint(1 << 3 | 0) + _varint(key_index) + _field(3, data)
-        body += _field(3, record)
+        record = varint(1 << 3 | 0) + varint(key_index) + protobuf_field(3, data)
+        body += protobuf_field(3, record)
     return KPL_MAGIC + body + hashlib.md5(body).digest()
 
 
@@ -112,9 +99,9 @@ def test_non_utf8_partition_key_is_flagged_not_fatal() -> None:
     """Issue 15, defect 2: protobuf hands a key table entry that is not UTF-8 back as
     bytes. The user record keeps its data and place, its key is stored with ``\\x``
     escapes, and ``error`` says what was wrong; its neighbours are untouched."""
-    body = _field(1, b"\xff\xfe") + _field(1, b"good")
+    body = protobuf_field(1, b"\xff\xfe") + protobuf_field(1, b"good")
     for key_index, data in ((1, b"first"), (0, b"poisoned"), (1, b"last")):
-        body += _field(3, _varint(1 << 3 | 0) + _varint(key_index) + _field(3, data))
+        body += protobuf_field(3, varint(1 << 3 | 0) + varint(key_index) + protobuf_field(3, data))
     data = KPL_MAGIC + body + hashlib.md5(body).digest()
 
     first, poisoned, last = user_records("77", "outer", 1, data)

@@ -11,7 +11,7 @@ from pyiceberg.catalog import Catalog
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.conftest import make_settings
+from kinesis_lake_tests.lake_settings import make_settings
 
 
 @pytest.fixture

@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from kinesis_lake_tests.pipeline.test_derive_new_keyed_table import (
+from kinesis_lake_tests.pipeline.declared_lakes import (
     AT,
     ONLY_PAGES_AND_ORDERS,
     ORDERS_AND_REFUNDS,
     order,
 )
-from kinesis_lake_tests.pipeline_helpers import run_cli
-from kinesis_lake_tests.spark.test_derive_poison import ingest_and_derive
+from kinesis_lake_tests.pipeline_helpers import ingest_and_derive, run_cli
 
 
 def test_replay_prints_each_table_it_wrote_to_with_its_catch_up(

@@ -10,8 +10,6 @@ key the backfill had just written landed in neither the table nor the quarantine
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -19,50 +17,26 @@ from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.replay import replay_quarantine
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, put, table_rows
-from kinesis_lake_tests.spark.test_derive_poison import (
+from kinesis_lake_tests.pipeline.declared_lakes import (
+    AT,
+    EVENTS_ONLY,
+    ONLY_PAGES_AND_ORDERS,
+    ORDERS_AND_REFUNDS,
+    WITH_KEYED_ORDERS,
+    order,
+)
+from kinesis_lake_tests.pipeline_helpers import (
+    assert_reconciled,
     derive_with_a_failing_commit,
     ingest_and_derive,
+    put,
+    table_rows,
 )
-
-BEFORE = """\
-tables:
-  - name: events
-    fields:
-      - {name: id, type: string, required: true}
-      - {name: type, type: string}
-"""
-AFTER = (
-    BEFORE
-    + """\
-  - name: orders
-    route: {type: order}
-    fields:
-      - {name: id, type: string, required: true}
-      - {name: at, type: timestamp, required: true}
-    event_time_field: at
-    dedup: id
-"""
-)
-ONLY_PAGES_AND_ORDERS = BEFORE.replace(
-    "  - name: events\n", "  - name: events\n    route: {type: {one_of: [page, order]}}\n"
-)
-ORDERS_AND_REFUNDS = AFTER.replace(
-    "  - name: events\n", "  - name: events\n    route: {type: {one_of: [page, order]}}\n"
-).replace("route: {type: order}", "route: {type: {one_of: [order, refund]}}")
-AT = "2024-05-01T10:00:00Z"
-
-
-def order(order_id: str, copy: int) -> dict:
-    """An order; ``copy`` tells a producer's resends apart in the test only."""
-    return {"id": order_id, "type": "order", "at": AT, "copy": copy}
 
 
 @pytest.fixture
-def settings(kinesalite_endpoint, settings_factory, tmp_path: Path) -> Settings:
-    path = tmp_path / "lake.yaml"
-    path.write_text(BEFORE)
-    return replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
+def settings(kinesalite_endpoint, settings_factory) -> Settings:
+    return settings_factory(kinesalite_endpoint, declaration=EVENTS_ONLY)
 
 
 def _fates(settings: Settings) -> tuple[list[str], list[str]]:
@@ -78,7 +52,7 @@ def _fates(settings: Settings) -> tuple[list[str], list[str]]:
 
 def test_a_repeat_arriving_with_a_new_keyed_tables_backfill_is_quarantined(spark, settings):
     ingest_and_derive(spark, settings, order("a", 1), order("b", 1))
-    settings.event_schema_path.write_text(AFTER)
+    settings.event_schema_path.write_text(WITH_KEYED_ORDERS)
 
     ingest_and_derive(spark, settings, order("a", 2), order("c", 1))
 
@@ -127,7 +101,7 @@ def test_a_crash_between_a_new_keyed_tables_backfill_commits_quarantines_nothing
     between the two repeats the pass, and must neither quarantine the table's rejections
     again nor lose its rows."""
     ingest_and_derive(spark, settings, order("a", 1), order("b", 1), order("b", 2))
-    settings.event_schema_path.write_text(AFTER)
+    settings.event_schema_path.write_text(WITH_KEYED_ORDERS)
     put(settings, order("a", 2), order("c", 1))
     run_ingestion(spark, settings)
 

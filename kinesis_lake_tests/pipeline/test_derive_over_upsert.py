@@ -8,17 +8,13 @@ it loads, naming file, line and the fix; ``full`` SQL over an upsert table still
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
-
 import pytest
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events.declaration import DeclarationError
 from kinesis_lake.pipeline.derive import refresh_derived
-from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_sql_tables import at, deliver
-from kinesis_lake_tests.spark.test_upsert import DECLARATION as UPSERT_DECLARATION
+from kinesis_lake_tests.pipeline.declared_lakes import PROFILES, profile_at
+from kinesis_lake_tests.pipeline_helpers import ingest_and_derive, table_rows
 
 WINDOWED_OVER_UPSERT = """\
   - name: profiles_per_hour
@@ -31,23 +27,22 @@ FULL_OVER_UPSERT = WINDOWED_OVER_UPSERT.replace(
     "    refresh: full\n",
 )
 AT_NOON = "2024-05-01T12:00:00Z"
-FIRST_LINE = UPSERT_DECLARATION.count("\n") + 1
+FIRST_LINE = PROFILES.count("\n") + 1
 
 
-def _settings(settings_factory, endpoint, tmp_path: Path, derived: str) -> Settings:
-    path = tmp_path / "lake.yaml"
-    path.write_text(UPSERT_DECLARATION + derived)
-    return replace(settings_factory(endpoint), event_schema_path=path)
+def _settings(settings_factory, endpoint, derived: str) -> Settings:
+    return settings_factory(endpoint, declaration=PROFILES + derived)
 
 
 def test_a_windowed_table_over_an_upsert_table_is_refused_before_it_can_get_stuck(
-    spark, kinesalite_endpoint, settings_factory, tmp_path
+    spark, kinesalite_endpoint, settings_factory
 ):
-    settings = _settings(settings_factory, kinesalite_endpoint, tmp_path, WINDOWED_OVER_UPSERT)
+    settings = _settings(settings_factory, kinesalite_endpoint, WINDOWED_OVER_UPSERT)
 
     with pytest.raises(DeclarationError) as refused:
-        deliver(spark, settings, at("ann", 1, "2024-05-01T10:05:00Z"))
-        deliver(spark, settings, at("ann", 2, "2024-05-01T10:06:00Z"))  # replaces ann's row
+        ingest_and_derive(spark, settings, profile_at("ann", 1, "2024-05-01T10:05:00Z"))
+        # replaces ann's row:
+        ingest_and_derive(spark, settings, profile_at("ann", 2, "2024-05-01T10:06:00Z"))
 
     assert str(refused.value) == (
         f"{settings.event_schema_path}:{FIRST_LINE}: derived table 'profiles_per_hour': "
@@ -57,12 +52,17 @@ def test_a_windowed_table_over_an_upsert_table_is_refused_before_it_can_get_stuc
 
 
 def test_a_full_table_over_an_upsert_table_follows_every_replacement(
-    spark, kinesalite_endpoint, settings_factory, tmp_path
+    spark, kinesalite_endpoint, settings_factory
 ):
-    settings = _settings(settings_factory, kinesalite_endpoint, tmp_path, FULL_OVER_UPSERT)
+    settings = _settings(settings_factory, kinesalite_endpoint, FULL_OVER_UPSERT)
 
-    deliver(spark, settings, at("ann", 1, "2024-05-01T10:05:00Z"))
-    deliver(spark, settings, at("ann", 2, "2024-05-01T11:06:00Z"), at("bob", 1, AT_NOON))
+    ingest_and_derive(spark, settings, profile_at("ann", 1, "2024-05-01T10:05:00Z"))
+    ingest_and_derive(
+        spark,
+        settings,
+        profile_at("ann", 2, "2024-05-01T11:06:00Z"),
+        profile_at("bob", 1, AT_NOON),
+    )
     refresh_derived(spark, settings)
 
     rows = table_rows(settings, settings.table_identifier("profiles_per_hour"))

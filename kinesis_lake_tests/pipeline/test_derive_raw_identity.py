@@ -14,8 +14,13 @@ from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.pipeline_helpers import put, table_rows
-from kinesis_lake_tests.spark.test_derive_poison import assert_accounted, event, ingest_and_derive
+from kinesis_lake_tests.pipeline_helpers import (
+    assert_accounted,
+    event,
+    ingest_and_derive,
+    put,
+    table_rows,
+)
 
 AT = "2024-05-01T10:00:00Z"
 

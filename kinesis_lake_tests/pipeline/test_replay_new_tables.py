@@ -8,15 +8,25 @@ quarantined records it now takes into it. Run in the order a user runs them over
 
 from __future__ import annotations
 
+import pytest
+
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.replay import replay_quarantine
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, table_ids
-from kinesis_lake_tests.spark.test_derive_poison import ingest_and_derive
-from kinesis_lake_tests.spark.test_replay import AFTER, AT, RECORDS, settings
+from kinesis_lake_tests.pipeline.declared_lakes import (
+    AT,
+    REPLAY_AFTER,
+    REPLAY_BEFORE,
+    REPLAY_RECORDS,
+)
+from kinesis_lake_tests.pipeline_helpers import assert_reconciled, ingest_and_derive, table_ids
 
-__all__ = ["settings"]  # the fixture: a lake declared with test_replay's BEFORE
 
-WITH_LOGINS = AFTER.replace(
+@pytest.fixture
+def settings(kinesalite_endpoint, settings_factory) -> Settings:
+    return settings_factory(kinesalite_endpoint, declaration=REPLAY_BEFORE)
+
+
+WITH_LOGINS = REPLAY_AFTER.replace(
     "aggregate:",
     """  - name: logins
     route: {type: login}
@@ -32,9 +42,9 @@ def _edit(settings: Settings, declaration: str) -> None:
 
 
 def test_edit_replay_run_then_edit_run_replay_lands_every_record_once(spark, settings):
-    ingest_and_derive(spark, settings, *RECORDS, {"id": "s2", "type": "signup"})
+    ingest_and_derive(spark, settings, *REPLAY_RECORDS, {"id": "s2", "type": "signup"})
 
-    _edit(settings, AFTER)  # sign-ups get a table; s1 and s2 wait in quarantine (no route)
+    _edit(settings, REPLAY_AFTER)  # sign-ups get a table; s1 and s2 wait in quarantine (no route)
     replayed = replay_quarantine(spark, settings)  # before the new table's first refresh
     ingest_and_derive(spark, settings, {"id": "s3", "type": "signup", "at": AT})
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -28,20 +27,11 @@ from s3fs import S3FileSystem
 
 from kinesis_lake.pipeline.ingest import checkpoint_location
 from kinesis_lake.spark.shard_progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
+from kinesis_lake_tests.kinesis.helpers import outcome
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 from kinesis_lake_tests.production.slow_s3 import SlowS3Proxy
-from kinesis_lake_tests.spark.test_kinesis_offsets import outcome
 
 RUN = "run-1"
-
-
-@pytest.fixture
-def s3_root(moto_endpoint, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """An empty S3 prefix on moto; s3fs finds moto through botocore's AWS_ENDPOINT_URL."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint.url)
-    bucket = f"state-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    yield f"s3://{bucket}/checkpoints/lake/raw_events/kinesis-source"
 
 
 def _keys(root: str) -> list[str]:
@@ -66,7 +56,7 @@ def test_source_progress_written_by_executors_is_read_by_the_driver_on_s3(s3_roo
     executor = textwrap.dedent(
         f"""
         from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
-        from kinesis_lake_tests.spark.test_kinesis_offsets import outcome
+        from kinesis_lake_tests.kinesis.helpers import outcome
         store = ShardProgressStore({s3_root!r})
         for shard in ("shard-0", "shard-1"):
             store.save({RUN!r}, {EPOCHS_RETAINED + 4}, ProgressRecord(outcome(shard, "999")))

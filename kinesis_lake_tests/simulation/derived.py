@@ -451,7 +451,7 @@ def _arrow(settings: Settings, table: str) -> Any:
 
 def _fail(settings: Settings, arg: str) -> bool:
     """The derive in a new process; True if the armed commit came and failed it."""
-    from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit
+    from kinesis_lake_tests.pipeline_helpers import derive_with_a_failing_commit
 
     table, mode = arg.split("/")
     identifier = (

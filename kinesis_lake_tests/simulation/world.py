@@ -31,7 +31,7 @@ from kinesis_lake.spark.iceberg_writer import OverlappingPositionsError
 from kinesis_lake.spark.kinesis_offsets import SourcePlanningError
 from kinesis_lake.spark.kinesis_source import DataLossError
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
-from kinesis_lake_tests.conftest import make_settings
+from kinesis_lake_tests.lake_settings import make_settings
 from kinesis_lake_tests.simulation import invariants
 from kinesis_lake_tests.simulation.driver import VIRTUAL_READ_START, Checkpoint, Crash, Query
 from kinesis_lake_tests.simulation.kinesis import GRANT, SimulatedKinesis

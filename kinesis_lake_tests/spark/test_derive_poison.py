@@ -4,45 +4,17 @@ parsed or quarantined exactly once whatever the batches hold and wherever a refr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections import Counter
-from pathlib import Path
-from typing import Any
 
-from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
-from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
-from kinesis_lake_tests.pipeline_helpers import put, settings_env, table_rows
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def event(event_id: str, when: str) -> dict[str, Any]:
-    return {"event_id": event_id, "event_type": "t", "event_time": when}
-
-
-def ingest_and_derive(spark, settings: Settings, *payloads: bytes | dict[str, Any]) -> None:
-    put(settings, *payloads)
-    run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
-
-
-def assert_accounted(settings: Settings) -> tuple[list[dict], list[dict]]:
-    """parsed + quarantined == raw, each raw record once, and the aggregate is a recount."""
-    identity = ("shard_id", "sequence_number", "sub_sequence_number")
-    raw = [tuple(r[c] for c in identity) for r in table_rows(settings, settings.raw_table)]
-    parsed = table_rows(settings, settings.table_identifier("events"))
-    quarantined = table_rows(settings, settings.quarantine_table)
-    derived = [tuple(r[c] for c in identity) for r in [*parsed, *quarantined]]
-    assert Counter(derived) == Counter(raw), "every raw record parsed or quarantined once"
-    counts = table_rows(settings, settings.aggregate_table)
-    recount = Counter(
-        (r["event_timestamp"].replace(second=0, microsecond=0), r["event_type"]) for r in parsed
-    )
-    assert {(r["window_start"], r["event_type"]): r["event_count"] for r in counts} == recount
-    return parsed, quarantined
+from kinesis_lake_tests.pipeline_helpers import (
+    assert_accounted,
+    derive_with_a_failing_commit,
+    event,
+    ingest_and_derive,
+    put,
+    table_rows,
+)
 
 
 def test_an_event_time_on_the_last_day_of_9999_does_not_halt_derive(
@@ -117,43 +89,6 @@ def test_a_long_duplicate_key_is_shown_capped(spark, kinesalite_endpoint, settin
     assert row["error"] == (
         f"duplicate event: event_id={'k' * 57}... was already parsed with an event time on "
         "the same UTC day"
-    )
-
-
-_JOB = (
-    "from kinesis_lake.config import Settings\n"
-    "from kinesis_lake.pipeline.{module} import {function}\n"
-    "from kinesis_lake.spark.session import build_spark_session\n"
-    "{function}(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
-)
-
-
-def derive_with_a_failing_commit(
-    settings: Settings,
-    table: str,
-    job: str = "derive.refresh_derived",
-    mode: str = RAISES_BEFORE,
-) -> subprocess.CompletedProcess:
-    """Run ``job`` (a pipeline function of Spark and settings; the refresh by default) in a
-    new process whose catalog (the same SQLite database) fails the next commit of
-    ``table`` (refuses it, or with ``LANDS_THEN_RAISES`` applies it and then raises), so
-    the job dies right after that commit's predecessors."""
-    module, function = job.split(".")
-    faults = settings.data_dir.parent / "catalog-faults.json"
-    arm(faults, mode, error="generic", table=table)
-    env = {
-        **settings_env(settings),
-        **catalog_environment(settings.data_dir, faults, settings.catalog_name),
-        "PYTHONPATH": str(REPO),
-    }
-    return subprocess.run(
-        [sys.executable, "-c", _JOB.format(module=module, function=function)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
     )
 
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from kinesis_lake.events.parse import parse_events
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
-from kinesis_lake_tests.conftest import make_settings
 from kinesis_lake_tests.events.raw import NOW, demo_schema, raw_table
-from kinesis_lake_tests.spark.test_derive_poison import assert_accounted, put
+from kinesis_lake_tests.lake_settings import make_settings
+from kinesis_lake_tests.pipeline_helpers import assert_accounted, put
 
 EDGE_TIMES = st.sampled_from(
     [

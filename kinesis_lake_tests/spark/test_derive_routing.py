@@ -14,8 +14,13 @@ from kinesis_lake.events.routes import NO_ROUTE
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, table_ids, table_rows
-from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
+from kinesis_lake_tests.pipeline_helpers import (
+    assert_reconciled,
+    derive_with_a_failing_commit,
+    put,
+    table_ids,
+    table_rows,
+)
 
 DECLARATION = """\
 tables:

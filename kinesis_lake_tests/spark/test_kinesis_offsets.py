@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_lake.kinesis.shard_reader import ReadOutcome, StartPosition
+from kinesis_lake.kinesis.shard_reader import StartPosition
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.spark.kinesis_offsets import (
     PlanningInput,
@@ -13,6 +13,7 @@ from kinesis_lake.spark.kinesis_offsets import (
     epoch_limits,
     plan_next_offset,
 )
+from kinesis_lake_tests.kinesis.helpers import outcome
 
 
 def shard(shard_id: str, *parents: str, closed: bool = False) -> Shard:
@@ -22,35 +23,6 @@ def shard(shard_id: str, *parents: str, closed: bool = False) -> Shard:
         adjacent_parent_shard_id=parents[1] if len(parents) > 1 else None,
         starting_sequence_number="1",
         ending_sequence_number="999" if closed else None,
-    )
-
-
-def outcome(
-    shard_id: str,
-    last: str | None,
-    *,
-    stopped_by: str = "limit",
-    records: int = 1,
-    ended: bool = False,
-    caught_up: bool = False,
-    started_ms: int = 0,
-    data_loss: str | None = None,
-) -> ReadOutcome:
-    return ReadOutcome(
-        shard_id=shard_id,
-        records_read=records,
-        user_records=records,
-        last_sequence_number=last,
-        last_arrival_ms=None,
-        shard_ended=ended,
-        caught_up=caught_up,
-        millis_behind_latest=0,
-        stopped_by=stopped_by,
-        calls=1,
-        retries=0,
-        iterator_renewals=0,
-        data_loss=data_loss,
-        read_started_ms=started_ms,
     )
 
 

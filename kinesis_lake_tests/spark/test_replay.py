@@ -4,9 +4,6 @@ resolved, and every raw row is still accounted for."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
-
 import pytest
 
 from kinesis_lake.config import Settings
@@ -16,54 +13,24 @@ from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.reconcile import quarantine_ratio
 from kinesis_lake.pipeline.replay import replay_quarantine
-from kinesis_lake_tests.pipeline_helpers import assert_reconciled, run_cli, table_ids, table_rows
-from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
-
-BEFORE = """\
-tables:
-  - name: page_views
-    route: {type: page_view}
-    fields:
-      - {name: id, type: string, required: true}
-      - {name: at, type: timestamp, required: true}
-    event_time_field: at
-    dedup: id
-  - name: purchases
-    route: {type: purchase}
-    fields:
-      - {name: id, type: string, required: true}
-      - {name: amount, type: int}
-      - {name: at, type: timestamp, required: true}
-    event_time_field: at
-aggregate: {table: purchases}
-"""
-# The fix: amounts outgrow int (widened to long), and sign-ups get a table of their own.
-AFTER = BEFORE.replace("{name: amount, type: int}", "{name: amount, type: long}").replace(
-    "aggregate:",
-    """  - name: signups
-    route: {type: signup}
-    fields:
-      - {name: id, type: string, required: true}
-aggregate:""",
+from kinesis_lake_tests.pipeline.declared_lakes import (
+    REPLAY_AFTER,
+    REPLAY_BEFORE,
+    REPLAY_RECORDS,
 )
-
-AT = "2024-05-01T10:00:00Z"
-RECORDS = [
-    {"id": "v1", "type": "page_view", "at": AT},
-    {"id": "v2", "type": "page_view"},  # no time: still wrong after the fix
-    {"id": "p1", "type": "purchase", "amount": 3, "at": AT},
-    {"id": "p2", "type": "purchase", "amount": 2**40, "at": AT},  # too big: fixed by AFTER
-    {"id": "s1", "type": "signup"},  # no route: fixed by AFTER
-    b"{broken",  # never fixed
-]
+from kinesis_lake_tests.pipeline_helpers import (
+    assert_reconciled,
+    derive_with_a_failing_commit,
+    put,
+    run_cli,
+    table_ids,
+    table_rows,
+)
 
 
 @pytest.fixture
-def settings(kinesalite_endpoint, settings_factory, tmp_path: Path) -> Settings:
-    path = tmp_path / "lake.yaml"
-    path.write_text(BEFORE)
-    settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
-    return settings
+def settings(kinesalite_endpoint, settings_factory) -> Settings:
+    return settings_factory(kinesalite_endpoint, declaration=REPLAY_BEFORE)
 
 
 def _quarantine(settings: Settings) -> dict[tuple[str | None, bool], int]:
@@ -82,11 +49,11 @@ def _assert_accounted(settings: Settings) -> None:
 
 
 def _fix(settings: Settings) -> None:
-    settings.event_schema_path.write_text(AFTER)
+    settings.event_schema_path.write_text(REPLAY_AFTER)
 
 
 def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, settings):
-    put(settings, *RECORDS)
+    put(settings, *REPLAY_RECORDS)
     run_ingestion(spark, settings)
     refresh_derived(spark, settings)
     assert _quarantine(settings) == {
@@ -125,7 +92,7 @@ def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, setti
 
 
 def test_a_replay_killed_before_marking_moves_nothing_twice(spark, settings):
-    put(settings, *RECORDS)
+    put(settings, *REPLAY_RECORDS)
     run_ingestion(spark, settings)
     refresh_derived(spark, settings)
     _fix(settings)

@@ -14,28 +14,17 @@ from kinesis_lake.spark.shard_progress import (
     ProgressRecord,
     ShardProgressStore,
 )
-from kinesis_lake_tests.production.test_s3_state import s3_root  # noqa: F401 (fixture)
+from kinesis_lake_tests.kinesis.helpers import outcome as kinesis_outcome
 
 SHARD = "shardId-000000000000"
 
 
 def outcome(last: int, *, calls: int = 1) -> ReadOutcome:
-    return ReadOutcome(
-        shard_id=SHARD,
-        records_read=last,
-        user_records=last,
-        last_sequence_number=str(1000 + last),
-        last_arrival_ms=1,
-        shard_ended=False,
-        caught_up=True,
-        millis_behind_latest=0,
-        stopped_by="caught_up",
-        calls=calls,
-        retries=0,
-        iterator_renewals=0,
-        data_loss=None,
-        read_started_ms=1,
+    """A caught-up read of ``SHARD`` that took ``last`` records."""
+    read = kinesis_outcome(
+        SHARD, str(1000 + last), records=last, stopped_by="caught_up", caught_up=True
     )
+    return replace(read, calls=calls)
 
 
 def test_a_later_attempt_with_another_range_fails_and_the_first_record_stands(tmp_path):
@@ -78,7 +67,7 @@ def test_racing_attempts_one_wins_the_rest_fail(tmp_path):
 
 
 def test_on_s3_a_conditional_put_keeps_the_first_record(request):
-    root = request.getfixturevalue("s3_root")  # moto S3, from the S3 state tests
+    root = request.getfixturevalue("s3_root")  # moto S3 (the root conftest)
     store = ShardProgressStore(root)
     store.save("run", 1, ProgressRecord(outcome(4), {"attempt": 1}))
 

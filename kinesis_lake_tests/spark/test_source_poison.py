@@ -12,7 +12,7 @@ import hashlib
 from kinesis_lake.kinesis.kpl import KPL_MAGIC
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.ingest import run_ingestion
-from kinesis_lake_tests.kinesis.test_kpl import _field, _varint
+from kinesis_lake_tests.kinesis.helpers import protobuf_field, varint
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.source_helpers import kinesis
 
@@ -21,9 +21,9 @@ SECOND_HALF = str(2**127 + 1)  # an explicit hash key in the second shard's rang
 
 def _aggregate_with_binary_key() -> bytes:
     """Two user records, the second keyed by non-UTF-8 bytes (the KPL spec, by hand)."""
-    body = _field(1, b"good-key") + _field(1, b"\xff\xfe")
+    body = protobuf_field(1, b"good-key") + protobuf_field(1, b"\xff\xfe")
     for key_index, data in ((0, b'{"n":"valid"}'), (1, b'{"n":"poisoned"}')):
-        body += _field(3, _varint(1 << 3 | 0) + _varint(key_index) + _field(3, data))
+        body += protobuf_field(3, varint(1 << 3 | 0) + varint(key_index) + protobuf_field(3, data))
     return KPL_MAGIC + body + hashlib.md5(body).digest()
 
 

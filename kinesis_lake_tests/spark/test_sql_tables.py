@@ -7,8 +7,6 @@ the end: what an incremental refresh must equal.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,45 +15,21 @@ from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES
-from kinesis_lake_tests.pipeline_helpers import table_rows
-from kinesis_lake_tests.spark.test_derive_poison import derive_with_a_failing_commit, put
-from kinesis_lake_tests.spark.test_upsert import DECLARATION as UPSERT_DECLARATION
-from kinesis_lake_tests.spark.test_upsert import update
-
-DECLARATION = (
-    UPSERT_DECLARATION
-    + """\
-  - name: emails
-    sql: SELECT user_id, lower(email) AS email, version FROM profile_updates WHERE op <> 'delete'
-    refresh: rows
-  - name: updates_per_hour
-    sql: |
-      SELECT date_trunc('hour', at) AS hour, count(*) AS updates, max(version) AS top_version
-      FROM profile_updates GROUP BY 1
-    refresh: windowed
-    window: {column: at, size: hour, output: hour}
-  - name: profile_count
-    sql: SELECT count(*) AS profiles FROM user_profiles
-    refresh: full
-"""
+from kinesis_lake_tests.pipeline.declared_lakes import (
+    PROFILES_WITH_SQL_TABLES,
+    profile_at,
+)
+from kinesis_lake_tests.pipeline_helpers import (
+    derive_with_a_failing_commit,
+    ingest_and_derive,
+    put,
+    table_rows,
 )
 
 
 @pytest.fixture
-def settings(kinesalite_endpoint, settings_factory, tmp_path: Path) -> Settings:
-    path = tmp_path / "lake.yaml"
-    path.write_text(DECLARATION)
-    return replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
-
-
-def at(user: str, version: int, when: str, op: str = "upsert") -> dict[str, Any]:
-    return {**update(user, version, email=f"{user.upper()}@Example.com", op=op), "at": when}
-
-
-def deliver(spark, settings: Settings, *records: dict[str, Any]):
-    put(settings, *records)
-    run_ingestion(spark, settings)
-    return refresh_derived(spark, settings)
+def settings(kinesalite_endpoint, settings_factory) -> Settings:
+    return settings_factory(kinesalite_endpoint, declaration=PROFILES_WITH_SQL_TABLES)
 
 
 def rows_of(settings: Settings, table: str) -> list[dict[str, Any]]:
@@ -63,14 +37,17 @@ def rows_of(settings: Settings, table: str) -> list[dict[str, Any]]:
 
 
 def test_rows_mode_appends_the_sql_over_new_rows_only(spark, settings):
-    deliver(
-        spark, settings, at("ann", 1, "2024-05-01T10:05:00Z"), at("bob", 1, "2024-05-01T10:06:00Z")
-    )
-    result = deliver(
+    ingest_and_derive(
         spark,
         settings,
-        at("ann", 2, "2024-05-01T11:00:00Z"),
-        at("bob", 2, "2024-05-01T11:01:00Z", "delete"),
+        profile_at("ann", 1, "2024-05-01T10:05:00Z"),
+        profile_at("bob", 1, "2024-05-01T10:06:00Z"),
+    )
+    result = ingest_and_derive(
+        spark,
+        settings,
+        profile_at("ann", 2, "2024-05-01T11:00:00Z"),
+        profile_at("bob", 2, "2024-05-01T11:01:00Z", "delete"),
     )
 
     assert result.derived["emails"].rows_written == 1, "only the new rows ran through the SQL"
@@ -90,17 +67,18 @@ def test_rows_mode_appends_the_sql_over_new_rows_only(spark, settings):
 def test_windowed_mode_recomputes_only_the_windows_new_rows_fall_in_late_rows_included(
     spark, settings
 ):
-    deliver(
+    ingest_and_derive(
         spark,
         settings,
-        at("ann", 1, "2024-05-01T10:05:00Z"),
-        at("bob", 1, "2024-05-01T10:59:00Z"),
-        at("cid", 1, "2024-05-01T11:30:00Z"),
+        profile_at("ann", 1, "2024-05-01T10:05:00Z"),
+        profile_at("bob", 1, "2024-05-01T10:59:00Z"),
+        profile_at("cid", 1, "2024-05-01T11:30:00Z"),
     )
     first = {r["hour"].hour: r for r in rows_of(settings, "updates_per_hour")}
     assert {h: r["updates"] for h, r in first.items()} == {10: 2, 11: 1}
 
-    late = deliver(spark, settings, at("dee", 7, "2024-05-01T10:30:00Z"))  # hour 10, again
+    # Late, in hour 10 again:
+    late = ingest_and_derive(spark, settings, profile_at("dee", 7, "2024-05-01T10:30:00Z"))
 
     hours = {
         r["hour"].hour: (r["updates"], r["top_version"])
@@ -111,12 +89,15 @@ def test_windowed_mode_recomputes_only_the_windows_new_rows_fall_in_late_rows_in
 
 
 def test_full_mode_recomputes_when_an_input_changed_and_only_then(spark, settings):
-    deliver(
-        spark, settings, at("ann", 1, "2024-05-01T10:00:00Z"), at("bob", 1, "2024-05-01T10:00:00Z")
+    ingest_and_derive(
+        spark,
+        settings,
+        profile_at("ann", 1, "2024-05-01T10:00:00Z"),
+        profile_at("bob", 1, "2024-05-01T10:00:00Z"),
     )
     assert rows_of(settings, "profile_count") == [{"profiles": 2}]
 
-    deliver(spark, settings, at("ann", 2, "2024-05-01T10:00:00Z", "delete"))
+    ingest_and_derive(spark, settings, profile_at("ann", 2, "2024-05-01T10:00:00Z", "delete"))
     assert rows_of(settings, "profile_count") == [{"profiles": 1}]
 
     again = refresh_derived(spark, settings)
@@ -129,8 +110,12 @@ def test_a_sql_refresh_whose_commit_landed_but_failed_is_finished_exactly_once(s
     separate process; the rerun here must not count anything twice, nor append twice to
     the rows table refreshed before it. (A rows table's own commit is the Iceberg sink's,
     whose landed-then-failed commits ``test_ambiguous_sink.py`` covers.)"""
-    deliver(spark, settings, at("ann", 1, "2024-05-01T10:05:00Z"))
-    put(settings, at("bob", 1, "2024-05-01T10:10:00Z"), at("cid", 1, "2024-05-01T11:00:00Z"))
+    ingest_and_derive(spark, settings, profile_at("ann", 1, "2024-05-01T10:05:00Z"))
+    put(
+        settings,
+        profile_at("bob", 1, "2024-05-01T10:10:00Z"),
+        profile_at("cid", 1, "2024-05-01T11:00:00Z"),
+    )
     run_ingestion(spark, settings)
 
     crashed = derive_with_a_failing_commit(
