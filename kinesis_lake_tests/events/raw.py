@@ -1,4 +1,4 @@
-"""Builders for raw Kinesis tables and schemas shared by the events tests."""
+"""Builders for raw Kinesis tables, schemas and events shared by the events tests."""
 
 from __future__ import annotations
 
@@ -14,6 +14,35 @@ from kinesis_lake.events.schema import EventSchema
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 ARRIVAL = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
 NOW = datetime(2024, 5, 2, tzinfo=UTC)
+
+ALL_TYPES = EventSchema.from_dict(
+    {
+        "name": "all_types",
+        "fields": [
+            {"name": "s", "type": "string"},
+            {"name": "l", "type": "long"},
+            {"name": "i", "type": "int"},
+            {"name": "d", "type": "double"},
+            {"name": "f", "type": "float"},
+            {"name": "b", "type": "boolean"},
+            {"name": "t", "type": "timestamp"},
+            {"name": "dt", "type": "date"},
+            {"name": "m", "type": "decimal(10,2)"},
+        ],
+    }
+)
+
+GOOD = {
+    "event_id": "e1",
+    "event_type": "click",
+    "user_id": "u1",
+    "amount": 12.5,
+    "event_time": "2024-05-01T10:00:00Z",
+    "key1": "a",
+    "key2": "b",
+    "key3": "c",
+}
+"""A valid event of the demo schema (schemas/events.yaml)."""
 
 
 def load_event_schema(path: Path) -> EventSchema:

@@ -13,35 +13,16 @@ import pytest
 from kinesis_lake.events.parse import parse_events
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_arrow_schema, quarantine_arrow_schema
-from kinesis_lake_tests.events.raw import ARRIVAL, NOW, demo_schema, raw_table, seed_schema
-
-ALL_TYPES = EventSchema.from_dict(
-    {
-        "name": "all_types",
-        "fields": [
-            {"name": "s", "type": "string"},
-            {"name": "l", "type": "long"},
-            {"name": "i", "type": "int"},
-            {"name": "d", "type": "double"},
-            {"name": "f", "type": "float"},
-            {"name": "b", "type": "boolean"},
-            {"name": "t", "type": "timestamp"},
-            {"name": "dt", "type": "date"},
-            {"name": "m", "type": "decimal(10,2)"},
-        ],
-    }
+from kinesis_lake_tests.events.raw import (
+    ALL_TYPES,
+    ARRIVAL,
+    GOOD,
+    NOW,
+    demo_schema,
+    raw_table,
+    seed_schema,
 )
 
-GOOD = {
-    "event_id": "e1",
-    "event_type": "click",
-    "user_id": "u1",
-    "amount": 12.5,
-    "event_time": "2024-05-01T10:00:00Z",
-    "key1": "a",
-    "key2": "b",
-    "key3": "c",
-}
 UTC = UTC
 
 

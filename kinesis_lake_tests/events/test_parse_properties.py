@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from kinesis_lake.events.parse import parse_events
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_arrow_schema, quarantine_arrow_schema
-from kinesis_lake_tests.events.raw import NOW, demo_schema, raw_table
-from kinesis_lake_tests.events.test_parse import ALL_TYPES
+from kinesis_lake_tests.events.raw import ALL_TYPES, NOW, demo_schema, raw_table
 
 OFFSETS = st.sampled_from(
     [UTC, timezone(timedelta(hours=2)), timezone(-timedelta(hours=5, minutes=30))]

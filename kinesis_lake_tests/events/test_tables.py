@@ -28,8 +28,15 @@ from kinesis_lake.events.tables import (
     quarantine_partition_spec,
     quarantine_table_schema,
 )
-from kinesis_lake_tests.events.raw import NOW, SCHEMAS, demo_schema, load_event_schema, raw_table
-from kinesis_lake_tests.events.test_parse import ALL_TYPES, GOOD
+from kinesis_lake_tests.events.raw import (
+    ALL_TYPES,
+    GOOD,
+    NOW,
+    SCHEMAS,
+    demo_schema,
+    load_event_schema,
+    raw_table,
+)
 
 PIPELINE_COLUMNS = ["stream_name", "shard_id", "sequence_number", "sub_sequence_number"]
 

@@ -1,4 +1,5 @@
-"""Builders shared by the iceberg tests: raw rows, one-call ingestion, a racing catalog."""
+"""Builders shared by the iceberg tests: raw rows, one-call ingestion, a racing catalog, a
+table of nested lists."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.types import ListType, LongType, NestedField, StringType, StructType
 
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
@@ -18,6 +21,18 @@ from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
 DAY0 = datetime(2024, 5, 1, tzinfo=UTC)
 NAMESPACE = "lake"
 RAW = f"{NAMESPACE}.raw"
+
+ORDERS = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(
+        2,
+        "items",
+        ListType(3, StructType(NestedField(4, "sku", StringType(), required=False)), False),
+        required=False,
+    ),
+)
+ORDER_ITEMS = [None, [], [{"sku": "a"}], [None]]
+"""A null list, an empty one, one with a value, one holding a null struct: all different."""
 
 
 def raw_batch(

@@ -11,7 +11,7 @@ from pyiceberg.types import LongType, MapType, NestedField, StringType, StructTy
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.tables import ensure_table
-from kinesis_lake_tests.iceberg.test_query import ORDER_ITEMS, ORDERS
+from kinesis_lake_tests.iceberg.helpers import ORDER_ITEMS, ORDERS
 
 
 def test_a_null_list_of_structs_stays_null_through_a_driver_side_commit(catalog: Catalog) -> None:

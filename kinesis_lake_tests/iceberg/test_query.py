@@ -13,11 +13,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import (
     BinaryType,
-    ListType,
-    LongType,
     NestedField,
     StringType,
-    StructType,
 )
 
 from kinesis_lake.iceberg.commit import commit_arrow, commit_files
@@ -25,7 +22,7 @@ from kinesis_lake.iceberg.data_files import TableWriteTarget, table_arrow_schema
 from kinesis_lake.iceberg.maintenance import compact
 from kinesis_lake.iceberg.query import QueryError, format_table, run_sql, table_history
 from kinesis_lake.iceberg.tables import ensure_table
-from kinesis_lake_tests.iceberg.helpers import ingest
+from kinesis_lake_tests.iceberg.helpers import ORDER_ITEMS, ORDERS, ingest
 
 SHARDS = Schema(
     NestedField(1, "shard_id", StringType(), required=True),
@@ -177,19 +174,6 @@ def test_a_query_reads_only_the_columns_it_uses_not_whole_tables(catalog: Catalo
 
     assert result.to_pylist() == [{"n": 16}]
     assert read < 4 << 20, f"read {read / 2**20:.1f} MiB for one small column"
-
-
-ORDERS = Schema(
-    NestedField(1, "id", LongType(), required=True),
-    NestedField(
-        2,
-        "items",
-        ListType(3, StructType(NestedField(4, "sku", StringType(), required=False)), False),
-        required=False,
-    ),
-)
-ORDER_ITEMS = [None, [], [{"sku": "a"}], [None]]
-"""A null list, an empty one, one with a value, one holding a null struct: all different."""
 
 
 def _orders(catalog: Catalog) -> Table:
