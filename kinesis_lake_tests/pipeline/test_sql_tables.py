@@ -1,5 +1,6 @@
 """SQL tables whose input changed under them (re-created, rolled back, widened), refreshed
-by real Spark from real Iceberg tables: the refresh reads tables, so no stream is needed."""
+by real Spark from real Iceberg tables: the refresh reads tables, so no stream is needed.
+(Each refresh mode through a stream: ``test_sql_table_refresh_modes.py``.)"""
 
 from __future__ import annotations
 

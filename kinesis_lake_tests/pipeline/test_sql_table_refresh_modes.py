@@ -1,7 +1,8 @@
 """Declared Spark SQL tables in each refresh mode, through real Kinesis, Spark and Iceberg.
 
 Each test checks the table against the same SQL run by Spark over the whole input at
-the end: what an incremental refresh must equal.
+the end: what an incremental refresh must equal. (Inputs that change under a SQL table,
+with no stream behind them: ``test_sql_tables.py``.)
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def test_a_sql_refresh_whose_commit_landed_but_failed_is_finished_exactly_once(s
     """The commit of a windowed table (replaced windows) lands and then raises, in a
     separate process; the rerun here must not count anything twice, nor append twice to
     the rows table refreshed before it. (A rows table's own commit is the Iceberg sink's,
-    whose landed-then-failed commits ``test_ambiguous_sink.py`` covers.)"""
+    whose landed-then-failed commits ``spark/test_ambiguous_sink.py`` covers.)"""
     ingest_and_derive(spark, settings, profile_at("ann", 1, "2024-05-01T10:05:00Z"))
     put(
         settings,
