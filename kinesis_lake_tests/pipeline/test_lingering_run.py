@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 
-from kinesis_lake.pipeline.ingest import ensure_raw_table, run_ingestion
+from kinesis_lake.pipeline.ingest import prepare_raw_table, run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, raw_rows, stream_truth
 
 
@@ -18,7 +18,7 @@ def test_a_lingering_run_takes_records_put_while_it_runs_and_ends_once_they_stop
 ):
     settings = settings_factory(kinesalite_endpoint, run_linger_seconds=5)
     produce(settings, 40, seed=21)
-    ensure_raw_table(settings)  # so the watching thread can count its rows from the start
+    prepare_raw_table(settings)  # so the watching thread can count its rows from the start
     late = threading.Event()
 
     def put_after_the_first_commit() -> None:
@@ -88,7 +88,7 @@ def test_a_batch_report_that_fails_does_not_stop_ingestion(
     would stop. Here the report of the first batch raises, as a lost connection would."""
     settings = settings_factory(kinesalite_endpoint, run_linger_seconds=5)
     produce(settings, 40, seed=31)
-    ensure_raw_table(settings)
+    prepare_raw_table(settings)
     reports: list[int] = []
 
     def flaky_event_log(report) -> None:

@@ -9,8 +9,9 @@ import re
 
 import pytest
 
+from kinesis_lake.config import Settings
 from kinesis_lake.errors import KinesisLakeError
-from kinesis_lake.pipeline.ingest import ensure_raw_table, run_ingestion
+from kinesis_lake.pipeline.ingest import prepare_raw_table, run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
@@ -41,12 +42,12 @@ def test_maintenance_expires_raw_snapshots_by_the_tables_own_max_age(
 
 
 def test_an_unreadable_max_age_property_fails_maintenance_naming_it(
-    kinesalite_endpoint, settings_factory
+    streamless_settings: Settings,
 ):
     """An operator's typo in the table property must say which property and table, not
     raise a bare ValueError from inside the maintenance op."""
-    settings = settings_factory(kinesalite_endpoint)
-    table = ensure_raw_table(settings)
+    settings = streamless_settings
+    table = prepare_raw_table(settings)
     with table.transaction() as change:
         change.set_properties({"history.expire.max-snapshot-age-ms": "one hour"})
 
@@ -58,12 +59,12 @@ def test_an_unreadable_max_age_property_fails_maintenance_naming_it(
     "name", ["history.expire.min-snapshots-to-keep", "write.target-file-size-bytes"]
 )
 def test_every_unreadable_upkeep_property_fails_maintenance_naming_it(
-    kinesalite_endpoint, settings_factory, name
+    streamless_settings: Settings, name
 ):
     """docs/operations.md tells operators of older lakes to set the snapshot floor by hand:
     a typo there must fail like one in the max age, not as a bare ValueError."""
-    settings = settings_factory(kinesalite_endpoint)
-    table = ensure_raw_table(settings)
+    settings = streamless_settings
+    table = prepare_raw_table(settings)
     with table.transaction() as change:
         change.set_properties({name: "ten"})
 
