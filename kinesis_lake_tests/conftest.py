@@ -142,6 +142,13 @@ def settings_factory(tmp_path: Path):
     return build
 
 
+@pytest.fixture
+def streamless_settings(tmp_path: Path):
+    """Settings whose endpoint nothing reads, for tests that never touch Kinesis: no
+    endpoint is started for them, and a call that reached Kinesis would fail."""
+    return make_settings(tmp_path / "data", "http://127.0.0.1:9")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The kinds of test (fast, spark, processes, system): kinesis_lake_tests/tiers.py."""
     tiers.register(config)

@@ -19,8 +19,8 @@ class _UnreachableEventStorage:
         raise ConnectionError("could not connect to server: Connection refused")
 
 
-def test_then_sees_a_batch_whose_recording_failed(kinesalite_endpoint, settings_factory):
-    settings = settings_factory(kinesalite_endpoint)
+def test_then_sees_a_batch_whose_recording_failed(streamless_settings):
+    settings = streamless_settings
     batch = BatchReport(
         batch_id=3,
         rows=10,

@@ -1,9 +1,7 @@
 """Fixtures for pipeline tests that refresh derived tables straight from Iceberg tables
-they build, with no stream behind them."""
+they build, with no stream behind them (``streamless_settings``: the root conftest)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -11,13 +9,6 @@ from pyiceberg.catalog import Catalog
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.lake_settings import make_settings
-
-
-@pytest.fixture
-def streamless_settings(tmp_path: Path) -> Settings:
-    """Settings whose endpoint nothing reads: these tests never touch Kinesis."""
-    return make_settings(tmp_path / "data", "http://127.0.0.1:9")
 
 
 @pytest.fixture

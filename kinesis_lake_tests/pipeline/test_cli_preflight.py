@@ -157,7 +157,7 @@ class _FailingSts(ThreadingHTTPServer):
 
 
 def test_a_failing_sts_fails_the_preflight_in_one_line_naming_the_lake_s_settings(
-    kinesalite_endpoint, settings_factory, monkeypatch
+    streamless_settings, monkeypatch
 ):
     """The message named the Spark source's options (roleArn, stsEndpointUrl) under
     KINESIS_ROLE_ARN, and botocore retried STS behind our back (a sensor tick's budget)."""
@@ -165,7 +165,8 @@ def test_a_failing_sts_fails_the_preflight_in_one_line_naming_the_lake_s_setting
     sts = _FailingSts()
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.url)
-        settings = replace(settings_factory(kinesalite_endpoint), role_arn=role)
+        # No endpoint: the role is assumed before any call reaches Kinesis.
+        settings = replace(streamless_settings, role_arn=role)
         with pytest.raises(PreflightError) as failure:
             check_stream(settings)
     finally:
