@@ -1,7 +1,8 @@
 """The thin Dagster layer: it starts, observes and checks; the pipeline lives elsewhere.
 
 * ``resources``: settings, the Kinesis client and the Spark session, all from env.
-* ``assets``: the stream (external), raw_events, the derived tables.
+* ``streams``: each stream's Dagster names, the stream as an external asset, its freshness.
+* ``assets``: raw_events (one raw table per stream), the derived tables.
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
 * ``jobs``: the named jobs; ``maintenance``: the upkeep job (ops, not assets) and its

@@ -1,4 +1,6 @@
-"""The lake as Dagster assets: the stream, the raw table, the derived tables.
+"""The lake's tables as Dagster assets: each stream's raw table and the derived tables.
+
+The stream they are ingested from, an external asset, is in :mod:`kinesis_lake.defs.streams`.
 
 Assets only start library code and report what it did: ingestion is
 ``kinesis_lake.pipeline.ingest``, the derived tables ``kinesis_lake.pipeline.derive``.
@@ -26,21 +28,17 @@ Who runs what:
 
 import threading
 import time
-import warnings
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from botocore.exceptions import BotoCoreError, ClientError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
-from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
-from kinesis_lake.errors import KinesisLakeError
+from kinesis_lake.defs.streams import DEFAULT_STREAM, INGESTION_GROUP, OWNERS, StreamKeys
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
     QUARANTINE_TABLE,
@@ -54,112 +52,20 @@ from kinesis_lake.events.tables import (
     quarantine_table_schema,
 )
 from kinesis_lake.iceberg.tables import type_text
-from kinesis_lake.kinesis.freshness import StreamFreshness
-from kinesis_lake.pipeline.backlog import lake_freshness
-from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
+from kinesis_lake.pipeline.lake import open_lake, table_stats
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
     # Type only: loading the definitions must not import PySpark.
     from kinesis_lake.pipeline.ingest import BatchReport, IngestResult
 
-OWNERS = ["team:data-platform"]
-INGESTION_GROUP = "ingestion"
 DERIVED_GROUP = "derived"
 
 DERIVE_POOL = "kinesis_lake_derive"
 
-KINESIS_STREAM = DEFAULT_STREAM.stream_asset
 RAW_EVENTS = DEFAULT_STREAM.raw_asset
 EVENTS_QUARANTINE = dg.AssetKey(QUARANTINE_TABLE)
 EVENT_COUNTS_PER_MINUTE = dg.AssetKey(AGGREGATE_TABLE)
-
-STREAM_OBSERVATION_INTERVAL = timedelta(minutes=5)
-"""The backlog sensor records the stream's state at least this often (more often when it
-changes); the stream's freshness policy fails when those records stop."""
-
-
-def stream_spec(keys: StreamKeys) -> dg.AssetSpec:
-    """A Kinesis stream of the lake: Dagster never writes it, it records its state."""
-    return dg.AssetSpec(
-        keys.stream_asset,
-        description=(
-            f"The Kinesis data stream {keys.stream or '(KINESIS_STREAM_NAME)'} ingested into "
-            f"{keys.raw_table}. Dagster does not write it: the backlog sensor records its "
-            "shards, retention and oldest unconsumed record as materializations (so a stopped "
-            "sensor shows up as a stale stream), and each ingestion run observes it as it "
-            "starts."
-        ),
-        group_name=INGESTION_GROUP,
-        kinds={"kinesis"},
-        owners=OWNERS,
-        freshness_policy=dg.FreshnessPolicy.time_window(
-            fail_window=STREAM_OBSERVATION_INTERVAL * 3,
-            warn_window=STREAM_OBSERVATION_INTERVAL * 2,
-        ),
-    )
-
-
-def measure_freshness(settings: Settings, kinesis: KinesisResource) -> StreamFreshness:
-    """Freshness of ``settings``' stream (the resource provides the client, not the name:
-    a lake of several streams measures each with one client)."""
-    return lake_freshness(kinesis.get_client(), settings, raw_positions(settings).positions)
-
-
-def stream_metadata(fresh: StreamFreshness, positions_snapshot_id: int | None) -> dict[str, Any]:
-    """The stream's state as the sensor and the ingestion run record it (numeric: plotted)."""
-    probe = fresh.probe
-    metadata: dict[str, Any] = {
-        "shards": probe.shards,
-        "shards_with_backlog": len(probe.shards_with_backlog),
-        "retention_hours": probe.retention_hours,
-        "oldest_unconsumed_age_seconds": round(fresh.oldest_unconsumed_age_seconds or 0.0, 3),
-        "retention_used": round(fresh.retention_used, 4),
-        "committed_positions": dg.MetadataValue.json(fresh.positions),
-        "first_unconsumed": dg.MetadataValue.json(dict(probe.first_unconsumed)),
-    }
-    if positions_snapshot_id is not None:
-        metadata["raw_snapshot_id"] = positions_snapshot_id
-    return metadata
-
-
-def stream_asset(keys: StreamKeys) -> dg.AssetsDefinition:
-    """The stream as an observable asset in its ingestion job: the run observes where the
-    stream stands before it drains it, and because the job targets the stream, the UI
-    lists the backlog sensor that launches it among the stream's automations."""
-
-    with warnings.catch_warnings():
-        # Beta in Dagster 1.13 (the documented way to run an observation in a job); the
-        # warning would repeat in every code-server log without telling an operator anything.
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        decorator = dg.multi_observable_source_asset(
-            specs=[stream_spec(keys)], name=f"observe_{keys.raw_table}"
-        )
-
-    @decorator
-    def observe(
-        context: dg.AssetExecutionContext,
-        settings: PipelineSettingsResource,
-        kinesis: KinesisResource,
-    ) -> dg.ObserveResult:
-        lake = keys.lake(settings, kinesis)
-        try:
-            fresh = measure_freshness(lake, kinesis)
-        except (KinesisLakeError, BotoCoreError, ClientError) as error:
-            # The ingestion after it depends on this step: a failed look at the stream
-            # must not skip the run that drains it (which fails on its own if Kinesis is
-            # really down). Recorded, so the UI shows why this observation is empty.
-            reason = " ".join(f"{type(error).__name__}: {error}".split())
-            context.log.warning(f"Could not observe {lake.stream_name}: {reason}")
-            return dg.ObserveResult(
-                asset_key=keys.stream_asset, metadata={"observation_error": reason}
-            )
-        return dg.ObserveResult(
-            asset_key=keys.stream_asset,
-            metadata=stream_metadata(fresh, raw_positions(lake).snapshot_id),
-        )
-
-    return observe
 
 
 def table_column_schema(schema: Schema) -> dg.TableSchema:
@@ -253,7 +159,6 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
     return raw
 
 
-kinesis_stream = stream_asset(DEFAULT_STREAM)
 raw_events = raw_asset(DEFAULT_STREAM)
 
 

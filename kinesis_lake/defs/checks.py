@@ -16,10 +16,10 @@ import dagster as dg
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE, measure_freshness
+from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.defs.backlog_runs import backlog_history, backlog_run_key
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
-from kinesis_lake.defs.streams import StreamKeys
+from kinesis_lake.defs.streams import StreamKeys, freshness_outcome, measure_freshness
 from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.events.declaration import (
     QUARANTINE_TABLE,
@@ -28,7 +28,6 @@ from kinesis_lake.events.declaration import (
     load_declaration,
 )
 from kinesis_lake.events.derived_tables import DerivedTable
-from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label
 from kinesis_lake.pipeline.data_loss import loss_report
 from kinesis_lake.pipeline.derived_reconciliation import (
     SAMPLED_HISTORY_ROWS,
@@ -91,34 +90,6 @@ def _data_loss_description(keys: StreamKeys, new: int, acknowledged: int) -> str
         f"kinesis-lake acknowledge-loss{stream} to clear this check; ingest more often than "
         "the retention, or raise it."
     )
-
-
-def freshness_outcome(fresh: StreamFreshness) -> tuple[bool, dict, str]:
-    """(passed, metadata, description) of the freshness check; the sensor reuses it."""
-    age = fresh.oldest_unconsumed_age_seconds
-    metadata = {
-        "shards": fresh.probe.shards,
-        "shards_with_backlog": len(fresh.probe.shards_with_backlog),
-        "oldest_unconsumed_age_seconds": round(age or 0.0, 3),
-        "max_lag_seconds": fresh.max_lag_seconds,
-        "retention_hours": fresh.probe.retention_hours,
-        "retention_used": round(fresh.retention_used, 4),
-    }
-    if age is None:
-        description = "Nothing in the stream is waiting past the committed positions."
-    elif fresh.passed:
-        description = (
-            f"Oldest unconsumed record is {age:.0f} s old, within {fresh.max_lag_seconds:.0f} s "
-            f"(shards with backlog: {shards_label(fresh.probe.shards_with_backlog)})."
-        )
-    else:
-        description = (
-            f"Stale: the stream holds records {age:.0f} s old that are not in the raw table "
-            f"(allowed {fresh.max_lag_seconds:.0f} s; shards "
-            f"{shards_label(fresh.probe.shards_with_backlog)}). Ingestion is not "
-            "keeping up or not running: check the backlog sensor and recent raw_events runs."
-        )
-    return fresh.passed, metadata, description
 
 
 def raw_checks(keys: StreamKeys) -> list[dg.AssetChecksDefinition]:

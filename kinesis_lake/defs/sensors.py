@@ -42,17 +42,22 @@ if TYPE_CHECKING:  # the type define_asset_job returns; dagster does not export 
     )
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import STREAM_OBSERVATION_INTERVAL, stream_metadata
 from kinesis_lake.defs.backlog_runs import (
     attempt_run_key,
     backlog_history,
     backlog_run_key,
     quiet_run_key,
 )
-from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK, freshness_outcome
+from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK
 from kinesis_lake.defs.jobs import DERIVE_RUN_NAME, FULL_JOB_NAME, RUN_NAME_TAG, ingest_job
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
-from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
+from kinesis_lake.defs.streams import (
+    DEFAULT_STREAM,
+    STREAM_OBSERVATION_INTERVAL,
+    StreamKeys,
+    freshness_outcome,
+    stream_metadata,
+)
 from kinesis_lake.kinesis.backlog import BacklogProbe
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label
 from kinesis_lake.pipeline.backlog import lake_freshness

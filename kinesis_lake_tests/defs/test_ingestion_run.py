@@ -8,7 +8,8 @@ import time
 
 import dagster as dg
 
-from kinesis_lake.defs.assets import KINESIS_STREAM, RAW_EVENTS, kinesis_stream, raw_events
+from kinesis_lake.defs.assets import RAW_EVENTS, raw_events
+from kinesis_lake.defs.streams import KINESIS_STREAM, kinesis_stream
 from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.pipeline.ingest import prepare_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake

@@ -25,16 +25,14 @@ from pyiceberg.expressions import And, EqualTo
 from kinesis_lake.defs.assets import (
     EVENT_COUNTS_PER_MINUTE,
     EVENTS_QUARANTINE,
-    KINESIS_STREAM,
     RAW_EVENTS,
     derived_tables_asset,
-    kinesis_stream,
     raw_events,
 )
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.maintenance import MaintenanceConfig, maintenance_job
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
-from kinesis_lake.defs.streams import DEFAULT_STREAM
+from kinesis_lake.defs.streams import DEFAULT_STREAM, KINESIS_STREAM, kinesis_stream
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
