@@ -3,7 +3,8 @@
 * ``resources``: settings, the Kinesis client and the Spark session, all from env.
 * ``streams``: each stream's Dagster names, the stream as an external asset, its freshness.
 * ``assets``: raw_events (one raw table per stream), the derived tables.
-* ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``.
+* ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``:
+  ``raw_checks`` of each raw table, ``table_checks`` of the tables they feed.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
 * ``jobs``: the named jobs; ``maintenance``: the upkeep job (ops, not assets) and its
   schedule (``KINESIS_LAKE_MAINTENANCE_CRON``).

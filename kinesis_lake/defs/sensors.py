@@ -48,8 +48,8 @@ from kinesis_lake.defs.backlog_runs import (
     backlog_run_key,
     quiet_run_key,
 )
-from kinesis_lake.defs.checks import FRESHNESS_CHECK, STALL_CHECK
 from kinesis_lake.defs.jobs import DERIVE_RUN_NAME, FULL_JOB_NAME, RUN_NAME_TAG, ingest_job
+from kinesis_lake.defs.raw_checks import FRESHNESS_CHECK, STALL_CHECK
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource
 from kinesis_lake.defs.streams import (
     DEFAULT_STREAM,

@@ -25,7 +25,7 @@ from kinesis_lake.defs.backlog_runs import (
     backlog_run_key,
     quiet_run_key,
 )
-from kinesis_lake.defs.checks import STALL_CHECK
+from kinesis_lake.defs.raw_checks import STALL_CHECK
 from kinesis_lake.defs.resources import KinesisResource
 from kinesis_lake.defs.sensors import HANDOVER_MARGIN_S, BacklogCursor, kinesis_backlog_sensor
 from kinesis_lake.iceberg.catalog import ensure_namespace

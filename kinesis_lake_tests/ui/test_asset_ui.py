@@ -24,16 +24,18 @@ from playwright.sync_api import Locator, Page, expect
 
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE, RAW_EVENTS
-from kinesis_lake.defs.checks import (
-    AGGREGATE_CHECK,
+from kinesis_lake.defs.raw_checks import (
     DATA_LOSS_CHECK,
     DUPLICATES_CHECK,
     FRESHNESS_CHECK,
     POSITIONS_CHECK,
+    STALL_CHECK,
+)
+from kinesis_lake.defs.table_checks import (
+    AGGREGATE_CHECK,
     QUARANTINE_CHECK,
     RECONCILIATION_CHECK,
     SCHEMA_CHECK,
-    STALL_CHECK,
 )
 from kinesis_lake_tests.pipeline_helpers import produce
 from kinesis_lake_tests.ui.conftest import BACKLOG_SENSOR
