@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
@@ -33,10 +31,7 @@ from kinesis_lake_tests.pipeline_helpers import (
     table_rows,
 )
 
-
-@pytest.fixture
-def settings(kinesalite_endpoint, settings_factory) -> Settings:
-    return settings_factory(kinesalite_endpoint, declaration=EVENTS_ONLY)
+DECLARATION = EVENTS_ONLY  # the lake of the ``settings`` fixture (conftest)
 
 
 def _fates(settings: Settings) -> tuple[list[str], list[str]]:

@@ -4,12 +4,7 @@ every raw row accounted for, also after a refresh that died between two tables' 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
-from pathlib import Path
 
-import pytest
-
-from kinesis_lake.config import Settings
 from kinesis_lake.events.routes import NO_ROUTE
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
@@ -22,6 +17,7 @@ from kinesis_lake_tests.pipeline_helpers import (
     table_rows,
 )
 
+# The lake of the ``settings`` fixture (conftest).
 DECLARATION = """\
 tables:
   - name: page_views
@@ -96,13 +92,6 @@ SECOND = [
     },
     {"kind": "heartbeat"},
 ]
-
-
-@pytest.fixture
-def settings(kinesalite_endpoint, settings_factory, tmp_path: Path) -> Settings:
-    path = tmp_path / "lake.yaml"
-    path.write_text(DECLARATION)
-    return replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
 
 
 def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(spark, settings):

@@ -4,8 +4,6 @@ resolved, and every raw row is still accounted for."""
 
 from __future__ import annotations
 
-import pytest
-
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.query import table_history
 from kinesis_lake.pipeline.derive import refresh_derived
@@ -27,10 +25,7 @@ from kinesis_lake_tests.pipeline_helpers import (
     table_rows,
 )
 
-
-@pytest.fixture
-def settings(kinesalite_endpoint, settings_factory) -> Settings:
-    return settings_factory(kinesalite_endpoint, declaration=REPLAY_BEFORE)
+DECLARATION = REPLAY_BEFORE  # the lake of the ``settings`` fixture (conftest)
 
 
 def _quarantine(settings: Settings) -> dict[tuple[str | None, bool], int]:

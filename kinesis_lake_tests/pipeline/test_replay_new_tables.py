@@ -8,8 +8,6 @@ quarantined records it now takes into it. Run in the order a user runs them over
 
 from __future__ import annotations
 
-import pytest
-
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.replay import replay_quarantine
 from kinesis_lake_tests.pipeline.declared_lakes import (
@@ -20,10 +18,7 @@ from kinesis_lake_tests.pipeline.declared_lakes import (
 )
 from kinesis_lake_tests.pipeline_helpers import assert_reconciled, ingest_and_derive, table_ids
 
-
-@pytest.fixture
-def settings(kinesalite_endpoint, settings_factory) -> Settings:
-    return settings_factory(kinesalite_endpoint, declaration=REPLAY_BEFORE)
+DECLARATION = REPLAY_BEFORE  # the lake of the ``settings`` fixture (conftest)
 
 
 WITH_LOGINS = REPLAY_AFTER.replace(

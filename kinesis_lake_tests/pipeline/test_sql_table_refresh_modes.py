@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import pytest
-
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
@@ -27,10 +25,7 @@ from kinesis_lake_tests.pipeline_helpers import (
     table_rows,
 )
 
-
-@pytest.fixture
-def settings(kinesalite_endpoint, settings_factory) -> Settings:
-    return settings_factory(kinesalite_endpoint, declaration=PROFILES_WITH_SQL_TABLES)
+DECLARATION = PROFILES_WITH_SQL_TABLES  # the lake of the ``settings`` fixture (conftest)
 
 
 def rows_of(settings: Settings, table: str) -> list[dict[str, Any]]:

@@ -5,9 +5,9 @@ for per stream."""
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
+from kinesis_lake.config import Settings
 from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
@@ -33,19 +33,23 @@ aggregate: {table: order_lines}
 """
 
 
-def test_two_streams_are_ingested_and_routed_apart(
-    spark, kinesalite_endpoint, settings_factory, tmp_path: Path
-):
-    path = tmp_path / "lake.yaml"
-    path.write_text(DECLARATION)
-    settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
-    clicks_stream, orders_stream = lake_streams(settings, load_declaration(path))
+def _put_ingest_and_derive(spark, settings: Settings) -> tuple[Settings, Settings]:
+    """A click and a scroll, a good and a bad order, each put on its stream, ingested and
+    routed; the settings of each stream."""
+    clicks_stream, orders_stream = lake_streams(
+        settings, load_declaration(settings.event_schema_path)
+    )
     put(clicks_stream, {"id": "c1", "type": "click"}, {"id": "c2", "type": "scroll"})
     put(orders_stream, {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
-
     for stream in (clicks_stream, orders_stream):
         run_ingestion(spark, stream)
     refresh_derived(spark, settings)
+    return clicks_stream, orders_stream
+
+
+def test_two_streams_are_ingested_and_routed_apart(spark, kinesalite_endpoint, settings_factory):
+    settings = settings_factory(kinesalite_endpoint, declaration=DECLARATION)
+    clicks_stream, orders_stream = _put_ingest_and_derive(spark, settings)
 
     assert clicks_stream.raw_table.endswith(".raw_web_clicks")
     assert len(table_rows(settings, clicks_stream.raw_table)) == 2
@@ -84,20 +88,15 @@ def test_two_streams_are_ingested_and_routed_apart(
 
 
 def test_re_creating_one_streams_raw_table_rebuilds_only_its_rows_of_the_shared_quarantine(
-    spark, kinesalite_endpoint, settings_factory, tmp_path: Path
+    spark, kinesalite_endpoint, settings_factory
 ):
     """The operator drops one stream's raw table (and its checkpoint) and ingests it again:
     that stream's routed tables and quarantine rows are rebuilt from the new raw table, the
     other stream's quarantine rows stay (its watermark does, so they would never return)."""
-    path = tmp_path / "lake.yaml"  # streams of its own: the endpoint outlives each test
-    path.write_text(DECLARATION.replace("web-clicks", "clicks-2").replace("orders", "orders-2"))
-    settings = replace(settings_factory(kinesalite_endpoint), event_schema_path=path)
-    clicks_stream, orders_stream = lake_streams(settings, load_declaration(path))
-    put(clicks_stream, {"id": "c1", "type": "click"}, {"id": "c2", "type": "scroll"})
-    put(orders_stream, {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
-    for stream in (clicks_stream, orders_stream):
-        run_ingestion(spark, stream)
-    refresh_derived(spark, settings)
+    # Streams of its own: the endpoint outlives each test.
+    declaration = DECLARATION.replace("web-clicks", "clicks-2").replace("orders", "orders-2")
+    settings = settings_factory(kinesalite_endpoint, declaration=declaration)
+    _, orders_stream = _put_ingest_and_derive(spark, settings)
 
     open_lake(settings).drop_table(orders_stream.raw_table)
     shutil.rmtree(checkpoint_location(orders_stream))

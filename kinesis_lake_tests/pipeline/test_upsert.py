@@ -27,6 +27,8 @@ from kinesis_lake_tests.pipeline_helpers import (
     table_rows,
 )
 
+DECLARATION = PROFILES  # the lake of the ``settings`` fixture (conftest)
+
 USERS = ("ann", "bob", "cid", "dee")
 
 
@@ -43,11 +45,6 @@ def model(updates: list[dict[str, Any]]) -> dict[str, str]:
     return {
         user: record["email"] for user, (_, record) in winners.items() if record["op"] != "delete"
     }
-
-
-@pytest.fixture
-def settings(kinesalite_endpoint, settings_factory) -> Settings:
-    return settings_factory(kinesalite_endpoint, declaration=PROFILES)
 
 
 def profiles(settings: Settings) -> dict[str, str]:
