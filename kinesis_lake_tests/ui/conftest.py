@@ -21,7 +21,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake_tests.defs.helpers import lake_env
-from kinesis_lake_tests.ui.dagster_server import REPO_ROOT, DagsterDevServer
+from kinesis_lake_tests.ui.dagster_server import BACKLOG_SENSOR, REPO_ROOT, DagsterDevServer
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -33,7 +33,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-BACKLOG_SENSOR = "kinesis_backlog_sensor"
 SERVER_START_SECONDS = 300
 """``dagster dev`` loads the code location in a subprocess: slow on a busy 2-core machine."""
 

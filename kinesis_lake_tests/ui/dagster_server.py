@@ -28,6 +28,8 @@ from kinesis_lake.kinesis.endpoint import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
+BACKLOG_SENSOR = "kinesis_backlog_sensor"
+"""The demo lake's backlog sensor, whose ticks the browser tests wait for and read."""
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """HTTP to the test server only: a proxy configured in the environment is never used."""
 

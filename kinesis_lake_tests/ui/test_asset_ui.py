@@ -38,8 +38,7 @@ from kinesis_lake.defs.table_checks import (
     SCHEMA_CHECK,
 )
 from kinesis_lake_tests.pipeline_helpers import produce
-from kinesis_lake_tests.ui.conftest import BACKLOG_SENSOR
-from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
+from kinesis_lake_tests.ui.dagster_server import BACKLOG_SENSOR, DagsterDevServer
 
 FIRST_EVENTS = 200
 MORE_EVENTS = 100
