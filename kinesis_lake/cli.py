@@ -182,6 +182,10 @@ def cmd_ingest(args: argparse.Namespace) -> None:
                 f"micro-batches ({result.rows_per_second:,.0f} rows/s); "
                 f"{stream.raw_table_name} holds {result.raw_rows_total}"
             )
+            for gap in result.skipped_gaps:
+                print(
+                    f"{stream.stream_name}: skipped a data-loss gap on {gap.shard_id}: {gap.detail}"
+                )
         if args.derive:
             print(_derive_summary(refresh_derived(spark, settings)))
     finally:

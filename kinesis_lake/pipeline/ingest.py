@@ -58,9 +58,24 @@ class BatchReport:
     millis_behind_latest: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SkippedGap:
+    """A range a run skipped as data loss (failOnDataLoss=false), and why.
+
+    The error of the run that failed on it names only the shard whose task failed first;
+    when several shards lost records in one batch, the others are named only here, and an
+    operator needs each of them to re-send what was lost.
+    """
+
+    shard_id: str
+    epoch: int
+    detail: str
+
+
 @dataclass
 class IngestResult:
-    """What a run did, in numbers a dashboard can plot."""
+    """What a run did, in numbers a dashboard can plot; ``skipped_gaps`` are the data-loss
+    gaps this run skipped (``skipped_ranges`` counts those of the checkpoint's life)."""
 
     batches: int
     rows: int
@@ -71,6 +86,7 @@ class IngestResult:
     millis_behind_latest: dict[str, int]
     skipped_ranges: int
     shards_read: int
+    skipped_gaps: list[SkippedGap] = field(default_factory=list)
 
     @property
     def rows_per_second(self) -> float:
@@ -229,6 +245,7 @@ def run_ingestion(
         )
     started = time.monotonic()
     before = _raw_rows(settings)
+    status_before = _status_before(settings)
     query = start_ingestion_query(spark, settings, available_now=True)
     try:
         if on_batch is None:
@@ -243,7 +260,9 @@ def run_ingestion(
             query.stop()
         finally:
             _release_consumer(settings)
-    return _summarise(settings, query.recentProgress, time.monotonic() - started, before)
+    return _summarise(
+        settings, query.recentProgress, time.monotonic() - started, before, status_before
+    )
 
 
 LINGER_TRIGGER = "1 second"
@@ -333,6 +352,7 @@ def run_continuous(
     """
     started = time.monotonic()
     before = _raw_rows(settings)
+    status_before = _status_before(settings)
     query = start_ingestion_query(
         spark, settings, available_now=False, processing_time=processing_time
     )
@@ -361,7 +381,12 @@ def run_continuous(
     # stop: it must be reported like every other.
     follower.poll()
     return _summarise(
-        settings, query.recentProgress, time.monotonic() - started, before, batches=follower.batches
+        settings,
+        query.recentProgress,
+        time.monotonic() - started,
+        before,
+        status_before,
+        batches=follower.batches,
     )
 
 
@@ -479,11 +504,30 @@ def input_rows(progress: Mapping[str, Any]) -> int:
     return int(total)
 
 
+def _status_before(settings: Settings) -> Mapping[str, Any]:
+    """The source's status as a run finds it: the gaps it names after this are the run's."""
+    return ShardProgressStore(source_metadata_path(settings)).latest_status() or {}
+
+
+def _gaps_since(status: Mapping[str, Any], before: Mapping[str, Any]) -> list[SkippedGap]:
+    """The gaps ``status`` names that ``before`` did not: those of later epochs of the
+    same checkpoint, or all of a new one's. A gap is named by the run that publishes its
+    epoch's status, which is the next run when one dies right after the epoch."""
+    same_run = status.get("runId") == before.get("runId")
+    published = int(before.get("epoch", 0)) if same_run else -1
+    return [
+        SkippedGap(gap["shard"], int(gap["epoch"]), gap["detail"])
+        for gap in status.get("skippedGaps", [])
+        if int(gap["epoch"]) > published
+    ]
+
+
 def _summarise(
     settings: Settings,
     progresses: Sequence[dict],
     seconds: float,
     rows_before: int,
+    status_before: Mapping[str, Any],
     *,
     batches: int | None = None,
 ) -> IngestResult:
@@ -503,4 +547,5 @@ def _summarise(
         millis_behind_latest=lags,
         skipped_ranges=int(status.get("skippedRanges", 0)),
         shards_read=len(lags),
+        skipped_gaps=_gaps_since(status, status_before),
     )

@@ -544,8 +544,9 @@ def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
         "were read, or cannot be shown not to have (nothing read the shard to its tip "
         "within the retention period). To go on from the oldest record still available, "
         "set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option failOnDataLoss=false) for "
-        "one run; the skipped range is then counted by the no_data_loss check, which "
-        "kinesis-lake acknowledge-loss clears."
+        "one run, which names every range it skips (other shards may have lost records "
+        "too); the no_data_loss check counts them, and kinesis-lake acknowledge-loss "
+        "clears it."
     )
 
 
@@ -641,6 +642,12 @@ def _text(name: str, value: object, problems: list[str]) -> str:
     return stand_in
 
 
+SKIPPED_GAPS_KEPT = 100
+"""Skipped gaps a status keeps by name. Each run reports those of its own epochs
+(:mod:`kinesis_lake.pipeline.ingest`), so a gap's name only has to outlive the run that
+skipped it; the count, ``skippedRanges``, is kept whole for the no_data_loss check."""
+
+
 def source_status(
     done: SourceOffset, records: Mapping[str, ProgressRecord], previous: Mapping | None
 ) -> dict:
@@ -650,7 +657,12 @@ def source_status(
     records after de-aggregation). ``shards`` holds, per shard still being read, the
     latest read's outcome (``millis_behind_latest`` included) with its epoch and reader:
     shards that sat this epoch out keep their last known state, finished shards drop out.
-    ``skippedRanges`` counts data-loss gaps so far (failOnDataLoss=false).
+    ``skippedRanges`` counts data-loss gaps so far (failOnDataLoss=false), and
+    ``skippedGaps`` names the latest of the gaps reads skipped (shard, epoch, cause). The
+    error of a run that fails on data loss names only the shard whose task failed first,
+    at random when several lost records in one batch; the run that skips the gaps is the
+    one that can name each, and an operator has to know every shard to re-send its
+    records.
     """
     ended = {sid for sid, r in records.items() if r.outcome.shard_ended}
     shards = {
@@ -666,6 +678,14 @@ def source_status(
         }
     )
     lags = [int(e["millis_behind_latest"] or 0) for e in shards.values()]
+    gaps = [
+        *(previous or {}).get("skippedGaps", []),
+        *(
+            {"shard": sid, "epoch": done.epoch, "detail": r.outcome.data_loss}
+            for sid, r in sorted(records.items())
+            if r.outcome.data_loss
+        ),
+    ]
     return {
         "runId": done.run_id,
         "epoch": done.epoch,
@@ -676,6 +696,7 @@ def source_status(
         "maxMillisBehindLatest": max(lags, default=0),
         "skippedRanges": done.skipped_ranges
         + sum(1 for r in records.values() if r.outcome.data_loss),
+        "skippedGaps": gaps[-SKIPPED_GAPS_KEPT:],
         "shards": dict(sorted(shards.items())),
         "finishedShards": sorted(done.finished | ended),
     }

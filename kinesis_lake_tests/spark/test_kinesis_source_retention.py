@@ -39,6 +39,7 @@ from kinesis_lake_tests.spark.source_helpers import (
 )
 
 PARENT = "shardId-000000000000"
+OTHER = "shardId-000000000001"
 DAY_S = 24 * 3600
 
 
@@ -198,6 +199,26 @@ def test_an_acknowledged_loss_after_an_outage_is_counted_once(spark, clock, sett
 
     assert result.rows == 5 and result.skipped_ranges == 1
     assert_exactly_once(settings, 15)
+
+
+def test_a_run_that_skips_gaps_names_every_shard_it_skipped(spark, clock, settings_factory):
+    """The soak (seed 7, day 3): after an outage longer than retention, records expired
+    unread on one shard and the other's loss cannot be ruled out. The failing run names
+    only the shard whose task failed first, at random; the run with failOnDataLoss=false
+    then skipped both gaps and named neither, so the shard that really lost records could
+    go unnamed for good."""
+    settings = settings_factory(clock, shard_count=2, fail_on_data_loss=False)
+    _outage_longer_than_retention_with_records_lost(spark, clock, settings)
+
+    result = run_ingestion(spark, settings)
+
+    # The four lost records were all on PARENT; OTHER lost only its resume record, but
+    # nothing read it within retention either, so its loss cannot be ruled out (README).
+    assert clock.trimmed == {PARENT: 5, OTHER: 1}
+    assert result.skipped_ranges == 2
+    assert sorted(gap.shard_id for gap in result.skipped_gaps) == [PARENT, OTHER]
+    assert all("no longer retained" in gap.detail for gap in result.skipped_gaps)
+    assert run_ingestion(spark, settings).skipped_gaps == []  # named by the run that skipped
 
 
 def test_records_expired_on_a_shard_read_to_its_tip_while_empty_are_data_loss(
