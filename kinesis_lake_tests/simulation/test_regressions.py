@@ -325,3 +325,25 @@ def test_a_replay_reading_a_shard_gone_from_the_stream_finishes_it(tmp_path: Pat
         shards=3,
         trimmed_position=REFUSE,
     )
+
+
+def test_records_expired_before_any_query_ran_are_no_ones_loss(tmp_path: Path):
+    """Found by the simulation (seed 30023, shrunk; fails at f236913), analysed: a harness
+    artifact. A second writer is started by a step of its own, with no checkpoint, and
+    first runs 53 hours later; the six records put in between expired, and the check
+    counted them from the step that made the query. Spark asks a source for its initial
+    offset at the query's first trigger, at once on a real start, so ingestion starts
+    with a query's first batch: that is when the harness starts counting now."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("second_writer", True),
+            ("put", 5, 6, False),
+            ("outage", 192873025),
+            ("put", 4, 2, False),
+            ("run", "second", 2, None),
+        ],
+        shards=1,
+        trimmed_position=REFUSE,
+    )
+    assert sum(state.lake.rows().values()) == 2

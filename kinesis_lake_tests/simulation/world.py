@@ -289,6 +289,11 @@ class World:
         query = self._ensure_query(who)
         if query is None:
             return False
+        if self.started_ms is None:
+            # Ingestion starts with a query's first batch, where Spark asks the source for
+            # its initial offset (at once on a real start): a second writer started by a
+            # step of its own only gets there at its first run (seed 30023).
+            self.started_ms = self.clock_ms
         try:
             result = query.run_batch(crash_at)
         except Crash as crash:
@@ -329,8 +334,6 @@ class World:
         if who not in self.active:
             return None
         if self.queries[who] is None:
-            if self.started_ms is None:
-                self.started_ms = self.clock_ms
             if who == "main" and self.checkpoints[who] is None:
                 self.blind |= self._aged_out_positions()
             query = Query(
