@@ -87,17 +87,28 @@ def check_loss_reported(
     positions: Mapping[str, str],
     reported: set[str],
     in_table: set[tuple[str, str]],
+    kinesis: SimulatedKinesis | None = None,
 ) -> None:
     """A record that expired unread, once ingestion moved past it, was reported.
+
+    Ingestion moves past a shard gone from the stream (``kinesis``: closed and past
+    retention) once a child of it has a committed position: children are read only
+    after their parents, and a gone shard's committed position never moves past its
+    lost records, so without this its loss could go unreported unseen.
 
     A loss before the first record ever read from its shard (a read that started at the
     trim horizon) is told apart as its own kind: the two have different causes.
     """
+    left_behind = _gone_and_left_behind(kinesis, positions) if kinesis is not None else set()
     for shard, sequences in sorted(lost.items()):
         position = positions.get(shard)
-        if shard in reported or position is None:
+        if shard in reported or (position is None and shard not in left_behind):
             continue
-        passed = [s for s in sequences if s < int(position)]
+        if shard in left_behind:
+            passed = list(sequences)
+            position = f"its children ({shard} is gone from the stream)"
+        else:
+            passed = [s for s in sequences if s < int(str(position))]
         if passed:
             read_before = any(
                 table_shard == shard and int(sequence) < passed[0]
@@ -108,6 +119,20 @@ def check_loss_reported(
                 f"shard {shard}: {len(passed)} record(s) expired unread (first {passed[0]}) and "
                 f"ingestion moved past them to {position} without reporting a loss",
             )
+
+
+def _gone_and_left_behind(kinesis: SimulatedKinesis, positions: Mapping[str, str]) -> set[str]:
+    """Shards no longer in the stream one of whose children has a committed position."""
+    children: dict[str, set[str]] = {}
+    for shard in kinesis.shards.values():
+        for parent in (shard.parent, shard.adjacent_parent):
+            if parent is not None:
+                children.setdefault(parent, set()).add(shard.shard_id)
+    return {
+        shard.shard_id
+        for shard in kinesis.shards.values()
+        if not kinesis.listed(shard) and children.get(shard.shard_id, set()) & set(positions)
+    }
 
 
 def check_loss_report(

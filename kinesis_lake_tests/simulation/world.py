@@ -420,6 +420,7 @@ class World:
             positions,
             self.reported,
             in_table,
+            self.kinesis,
         )
         invariants.check_sensor(self.kinesis, positions, in_table)
 
