@@ -112,6 +112,7 @@ from kinesis_lake.kinesis.streams import (
 )
 from kinesis_lake.spark.kinesis_offsets import (
     PlanningInput,
+    ShardCursor,
     SourceOffset,
     SourcePlanningError,
     plan_next_offset,
@@ -268,7 +269,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             new_shard_start=new_shard_start,
             per_shard_start=self.options.per_shard_start,
         )
-        return _with_earlier_tips(offset, self._store.latest_status(), shards).to_dict()
+        status = self._store.latest_status()
+        offset = _with_gone_unfinished(offset, status, self.options.per_shard_start)
+        return _with_earlier_tips(offset, status, shards).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Spark's limit per micro-batch: ``maxRecordsPerBatch``, if set.
@@ -452,6 +455,38 @@ def release_consumer(options: Mapping[str, str]) -> None:
     found = find_consumer(client, stream.arn, parsed.consumer_name)
     if found is not None:
         deregister_consumer(client, found)
+
+
+def _with_gone_unfinished(
+    offset: SourceOffset, status: Mapping | None, per_shard_start: Mapping[str, StartPosition]
+) -> SourceOffset:
+    """``offset`` (a new query's first) with a cursor for each shard a start position
+    names that the stream no longer lists, where an earlier query of this metadataPath
+    left it unfinished (issue 31).
+
+    A closed shard leaves the listing once its records are past retention, and the table
+    keeps the position of its last committed record. Whether the shard was read to its
+    end, only the query that read it knew: its status entry (live, neither ended nor
+    finished) says it was not, so records after that position may have expired unread.
+    Planned like any shard gone before its end, the first plan reports it (or, with
+    failOnDataLoss=false, skips and counts it) instead of moving on to its children
+    without a word. With no such entry, nothing says so and the shard is taken as
+    finished, as before: the table names a gone shard for ever, and a start that knows
+    nothing of it must not raise the alarm each time. An entry read before the stream's
+    creation belongs to a deleted stream of the same name, and is ignored.
+    """
+    earlier = (status or {}).get("shards", {})
+    done = set((status or {}).get("finishedShards", []))
+    gone = {
+        shard_id: ShardCursor(start)
+        for shard_id, start in per_shard_start.items()
+        if shard_id not in offset.shards
+        and shard_id not in done
+        and shard_id in earlier
+        and not earlier[shard_id].get("shard_ended")
+        and int(earlier[shard_id].get("read_started_ms") or 0) >= offset.stream_created_ms
+    }
+    return replace(offset, shards={**offset.shards, **gone}) if gone else offset
 
 
 def _with_earlier_tips(

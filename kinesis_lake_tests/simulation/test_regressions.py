@@ -347,3 +347,30 @@ def test_records_expired_before_any_query_ran_are_no_ones_loss(tmp_path: Path):
         trimmed_position=REFUSE,
     )
     assert sum(state.lake.rows().values()) == 2
+
+
+def test_a_parent_left_unfinished_and_gone_is_reported_after_a_checkpoint_lost(tmp_path: Path):
+    """Found while fixing seed 20147, once the invariants counted a shard gone from the
+    stream as passed when a child of it has a committed position (a gone shard's own
+    position never moves past its lost records; fails at f236913). Two records arrive on
+    the only shard after its last read, it splits, an outage takes them and the parent
+    with them, and the checkpoint is lost: the new query's first offset knew only the
+    listed shards, so the parent's loss went unreported while its children were read.
+    The deployment's progress records say the parent was left unfinished: the new query
+    plans it, and reports it gone before its end."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 0, 3, False),
+            ("run", "main", 2, None),
+            ("put", 0, 2, False),
+            ("split", 0),
+            ("outage", 30 * _HOUR),
+            ("lose_checkpoint",),
+            ("put", 1, 1, False),
+            ("run", "main", 2, None),
+            ("run", "main", 2, None),
+        ],
+        shards=1,
+    )
+    assert "shardId-000000000000" in state.reported

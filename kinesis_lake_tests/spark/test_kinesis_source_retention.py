@@ -19,6 +19,7 @@ from pyspark.errors import StreamingQueryException
 from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.spark.kinesis_offsets import SourcePlanningError
 from kinesis_lake.spark.kinesis_source_options import (
     KinesisOptionError,
     KinesisSourceOptions,
@@ -316,3 +317,38 @@ def test_a_replay_of_a_parent_gone_from_the_stream_reports_its_loss_then_goes_on
 
     assert sorted(payloads(rows)) == sorted(d.decode() for _, d in keyed_events("new", 2, 2))
     assert status(tmp_path / "meta")["skippedRanges"] == 1
+
+
+def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported():
+    """Issue 31: a query started without checkpoint after a split's parent left the
+    stream plans the parent when the progress records say the earlier query had not
+    finished it (its first plan then reports it gone before its end); not when it had,
+    nor when nothing is known of it (the table names a gone shard for ever)."""
+    from kinesis_lake.kinesis.shard_reader import StartPosition
+    from kinesis_lake.spark.kinesis_offsets import PlanningInput, SourceOffset, plan_next_offset
+    from kinesis_lake.spark.kinesis_source import _with_gone_unfinished
+
+    children = [Shard(f"shardId-00000000000{i}", PARENT, None, "1", None) for i in (1, 2)]
+    committed = {PARENT: StartPosition.after("49")}
+    offset = SourceOffset.initial(
+        stream_created_ms=1_000,
+        shards=children,
+        start=StartPosition.trim_horizon(),
+        new_shard_start=StartPosition.trim_horizon(),
+        per_shard_start=committed,
+    )
+
+    def planned(status: dict | None) -> set[str]:
+        return set(_with_gone_unfinished(offset, status, committed).shards)
+
+    live = {"read_started_ms": 5_000, "tip_ms": 5_000, "shard_ended": False}
+    assert planned({"shards": {PARENT: live}}) == {PARENT, *(c.shard_id for c in children)}
+    assert PARENT not in planned(None)
+    assert PARENT not in planned({"shards": {PARENT: {**live, "shard_ended": True}}})
+    assert PARENT not in planned({"shards": {PARENT: live}, "finishedShards": [PARENT]})
+    assert PARENT not in planned({"shards": {PARENT: {**live, "read_started_ms": 500}}})
+
+    first = _with_gone_unfinished(offset, {"shards": {PARENT: live}}, committed)
+    given = PlanningInput(listed_shards=children, outcomes={}, max_records_per_shard=10, now_ms=9)
+    with pytest.raises(SourcePlanningError, match=f"Shard {PARENT} is no longer in the stream"):
+        plan_next_offset(first, given)
