@@ -20,6 +20,7 @@ POSITIONS_BACKWARDS = "positions-moved-backwards"
 POSITIONS_BEHIND_DATA = "positions-behind-data"
 SILENT_LOSS = "silent-loss"
 SILENT_LOSS_FIRST_READ = "silent-loss-before-first-record"
+SILENT_LOSS_BLIND_START = "silent-loss-read-past-by-a-start-knowing-nothing"
 FALSE_LOSS = "false-loss"
 FALSE_LOSS_REPLAY = "false-loss-in-a-replay"
 MISSED_BACKLOG = "sensor-missed-backlog"
@@ -88,6 +89,7 @@ def check_loss_reported(
     reported: set[str],
     in_table: set[tuple[str, str]],
     kinesis: SimulatedKinesis | None = None,
+    blind_first: set[str] | None = None,
 ) -> None:
     """A record that expired unread, once ingestion moved past it, was reported.
 
@@ -97,7 +99,10 @@ def check_loss_reported(
     lost records, so without this its loss could go unreported unseen.
 
     A loss before the first record ever read from its shard (a read that started at the
-    trim horizon) is told apart as its own kind: the two have different causes.
+    trim horizon) is told apart as its own kind: the two have different causes. So is
+    such a loss on a shard in ``blind_first``, whose first committed position a query
+    wrote that started with neither a checkpoint nor the deployment's progress records
+    (a known limit: nothing it can read tells it the shard was read before).
     """
     left_behind = _gone_and_left_behind(kinesis, positions) if kinesis is not None else set()
     for shard, sequences in sorted(lost.items()):
@@ -114,8 +119,11 @@ def check_loss_reported(
                 table_shard == shard and int(sequence) < passed[0]
                 for table_shard, sequence in in_table
             )
+            kind = SILENT_LOSS if read_before else SILENT_LOSS_FIRST_READ
+            if kind == SILENT_LOSS_FIRST_READ and shard in (blind_first or set()):
+                kind = SILENT_LOSS_BLIND_START
             raise Violation(
-                SILENT_LOSS if read_before else SILENT_LOSS_FIRST_READ,
+                kind,
                 f"shard {shard}: {len(passed)} record(s) expired unread (first {passed[0]}) and "
                 f"ingestion moved past them to {position} without reporting a loss",
             )

@@ -85,6 +85,10 @@ class World:
         """Shards a checkpoint-less start cannot prove quiet (see _aged_out_positions)."""
         self.started_ms: int | None = None
         """When ingestion first started: what expired before is nobody's loss."""
+        self.knowing_nothing: set[str] = set()
+        """Queries started with neither a checkpoint nor the deployment's progress records
+        (a second machine's), and the shards whose first committed position one wrote."""
+        self.first_read_knowing_nothing: set[str] = set()
         self.acknowledge: set[str] = set()
         self.reported: set[str] = set()
         self.highest: dict[str, int] = {}
@@ -294,6 +298,9 @@ class World:
             # its initial offset (at once on a real start): a second writer started by a
             # step of its own only gets there at its first run (seed 30023).
             self.started_ms = self.clock_ms
+        before = (
+            set(committed_positions(self.lake.table())) if who in self.knowing_nothing else None
+        )
         try:
             result = query.run_batch(crash_at)
         except Crash as crash:
@@ -320,6 +327,10 @@ class World:
             self.queries[who] = None
             self._failed(who, error)
             return False
+        finally:
+            if before is not None:  # a commit that landed and then raised counts too
+                first = set(committed_positions(self.lake.table())) - before
+                self.first_read_knowing_nothing |= first
         self.failures.pop(who, None)
         self._take_reports(who, query)
         self.last_rows = result.rows
@@ -336,6 +347,10 @@ class World:
         if self.queries[who] is None:
             if who == "main" and self.checkpoints[who] is None:
                 self.blind |= self._aged_out_positions()
+            if who != "main" and self.checkpoints[who] is None:
+                self.knowing_nothing.add(who)
+            else:
+                self.knowing_nothing.discard(who)
             query = Query(
                 self.kinesis,
                 self.lake,
@@ -421,6 +436,7 @@ class World:
             self.reported,
             in_table,
             self.kinesis,
+            self.first_read_knowing_nothing,
         )
         invariants.check_sensor(self.kinesis, positions, in_table)
 
