@@ -23,9 +23,10 @@ month takes minutes. Each simulated day it:
 
 At the end: every record that was still retained when it was first due to be read is in
 the raw table exactly once; the deliberately expired records are exactly the ones
-missing, and the source reported each gap; ``parsed + quarantined == raw``; the
-aggregate adds up; and a new ingestion run still starts and finishes. Exit status 1 on
-any failure. ``scripts/chaos.py`` is the kill-only harness this one extends.
+missing, and the run that skipped them named each of their shards; ``parsed +
+quarantined == raw``; the aggregate adds up; and a new ingestion run still starts and
+finishes. Exit status 1 on any failure. ``scripts/chaos.py`` is the kill-only harness
+this one extends.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -79,6 +81,8 @@ idle shard from records that expired unread, and rightly reports possible loss."
 KILL_PHASES = ("ingest", "derive", "ambiguous_commit", "none")
 LOSS_SETTING = "KINESIS_LAKE_FAIL_ON_DATA_LOSS"
 LOG_DIR = REPO_ROOT / "test-output" / "soak"
+LOSS_ERROR = re.compile(r"Data loss on stream '[^']*', shard (\S+?):")
+SKIPPED_GAP = re.compile(r"skipped a data-loss gap on (\S+?):")
 
 
 AMBIGUOUS_ERRORS = ("unknown", "conflict", "generic")
@@ -112,6 +116,7 @@ class SoakReport:
     duplicated: int = 0
     unexpected: int = 0
     reported_gaps: int = 0
+    possible_gaps: int = 0
     withheld: int = 0
     reconciliation: str = ""
     aggregate: str = ""
@@ -125,6 +130,7 @@ class SoakReport:
         print(f"  records produced                    {self.produced}")
         print(f"  records expired unread on purpose   {self.expired_on_purpose}")
         print(f"  data-loss gaps reported             {self.reported_gaps}")
+        print(f"  possible-loss gaps reported         {self.possible_gaps}")
         print(f"  expired records the proxy withheld  {self.withheld}")
         for phase in KILL_PHASES[:-1]:
             print(f"  faults {phase:<28} {self.kills[phase]:>4}")
@@ -346,12 +352,17 @@ def finish_day(
     report: SoakReport,
     *,
     expect_loss_on: set[str],
+    unread_past_retention: bool,
 ) -> None:
     """Runs ``ingest --derive`` until one finishes on its own, after one faulty run.
 
     On a day whose unread records were trimmed on purpose, the first clean run must fail
-    and name every shard that lost records; the operator's way out, failOnDataLoss=false,
-    must then skip the gap and carry on.
+    on data loss, and the operator's way out, failOnDataLoss=false, must then skip the
+    gaps, name every shard that lost records, and carry on. The failing run names one
+    shard only: the one whose task failed first. The records were left to expire in an
+    outage longer than retention, in which nothing read any shard, so every other shard
+    may be reported too, as possible loss (README, Retention and time); outside such an
+    outage, a shard that lost nothing must never be reported.
     """
     fault = rng.choice(KILL_PHASES)
     if fault != "none":
@@ -362,15 +373,32 @@ def finish_day(
     outcome, run = run_ingest(settings, watcher, rng, fault="none")
     report.runs += 1
     if expect_loss_on:
-        if outcome != "failed" or not all(shard in run.stderr for shard in expect_loss_on):
+        failed_on = set(LOSS_ERROR.findall(run.stderr))
+        if outcome != "failed" or not failed_on:
             report.failures.append(
                 f"records expired unread on {sorted(expect_loss_on)} were not reported as "
                 f"data loss (run {outcome}): {cause(run, report)}"
             )
-        else:
-            report.reported_gaps += len(expect_loss_on)
+        elif not unread_past_retention and failed_on - expect_loss_on:
+            report.failures.append(
+                f"data loss reported on {sorted(failed_on - expect_loss_on)}, which lost "
+                f"nothing and were read within retention: {cause(run, report)}"
+            )
         outcome, run = run_ingest(settings, watcher, rng, fault="none", env={LOSS_SETTING: "false"})
         report.runs += 1
+        skipped = set(SKIPPED_GAP.findall(run.stdout))
+        if outcome == "finished" and expect_loss_on - skipped:
+            report.failures.append(
+                f"records expired unread on {sorted(expect_loss_on - skipped)} were skipped "
+                f"without naming the shard: {cause(run, report)}"
+            )
+        if not unread_past_retention and skipped - expect_loss_on:
+            report.failures.append(
+                f"gaps skipped on {sorted(skipped - expect_loss_on)}, which lost nothing and "
+                f"were read within retention: {cause(run, report)}"
+            )
+        report.reported_gaps += len(expect_loss_on & skipped)
+        report.possible_gaps += len(skipped - expect_loss_on)
     if outcome != "finished":
         report.failures.append(f"a clean ingestion run {outcome}: {cause(run, report)}")
         raise SoakStopped(report.failures[-1])
@@ -422,6 +450,7 @@ def run_soak(
                 if day == merge_day:
                     report.reshards.append(f"day {day}: {stream.merge()}")
                 doomed_shards: set[str] = set()
+                outage_s = ROUND_S  # since the last run read every shard to its tip
                 if day == loss_day:
                     # Left unread until the clock trims them: a known, deliberate loss.
                     shard = rng.choice(stream.open_shards())
@@ -429,12 +458,20 @@ def run_soak(
                     stream.doomed.update(doomed)
                     doomed_shards = {shard["ShardId"]}
                     clock.advance(RETENTION_HOURS * 3600 + 60)
+                    outage_s += RETENTION_HOURS * 3600 + 60
                 # Some days only half the key space is written: the rest idles past retention.
                 quiet = rng.random() < 0.4
                 target = rng.choice(stream.open_shards()) if quiet else None
                 stream.put(day, per_day, seed=seed * 100 + day, shard=target)
                 with MaintenanceRacer(settings, report) as racer:
-                    finish_day(settings, watcher, rng, report, expect_loss_on=doomed_shards)
+                    finish_day(
+                        settings,
+                        watcher,
+                        rng,
+                        report,
+                        expect_loss_on=doomed_shards,
+                        unread_past_retention=day > 1 and outage_s > RETENTION_HOURS * 3600,
+                    )
                 report.failures += racer.errors
                 print(
                     f"day {day}: {len(stream.records)} records so far, "
