@@ -5,6 +5,6 @@ per session: this module makes ``format("kinesis_lake_iceberg")`` resolve in any
 including one used from another thread. See ``pyspark_kinesis`` for the mechanism.
 """
 
-from kinesis_lake.spark.iceberg_sink import IcebergDataSource as DefaultSource
+from kinesis_lake.spark.iceberg.sink import IcebergDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -5,6 +5,6 @@ and registers its ``DefaultSource`` under ``DefaultSource.name()``, so installin
 kinesis-lake is enough for ``spark.readStream.format("kinesis")`` to work.
 """
 
-from kinesis_lake.spark.kinesis_source import KinesisDataSource as DefaultSource
+from kinesis_lake.spark.kinesis.source import KinesisDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -69,7 +69,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
     from kinesis_lake.iceberg.raw_table import ensure_raw_table
     from kinesis_lake.iceberg.summary import committed_positions
-    from kinesis_lake.spark.iceberg_writer import merge_positions
+    from kinesis_lake.spark.iceberg.writer import merge_positions
 
     commits = ctx.sizes.commits
     every = ctx.sizes.commit_expire_every

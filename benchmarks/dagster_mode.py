@@ -65,7 +65,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     """Both deployments in one invocation: runs that start their own JVM (the defaults),
     and runs attached to a Spark Connect server with the sensor ticking every 5 s."""
     from kinesis_lake.dev import LOW_LATENCY_RUNS
-    from kinesis_lake.spark.connect_server import ConnectServer
+    from kinesis_lake.spark.runtime.connect_server import ConnectServer
 
     variants = {"jvm_per_run": _measure(ctx, "jvm_per_run", {})}
     server_dir = ctx.scratch("dagster-mode-connect-server")

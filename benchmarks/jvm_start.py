@@ -1,7 +1,7 @@
 """Benchmark 11: a local driver JVM's start, with and without the class archive.
 
 What every ``kinesis-lake ingest`` and bounded Dagster run pays before its first record
-(issue 14, target 2), and what :mod:`kinesis_lake.spark.class_archive` takes off it.
+(issue 14, target 2), and what :mod:`kinesis_lake.spark.runtime.class_archive` takes off it.
 Each round starts a new Python process that builds the project's Spark session and runs
 one small query, once mapping the archive ``make setup`` recorded and once without it
 (``-Xshare:auto``, the JDK's own classes only, which leaves ours out), alternating so
@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks.context import BenchContext
 from benchmarks.machine import load_now
 from benchmarks.stats import ratio
-from kinesis_lake.spark.class_archive import archive_path
+from kinesis_lake.spark.runtime.class_archive import archive_path
 
 NAME = "jvm_start"
 SPARK_MASTERS: tuple[str, ...] = ()  # its own processes
@@ -30,7 +30,7 @@ ONE_START = """
 import json, sys, time
 import psutil
 from pyspark import SparkContext
-from kinesis_lake.spark.session import build_spark_session
+from kinesis_lake.spark.runtime.session import build_spark_session
 began = time.perf_counter()
 conf = {"spark.driver.extraJavaOptions": sys.argv[2]} if sys.argv[2] else {}
 spark = build_spark_session(conf=conf, log_dir=sys.argv[1])

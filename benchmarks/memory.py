@@ -95,7 +95,7 @@ def cli_ingest_over_connect(ctx: BenchContext, records: int) -> dict[str, Any]:
     """``cli_ingest`` attached to a Spark Connect server (cached): the deployment ``make
     dev`` runs. The server starts first and is warmed by one small ingest of its own, as
     a long-lived server has run queries before; its JVM start is not the command's."""
-    from kinesis_lake.spark.connect_server import ConnectServer
+    from kinesis_lake.spark.runtime.connect_server import ConnectServer
 
     key = f"cli_ingest:{records}:connect"
     if key in ctx.shared:

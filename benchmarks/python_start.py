@@ -34,7 +34,7 @@ from benchmarks.machine import load_now
 from benchmarks.processes import run_with_timeout
 from benchmarks.stats import ratio
 from benchmarks.streams import settings_env, settings_for
-from kinesis_lake.spark.compiled_pyspark import ARCHIVE_DIR, archives, is_compiled
+from kinesis_lake.spark.runtime.compiled_pyspark import ARCHIVE_DIR, archives, is_compiled
 
 NAME = "python_start"
 SPARK_MASTERS: tuple[str, ...] = ()  # its own processes
@@ -42,7 +42,7 @@ ROUNDS = 5
 RECORDS = 2_000
 VARIANTS = ("source_only", "compiled")
 _PYSPARK_DIR = ARCHIVE_DIR.parent.parent
-_RECOMPILE = "python -m kinesis_lake.spark.compiled_pyspark"
+_RECOMPILE = "python -m kinesis_lake.spark.runtime.compiled_pyspark"
 
 
 def _spark_home(work: Path, label: str) -> Path:

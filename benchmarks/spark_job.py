@@ -172,7 +172,7 @@ def _recorder(spark: Any, *, announce: bool = False) -> ProgressRecorder:
 
 
 def _session(master: str):
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     started = time.perf_counter()
     spark = build_spark_session(master, app_name="kinesis-lake-bench")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from kinesis_lake.config import SPARK_CONNECT_PORT, Settings, load_profile, settings_markdown
 from kinesis_lake.errors import ConfigurationError, KinesisLakeError, TableError
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
-from kinesis_lake.spark.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
+from kinesis_lake.spark.runtime.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -96,8 +96,8 @@ def cmd_endpoint(args: argparse.Namespace) -> None:
 
 
 def cmd_connect_server(args: argparse.Namespace) -> None:
-    from kinesis_lake.spark.connect_server import ConnectServer
-    from kinesis_lake.spark.session import is_connect
+    from kinesis_lake.spark.runtime.connect_server import ConnectServer
+    from kinesis_lake.spark.runtime.session import is_connect
 
     settings = _settings()
     master = args.master or (
@@ -166,7 +166,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     from kinesis_lake.console import IngestProgress
     from kinesis_lake.pipeline.derive import refresh_derived
     from kinesis_lake.pipeline.ingest import run_ingestion
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     settings = _settings()
     streams = _streams(settings, args.stream)
@@ -238,7 +238,7 @@ def cmd_stream(args: argparse.Namespace) -> None:
     """Continuous ingestion until SIGTERM/SIGINT; each batch is printed and, when
     $DAGSTER_HOME is set, recorded there as a raw_events materialization."""
     from kinesis_lake.pipeline.ingest import run_continuous
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     (settings,) = _streams(_settings(), args.stream, one=True)
     _preflight(settings, event_schema=False)
@@ -388,7 +388,7 @@ def cmd_replay(args: argparse.Namespace) -> None:
     """Move the quarantined records the declaration now takes into their tables."""
     from kinesis_lake.pipeline.preflight import check_directories, check_event_schema
     from kinesis_lake.pipeline.replay import replay_quarantine
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     settings = _settings()
     check_directories(settings)  # no stream needed: the payloads are in quarantine
@@ -748,7 +748,7 @@ def _spark_log() -> Path | None:
     """The Spark log of this command, when it started Spark and wrote one."""
     if "pyspark" not in sys.modules:
         return None
-    from kinesis_lake.spark.session import spark_log_file
+    from kinesis_lake.spark.runtime.session import spark_log_file
 
     try:
         log = spark_log_file(Settings.from_env().log_dir)

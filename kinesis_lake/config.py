@@ -315,7 +315,7 @@ class Settings:
 
     @property
     def log_dir(self) -> Path:
-        """Where Spark's log file goes (``kinesis_lake.spark.session.spark_log_file``)."""
+        """Where Spark's log file goes (``kinesis_lake.spark.runtime.session.spark_log_file``)."""
         return self.data_dir / "logs"
 
     @property

@@ -193,7 +193,7 @@ def _spark_for_runs(data_dir: Path, port: int) -> Iterator[None]:
     if os.environ.get("SPARK_MASTER"):
         yield
         return
-    from kinesis_lake.spark.connect_server import ConnectServer
+    from kinesis_lake.spark.runtime.connect_server import ConnectServer
 
     server = ConnectServer(port=port, log_dir=data_dir / "logs")
     with contextlib.ExitStack() as stack:

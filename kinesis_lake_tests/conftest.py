@@ -124,7 +124,7 @@ def any_endpoint(request):
 
 @pytest.fixture(scope="session")
 def spark():
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     session = build_spark_session("local[2]", app_name="kinesis-lake-tests")
     yield session

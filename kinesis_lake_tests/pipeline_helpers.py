@@ -168,7 +168,7 @@ def assert_accounted(settings: Settings) -> tuple[list[dict], list[dict]]:
 _JOB = (
     "from kinesis_lake.config import Settings\n"
     "from kinesis_lake.pipeline.{module} import {function}\n"
-    "from kinesis_lake.spark.session import build_spark_session\n"
+    "from kinesis_lake.spark.runtime.session import build_spark_session\n"
     "{function}(build_spark_session('local[1]', app_name='crash'), Settings.from_env())\n"
 )
 

@@ -125,6 +125,37 @@ def test_libraries_import_no_other_part_of_the_package(library: str) -> None:
         assert not foreign, f"{module} (library {library}) imports {foreign}"
 
 
+SPARK_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("kinesis_lake.spark", "kinesis_lake.spark.worker_process", "kinesis_lake.spark.spark_version"),
+    ("kinesis_lake.spark.kinesis", "kinesis_lake.spark.iceberg", "kinesis_lake.spark.routing"),
+    ("kinesis_lake.spark.runtime",),
+)
+"""Inside the Spark layer: the runtime (session, workers) registers and preloads the data
+sources; they need of it only their process's two helpers at the bottom."""
+
+
+def _spark_floor(module: str) -> tuple[int, str]:
+    best = (-1, -1, "")
+    for index, floor in enumerate(SPARK_FLOORS):
+        owner = _owner(module, floor)
+        if owner is not None:
+            best = max(best, (len(owner), index, owner))
+    return best[1], best[2]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _owner(m, ("kinesis_lake.spark",))))
+def test_the_spark_layer_runs_one_way_and_its_connectors_apart(module: str) -> None:
+    floor, unit = _spark_floor(module)
+    spark_imports = [m for m in GRAPH[module] if _owner(m, ("kinesis_lake.spark",))]
+    upward = sorted(m for m in spark_imports if _spark_floor(m)[0] > floor)
+    assert not upward, f"{module} imports the Spark layer's higher floors: {upward}"
+    if floor == 1:
+        beside = sorted(
+            m for m in spark_imports if _spark_floor(m)[0] == 1 and _spark_floor(m)[1] != unit
+        )
+        assert not beside, f"{module} ({unit}) imports another data source's modules: {beside}"
+
+
 def test_errors_imports_nothing_of_the_package() -> None:
     assert GRAPH["kinesis_lake.errors"] == set()
 

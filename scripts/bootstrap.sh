@@ -67,7 +67,7 @@ ensure_python() {
 ensure_class_archive() {
   # Spark's classes recorded once, mapped by every local driver JVM after (starts sooner).
   say "recording Spark's classes for faster JVM starts"
-  .venv/bin/python -m kinesis_lake.spark.record_class_archive \
+  .venv/bin/python -m kinesis_lake.spark.runtime.record_class_archive \
     || say "WARNING: could not record Spark's classes: Spark works, its JVM starts slower."
 }
 
@@ -75,7 +75,7 @@ ensure_compiled_pyspark() {
   # pyspark's own archives, which Spark puts first on every Python process's path, compiled
   # once: the processes then stop compiling PySpark each time they start.
   say "compiling pyspark's archives for faster Python worker starts"
-  .venv/bin/python -m kinesis_lake.spark.compiled_pyspark \
+  .venv/bin/python -m kinesis_lake.spark.runtime.compiled_pyspark \
     || say "WARNING: could not compile pyspark's archives: Spark works, its Python processes start slower."
 }
 

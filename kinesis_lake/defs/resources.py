@@ -286,7 +286,7 @@ class SparkResource(LazyPySparkResource):
         # Imported here so that loading definitions and running sensors stays JVM-free.
         from pyspark import SparkContext
 
-        from kinesis_lake.spark.session import build_spark_session
+        from kinesis_lake.spark.runtime.session import build_spark_session
 
         existing = SparkContext._active_spark_context
         session = build_spark_session(

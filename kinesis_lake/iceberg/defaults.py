@@ -1,7 +1,7 @@
 """Where the lake is when nothing says otherwise, importable without pyiceberg.
 
 Spark parses the sink's options in planner processes that never open the catalog
-(:mod:`kinesis_lake.spark.iceberg_sink`), and every one of them is a new process a query
+(:mod:`kinesis_lake.spark.iceberg.sink`), and every one of them is a new process a query
 waits for: their defaults must not cost an import of the catalog code.
 """
 

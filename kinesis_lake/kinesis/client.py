@@ -209,7 +209,7 @@ def _model_loader() -> Loader:
 
 def preload_service_models() -> None:
     """Read what building a Kinesis client reads, so that processes forked after this
-    (Spark's workers, from :mod:`kinesis_lake.spark.worker_daemon`) inherit it parsed.
+    (Spark's workers, from :mod:`kinesis_lake.spark.runtime.worker_daemon`) inherit it parsed.
 
     The throwaway client has credentials of its own, so no credential chain (and no
     instance metadata endpoint) is consulted, and it makes no call.

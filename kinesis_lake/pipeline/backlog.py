@@ -24,7 +24,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.kinesis.freshness import StreamFreshness, stream_freshness
 from kinesis_lake.kinesis.shard_reader import StartPosition, parse_timestamp_ms
 from kinesis_lake.pipeline.ingest import source_metadata_path
-from kinesis_lake.spark.shard_progress import ShardProgressStore
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 
 def lake_freshness(client, settings: Settings, positions: Mapping[str, str]) -> StreamFreshness:

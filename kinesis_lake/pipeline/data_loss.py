@@ -25,7 +25,7 @@ import fsspec
 
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.ingest import source_metadata_path
-from kinesis_lake.spark.shard_progress import ShardProgressStore
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 KEEP_ALIVE_SHARE = 4
 """A quiet stream is read to its tip at least every 1/KEEP_ALIVE_SHARE of its retention:

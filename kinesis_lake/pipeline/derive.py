@@ -74,7 +74,7 @@ from kinesis_lake.pipeline.refresh import (
 )
 from kinesis_lake.pipeline.sql_tables import refresh_sql, refresh_windowed
 from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert
-from kinesis_lake.spark.iceberg_files_reader import read_table_files
+from kinesis_lake.spark.iceberg.files_reader import read_table_files
 from kinesis_lake.spark.routing import (
     QUARANTINE,
     declared_rows,

@@ -30,10 +30,10 @@ from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID, committed_positions
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
-from kinesis_lake.spark.kinesis_offsets import SourceOffset
-from kinesis_lake.spark.kinesis_source import release_consumer
-from kinesis_lake.spark.shard_progress import ShardProgressStore
+from kinesis_lake.spark.iceberg.sink import SINK_NAME
+from kinesis_lake.spark.kinesis.offsets import SourceOffset
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
+from kinesis_lake.spark.kinesis.source import release_consumer
 
 logger = logging.getLogger(__name__)
 
@@ -426,7 +426,7 @@ def _planned_batch_uncommitted(checkpoint: str) -> bool:
 
 
 def read_source_status(settings: Settings, progress: dict) -> dict:
-    """The status the source published (:func:`~kinesis_lake.spark.kinesis_source.source_status`)
+    """The status the source published (:func:`~kinesis_lake.spark.kinesis.source.source_status`)
     for the epoch that ended ``progress``'s batch; {} before it published one."""
     end_offset = progress["sources"][0].get("endOffset") if progress.get("sources") else None
     if not end_offset:

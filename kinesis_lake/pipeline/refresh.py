@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.incremental import IncrementalSlice, appended_since, caught_up_snapshot_id
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
+from kinesis_lake.spark.iceberg.sink import SINK_NAME
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

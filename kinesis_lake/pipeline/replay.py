@@ -44,7 +44,7 @@ from kinesis_lake.pipeline.derive import (
 )
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.pipeline.refresh import append_rows
-from kinesis_lake.spark.iceberg_files_reader import read_table_files
+from kinesis_lake.spark.iceberg.files_reader import read_table_files
 from kinesis_lake.spark.routing import QUARANTINE, route_on_executors
 
 SOURCE_ERROR_PREFIX = "kinesis source error"

@@ -63,7 +63,7 @@ from kinesis_lake.pipeline.refresh import (
     pending_slice,
     sequence_number,
 )
-from kinesis_lake.spark.iceberg_files_reader import read_table_files
+from kinesis_lake.spark.iceberg.files_reader import read_table_files
 
 _WINDOW_STEP = {"minute": 60_000_000, "hour": 3_600_000_000, "day": 86_400_000_000}
 

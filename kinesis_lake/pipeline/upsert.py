@@ -48,7 +48,7 @@ from kinesis_lake.iceberg.lineage import (
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
-from kinesis_lake.spark.iceberg_files_reader import read_table_files
+from kinesis_lake.spark.iceberg.files_reader import read_table_files
 
 TARGET_FILE_BYTES = str(8 * 1024 * 1024)
 """Small files keep a refresh's rewrite small: it rewrites every file holding a touched key."""

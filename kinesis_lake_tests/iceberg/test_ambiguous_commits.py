@@ -21,8 +21,8 @@ from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.maintenance import compact, expire_snapshots, remove_orphan_files
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import committed_positions
-from kinesis_lake.spark.iceberg_sink_options import SinkOptions
-from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter, OverlappingPositionsError
+from kinesis_lake.spark.iceberg.options import SinkOptions
+from kinesis_lake.spark.iceberg.writer import IcebergStreamWriter, OverlappingPositionsError
 from kinesis_lake_tests.ambiguous_catalog import (
     LANDS_LATE,
     LANDS_THEN_RAISES,

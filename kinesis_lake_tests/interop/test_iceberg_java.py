@@ -22,7 +22,7 @@ from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.derive import refresh_derived
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
+from kinesis_lake.spark.iceberg.sink import SINK_NAME
 from kinesis_lake_tests.interop.iceberg_java import read_with_iceberg_java
 from kinesis_lake_tests.lake_settings import make_settings
 

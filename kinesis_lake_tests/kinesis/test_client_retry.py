@@ -78,7 +78,7 @@ def test_botocore_does_not_retry_behind_our_back(proxy: FaultProxy) -> None:
 
 _MODEL_FILES_OPENED = """
 import sys
-from kinesis_lake.spark import worker_daemon
+from kinesis_lake.spark.runtime import worker_daemon
 worker_daemon.preload()
 opened = []
 sys.addaudithook(

@@ -19,7 +19,7 @@ import boto3
 import pytest
 
 from kinesis_lake.config import Settings
-from kinesis_lake.spark.session import driver_address_conf
+from kinesis_lake.spark.runtime.session import driver_address_conf
 from kinesis_lake_tests.pipeline_helpers import produce, run_cli
 from kinesis_lake_tests.production.cluster import SparkStandaloneCluster
 from kinesis_lake_tests.production.lake_checks import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kinesis_lake.iceberg.data_files import TableWriteTarget
-from kinesis_lake.spark.iceberg_files_reader import FileTask
+from kinesis_lake.spark.iceberg.files_reader import FileTask
 
 SECRET = "aws-secret-never-printed"
 IO_PROPERTIES = {"s3.access-key-id": "key-id", "s3.secret-access-key": SECRET}

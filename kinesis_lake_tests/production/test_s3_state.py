@@ -26,7 +26,7 @@ import pytest
 from s3fs import S3FileSystem
 
 from kinesis_lake.pipeline.ingest import checkpoint_location
-from kinesis_lake.spark.shard_progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.kinesis.progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
 from kinesis_lake_tests.kinesis.helpers import outcome
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 from kinesis_lake_tests.production.slow_s3 import SlowS3Proxy
@@ -55,7 +55,7 @@ def test_source_progress_written_by_executors_is_read_by_the_driver_on_s3(s3_roo
     # An executor is another process: it writes the next epoch's records.
     executor = textwrap.dedent(
         f"""
-        from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+        from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
         from kinesis_lake_tests.kinesis.helpers import outcome
         store = ShardProgressStore({s3_root!r})
         for shard in ("shard-0", "shard-1"):

@@ -559,7 +559,7 @@ def shrink(spark: Any, base: Settings, schedule: Schedule, kind: str) -> Schedul
 @contextmanager
 def _stack() -> Iterator[tuple[Any, Settings]]:
     from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
     from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

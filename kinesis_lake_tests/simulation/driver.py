@@ -41,22 +41,22 @@ from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
 from kinesis_lake.kinesis.streams import list_shards
-from kinesis_lake.spark.iceberg_writer import DataFilesWritten
-from kinesis_lake.spark.kinesis_offsets import (
+from kinesis_lake.spark.iceberg.writer import DataFilesWritten
+from kinesis_lake.spark.kinesis.offsets import (
     PlanningInput,
     SourceOffset,
     plan_next_offset,
     resting,
 )
-from kinesis_lake.spark.kinesis_source import (
+from kinesis_lake.spark.kinesis.options import KinesisSourceOptions
+from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.kinesis.source import (
     KinesisStreamReader,
     ShardReadTask,
     _already_processed,
     _data_loss,
     records_to_arrow,
 )
-from kinesis_lake.spark.kinesis_source_options import KinesisSourceOptions
-from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
 from kinesis_lake_tests.simulation.kinesis import SimulatedKinesis
 from kinesis_lake_tests.simulation.lake import Lake
 

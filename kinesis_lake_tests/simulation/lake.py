@@ -19,8 +19,8 @@ from pyiceberg.table import Table
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
-from kinesis_lake.spark.iceberg_sink_options import SinkOptions
-from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter
+from kinesis_lake.spark.iceberg.options import SinkOptions
+from kinesis_lake.spark.iceberg.writer import IcebergStreamWriter
 from kinesis_lake_tests.ambiguous_catalog import arm, catalog_environment, pause_commits
 
 CATALOG = "kinesis_lake"

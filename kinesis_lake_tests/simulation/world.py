@@ -27,9 +27,9 @@ from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.pipeline.ingest import source_metadata_path
-from kinesis_lake.spark.iceberg_writer import OverlappingPositionsError
-from kinesis_lake.spark.kinesis_offsets import SourcePlanningError
-from kinesis_lake.spark.kinesis_source import DataLossError
+from kinesis_lake.spark.iceberg.writer import OverlappingPositionsError
+from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
+from kinesis_lake.spark.kinesis.source import DataLossError
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
 from kinesis_lake_tests.lake_settings import make_settings
 from kinesis_lake_tests.simulation import invariants

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_lake.spark import class_archive
+from kinesis_lake.spark.runtime import class_archive
 
 START_A_SESSION = """
 import sys
-from kinesis_lake.spark.session import build_spark_session
+from kinesis_lake.spark.runtime.session import build_spark_session
 spark = build_spark_session(
     conf={"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}"},
     log_dir=sys.argv[2],

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from kinesis_lake.spark import compiled_pyspark
+from kinesis_lake.spark.runtime import compiled_pyspark
 
 IMPORT_FROM = """
 import pyspark.sql.worker.plan_data_source_read as planner
@@ -42,7 +42,7 @@ def test_setup_compiled_the_archives_spark_puts_first_on_its_python_path() -> No
     names = [path.name for path in found]
     assert "pyspark.zip" in names and any(name.startswith("py4j-") for name in names)
     assert all(compiled_pyspark.is_compiled(path) for path in found), (
-        "make setup compiles them; so does python -m kinesis_lake.spark.compiled_pyspark"
+        "make setup compiles them; so does python -m kinesis_lake.spark.runtime.compiled_pyspark"
     )
     pyspark_zip = compiled_pyspark.ARCHIVE_DIR / "pyspark.zip"
     # What Spark's planner process imports comes from a .pyc, not from source compiled anew.

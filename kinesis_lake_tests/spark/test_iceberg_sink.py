@@ -15,8 +15,8 @@ from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
-from kinesis_lake.spark.iceberg_sink_options import SinkOptions
-from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter
+from kinesis_lake.spark.iceberg.options import SinkOptions
+from kinesis_lake.spark.iceberg.writer import IcebergStreamWriter
 from kinesis_lake_tests.ambiguous_catalog import catalog_environment, pause_commits
 from kinesis_lake_tests.iceberg.helpers import raw_batch
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kinesis_lake.config import Settings
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
-from kinesis_lake.spark.iceberg_sink_options import OPTIONS, IcebergSinkOptionError, SinkOptions
+from kinesis_lake.spark.iceberg.options import OPTIONS, IcebergSinkOptionError, SinkOptions
+from kinesis_lake.spark.iceberg.sink import SINK_NAME
 
 
 def test_an_unknown_option_is_refused_naming_the_known_ones() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from kinesis_lake.kinesis.shard_reader import StartPosition
 from kinesis_lake.kinesis.streams import Shard
-from kinesis_lake.spark.kinesis_offsets import (
+from kinesis_lake.spark.kinesis.offsets import (
     PlanningInput,
     SourceOffset,
     SourcePlanningError,

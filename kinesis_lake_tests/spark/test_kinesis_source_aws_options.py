@@ -106,12 +106,12 @@ def test_role_options_without_a_role_are_refused(spark, moto_endpoint, tmp_path)
 def test_a_defaulted_metadata_path_is_named_when_the_query_starts(moto_endpoint, caplog):
     """Spark tells a Python source nothing of the query's checkpoint, so the progress
     records cannot default beside it: the source says where they went instead."""
-    from kinesis_lake.spark.kinesis_source import KinesisDataSource
+    from kinesis_lake.spark.kinesis.source import KinesisDataSource
 
     stream = new_stream(moto_endpoint.url, shards=1)
     source = KinesisDataSource({"streamName": stream, "endpointUrl": moto_endpoint.url})
 
-    with caplog.at_level("WARNING", logger="kinesis_lake.spark.kinesis_source"):
+    with caplog.at_level("WARNING", logger="kinesis_lake.spark.kinesis.source"):
         source.streamReader(None)  # type: ignore[arg-type]
 
     (warning,) = caplog.messages
@@ -120,8 +120,8 @@ def test_a_defaulted_metadata_path_is_named_when_the_query_starts(moto_endpoint,
 
 
 def test_no_region_names_the_region_option(moto_endpoint, monkeypatch):
-    from kinesis_lake.spark.kinesis_source import KinesisDataSource
-    from kinesis_lake.spark.kinesis_source_options import KinesisOptionError
+    from kinesis_lake.spark.kinesis.options import KinesisOptionError
+    from kinesis_lake.spark.kinesis.source import KinesisDataSource
 
     monkeypatch.delenv("AWS_REGION")
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)

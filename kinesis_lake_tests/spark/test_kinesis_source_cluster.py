@@ -65,7 +65,7 @@ def _executor_of(pid: int) -> str | None:
 
 
 def _child(url: str, stream: str, work: Path) -> None:
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     spark = build_spark_session("local-cluster[2,1,1024]", app_name="kinesis-cluster-test")
     metadata = work / "meta"

@@ -6,7 +6,7 @@ import pytest
 from pyspark.errors import AnalysisException
 
 from kinesis_lake.kinesis.shard_reader import StartPosition
-from kinesis_lake.spark.kinesis_source_options import KinesisOptionError, KinesisSourceOptions
+from kinesis_lake.spark.kinesis.options import KinesisOptionError, KinesisSourceOptions
 from kinesis_lake_tests.spark.source_helpers import REGION, new_stream
 
 CASES = [

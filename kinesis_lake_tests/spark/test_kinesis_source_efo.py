@@ -14,8 +14,8 @@ import time
 from collections import Counter
 
 from kinesis_lake.pipeline.ingest import run_ingestion
-from kinesis_lake.spark.kinesis_source import release_consumer
-from kinesis_lake.spark.kinesis_source_options import default_consumer_name
+from kinesis_lake.spark.kinesis.options import default_consumer_name
+from kinesis_lake.spark.kinesis.source import release_consumer
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.source_helpers import (
     assert_in_key_order,

@@ -98,7 +98,7 @@ def _append(work: Path, name: str, entry: dict) -> None:
 
 def _child(url: str, stream: str, work: Path) -> None:
     """Run until batch 1 has been read, then die without committing it."""
-    from kinesis_lake.spark.session import build_spark_session
+    from kinesis_lake.spark.runtime.session import build_spark_session
 
     spark = build_spark_session("local[2]", app_name="kinesis-replay-test")
 

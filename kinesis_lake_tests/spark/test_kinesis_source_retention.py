@@ -19,8 +19,8 @@ from pyspark.errors import StreamingQueryException
 from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
-from kinesis_lake.spark.kinesis_offsets import SourcePlanningError
-from kinesis_lake.spark.kinesis_source_options import (
+from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
+from kinesis_lake.spark.kinesis.options import (
     KinesisOptionError,
     KinesisSourceOptions,
     check_against_stream,
@@ -246,8 +246,8 @@ def test_a_child_never_read_takes_its_open_parents_tip_time():
     child and expired are reported; not when the parent's read ended it or finished it (a
     drained closed shard on kinesalite), nor when the child has an entry of its own."""
     from kinesis_lake.kinesis.shard_reader import StartPosition
-    from kinesis_lake.spark.kinesis_offsets import SourceOffset
-    from kinesis_lake.spark.kinesis_source import _with_earlier_tips
+    from kinesis_lake.spark.kinesis.offsets import SourceOffset
+    from kinesis_lake.spark.kinesis.source import _with_earlier_tips
 
     child, other = "shardId-000000000001", "shardId-000000000002"
     listed = [Shard(sid, PARENT, None, "1", None) for sid in (child, other)]
@@ -325,8 +325,8 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     finished it (its first plan then reports it gone before its end); not when it had,
     nor when nothing is known of it (the table names a gone shard for ever)."""
     from kinesis_lake.kinesis.shard_reader import StartPosition
-    from kinesis_lake.spark.kinesis_offsets import PlanningInput, SourceOffset, plan_next_offset
-    from kinesis_lake.spark.kinesis_source import _with_gone_unfinished
+    from kinesis_lake.spark.kinesis.offsets import PlanningInput, SourceOffset, plan_next_offset
+    from kinesis_lake.spark.kinesis.source import _with_gone_unfinished
 
     children = [Shard(f"shardId-00000000000{i}", PARENT, None, "1", None) for i in (1, 2)]
     committed = {PARENT: StartPosition.after("49")}

@@ -16,7 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 COUNT_THROUGH_A_PYTHON_WORKER = """
 import sys
-from kinesis_lake.spark.session import build_spark_session
+from kinesis_lake.spark.runtime.session import build_spark_session
 spark = build_spark_session("local[1]", log_dir=sys.argv[1])
 print("rows", spark.sparkContext.parallelize(range(5), 1).map(lambda x: x + 1).sum())
 spark.stop()

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from kinesis_lake.kinesis.shard_reader import ReadOutcome
-from kinesis_lake.spark.shard_progress import (
+from kinesis_lake.spark.kinesis.progress import (
     ProgressConflictError,
     ProgressRecord,
     ShardProgressStore,

@@ -21,7 +21,7 @@ import pytest
 
 from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.kinesis.endpoint import free_port
-from kinesis_lake.spark.session import spark_log_file
+from kinesis_lake.spark.runtime.session import spark_log_file
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 from kinesis_lake_tests.pipeline_helpers import (
     assert_reconciled,
@@ -161,7 +161,7 @@ def test_a_port_already_served_is_refused_in_one_line_before_any_jvm_starts(tmp_
     """A second ``make dev`` (or a server left over) holds the port: the new server could
     not bind, yet the port answered, so the caller took the other process for its own."""
     from kinesis_lake.errors import KinesisLakeError
-    from kinesis_lake.spark.connect_server import ConnectServer
+    from kinesis_lake.spark.runtime.connect_server import ConnectServer
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ from pyiceberg.types import StringType
 from kinesis_lake.iceberg.catalog import ensure_namespace, open_catalog
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
-from kinesis_lake.spark.iceberg_sink import SINK_NAME
+from kinesis_lake.spark.iceberg.sink import SINK_NAME
 from kinesis_lake_tests.iceberg.helpers import ingest
 
 NAMESPACE = "reads"

@@ -12,7 +12,7 @@ Spark's log and loads its classes from the jars as before. Options of the user's
 about class sharing win: the archive is then left out rather than fighting them, since
 two such options together can stop the JVM from starting.
 
-``make setup`` records the archive (:mod:`kinesis_lake.spark.record_class_archive`). It
+``make setup`` records the archive (:mod:`kinesis_lake.spark.runtime.record_class_archive`). It
 is recorded from, and only valid for, this virtualenv's pyspark and the JDK of that day.
 """
 
@@ -34,7 +34,7 @@ USER_CLASS_SHARING_OPTIONS = (
     "-XX:+AutoCreateSharedArchive",
 )
 
-RECORD_AGAIN = "python -m kinesis_lake.spark.record_class_archive"
+RECORD_AGAIN = "python -m kinesis_lake.spark.runtime.record_class_archive"
 """Records the archive anew (after a JDK or pyspark upgrade); ``make setup`` runs it."""
 
 

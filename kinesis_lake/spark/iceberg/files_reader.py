@@ -6,7 +6,7 @@ lists those files from the manifests. Each executor task opens one Parquet file 
 pyiceberg's FileIO (local paths and s3:// alike) and streams its Arrow batches, so refresh
 work scales with the new files and with the cluster, not with the table or the driver.
 
-Raw tables are append-only and written by :mod:`kinesis_lake.spark.iceberg_sink` with the
+Raw tables are append-only and written by :mod:`kinesis_lake.spark.iceberg.sink` with the
 table's exact schema, so reading a file whole is reading its rows; files written under an
 older schema are projected onto the current one (new columns read as nulls).
 """

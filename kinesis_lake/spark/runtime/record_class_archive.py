@@ -1,6 +1,6 @@
-"""Records the class archive of :mod:`kinesis_lake.spark.class_archive` (``make setup``).
+"""Records the class archive of :mod:`kinesis_lake.spark.runtime.class_archive` (``make setup``).
 
-Run as ``python -m kinesis_lake.spark.record_class_archive``. The JVM writes the archive
+Run as ``python -m kinesis_lake.spark.runtime.record_class_archive``. The JVM writes the archive
 as it exits, so the recording runs in a child process that waits for its JVM; the file
 is written under a name of its own and renamed into place only when the JVM exited
 cleanly, so a JVM never maps a half-written archive, and a failed recording leaves the
@@ -19,8 +19,12 @@ from pathlib import Path
 from pyspark import SparkContext
 
 from kinesis_lake.errors import KinesisLakeError
-from kinesis_lake.spark.class_archive import CDS_WARNINGS_TO_STDERR, RECORD_AGAIN, archive_path
-from kinesis_lake.spark.session import build_spark_session
+from kinesis_lake.spark.runtime.class_archive import (
+    CDS_WARNINGS_TO_STDERR,
+    RECORD_AGAIN,
+    archive_path,
+)
+from kinesis_lake.spark.runtime.session import build_spark_session
 
 JVM_EXIT_TIMEOUT_S = 300
 
@@ -64,7 +68,7 @@ def build() -> Path:
             [
                 sys.executable,
                 "-m",
-                "kinesis_lake.spark.record_class_archive",
+                "kinesis_lake.spark.runtime.record_class_archive",
                 "--record",
                 str(partial),
             ],

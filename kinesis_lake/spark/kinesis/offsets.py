@@ -7,7 +7,7 @@ without reading it, so the driver cannot know where a micro-batch ends. Each off
 therefore a *read plan* (an "epoch"): for every shard, the position the epoch's read
 starts from and how many Kinesis records it may read (plus, under ``availableNow``, an
 arrival-time cutoff). Executors carry the plan out and record where they actually stopped
-(:mod:`kinesis_lake.spark.shard_progress`); the next plan starts after that. Because the
+(:mod:`kinesis_lake.spark.kinesis.progress`); the next plan starts after that. Because the
 plan lives in Spark's offset log and the recorded stop lives beside it, a replayed epoch
 reads exactly the records it read the first time, so replays are deterministic rather
 than merely harmless.

@@ -8,7 +8,7 @@ only the data files whose partitions and column statistics can hold matching row
 executors then drop the rows of those files that do not match. Filters written in Spark
 (``.where``) are applied by Spark after the read and prune nothing (see
 :class:`TableReader`). Each file is one task of
-:class:`kinesis_lake.spark.iceberg_files_reader.FilesReader`, the reader the derived-table
+:class:`kinesis_lake.spark.iceberg.files_reader.FilesReader`, the reader the derived-table
 refreshes use for the files appended since their last run.
 
 PySpark's Python data sources get no column pruning from Spark, so ``.select`` after
@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 from kinesis_lake.errors import ConfigurationError, TableError
 from kinesis_lake.iceberg.data_files import TableWriteTarget, table_arrow_schema
 from kinesis_lake.kinesis.shard_reader import TIMESTAMP_FORMS, parse_timestamp_ms
-from kinesis_lake.spark.iceberg_files_reader import FilesReader, FileTask
+from kinesis_lake.spark.iceberg.files_reader import FilesReader, FileTask
 
 
 class TableReadError(ConfigurationError):

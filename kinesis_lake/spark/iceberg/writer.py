@@ -1,6 +1,6 @@
 """The write half of the ``kinesis_lake_iceberg`` sink: executor tasks and the driver commit.
 
-:mod:`kinesis_lake.spark.iceberg_sink` describes the protocol (files written by tasks,
+:mod:`kinesis_lake.spark.iceberg.sink` describes the protocol (files written by tasks,
 one commit per micro-batch, replays skipped, aborts that delete only what no snapshot
 references). This module holds the code that runs it, with the Iceberg and Arrow imports
 it needs. It is imported when Spark asks the data source for a writer, and in the
@@ -35,7 +35,7 @@ from kinesis_lake.iceberg.commit import (
 from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
-from kinesis_lake.spark.iceberg_sink_options import SinkOptions
+from kinesis_lake.spark.iceberg.options import SinkOptions
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 logger = logging.getLogger(__name__)

@@ -23,10 +23,10 @@ PRELOADED = (
     "pyiceberg.io.pyarrow",
     "pyiceberg.table",
     "boto3",
-    "kinesis_lake.spark.kinesis_source",
-    "kinesis_lake.spark.iceberg_writer",
-    "kinesis_lake.spark.iceberg_table_reader",
-    "kinesis_lake.spark.iceberg_files_reader",
+    "kinesis_lake.spark.kinesis.source",
+    "kinesis_lake.spark.iceberg.writer",
+    "kinesis_lake.spark.iceberg.table_reader",
+    "kinesis_lake.spark.iceberg.files_reader",
     "kinesis_lake.spark.routing",
 )
 """What our tasks import. PySpark's own data source runners are added when present."""

@@ -1,7 +1,7 @@
 """Options of the ``kinesis_lake_iceberg`` data source, parsed without importing Iceberg.
 
 Spark parses them in every process that creates the data source (see
-:mod:`kinesis_lake.spark.iceberg_sink`), most of which never open the table: the catalog
+:mod:`kinesis_lake.spark.iceberg.sink`), most of which never open the table: the catalog
 is imported only when a table is loaded.
 """
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from kinesis_lake.errors import ConfigurationError
-from kinesis_lake.spark import class_archive
-from kinesis_lake.spark.iceberg_sink import IcebergDataSource
-from kinesis_lake.spark.kinesis_source import KinesisDataSource
+from kinesis_lake.spark.iceberg.sink import IcebergDataSource
+from kinesis_lake.spark.kinesis.source import KinesisDataSource
+from kinesis_lake.spark.runtime import class_archive
 from kinesis_lake.spark.spark_version import require_spark
 
 LOOPBACK = "127.0.0.1"
@@ -41,7 +41,7 @@ BASE_CONF: dict[str, str] = {
     "spark.speculation": "false",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     # PySpark's daemon with our imports preloaded and frozen (see worker_daemon).
-    "spark.python.daemon.module": "kinesis_lake.spark.worker_daemon",
+    "spark.python.daemon.module": "kinesis_lake.spark.runtime.worker_daemon",
 }
 
 
@@ -63,7 +63,7 @@ def build_spark_session(
     (and named by the CLI) when a run fails.
 
     A ``master`` of ``sc://host:port`` attaches to a Spark Connect server
-    (:mod:`kinesis_lake.spark.connect_server`) instead: no JVM starts here, and the
+    (:mod:`kinesis_lake.spark.runtime.connect_server`) instead: no JVM starts here, and the
     pinned settings are the server's (it was started with them).
     """
     if is_connect(master):

@@ -6,7 +6,7 @@ attach to a Spark Connect server instead: the session is a gRPC client (no JVM i
 client process), and the queries, the ``kinesis`` source and the Iceberg sink run in the
 server, whose JVM, daemon and workers stay warm between runs. The server is Spark's own
 (``SparkConnectServer`` from the ``spark-connect`` jar pip's pyspark ships), started with
-the settings :func:`kinesis_lake.spark.session.build_spark_session` pins for a local JVM
+the settings :func:`kinesis_lake.spark.runtime.session.build_spark_session` pins for a local JVM
 and bound to loopback unless ``SPARK_LOCAL_IP`` says otherwise.
 
 The server needs what a cluster needs: kinesis-lake installed in its Python (the data
@@ -29,8 +29,8 @@ import pyspark
 
 from kinesis_lake.config import SPARK_CONNECT_PORT
 from kinesis_lake.errors import KinesisLakeError
-from kinesis_lake.spark.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S, IdleDaemonReaper
-from kinesis_lake.spark.session import BASE_CONF, LOOPBACK, driver_address_conf
+from kinesis_lake.spark.runtime.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S, IdleDaemonReaper
+from kinesis_lake.spark.runtime.session import BASE_CONF, LOOPBACK, driver_address_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 

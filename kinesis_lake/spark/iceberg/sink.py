@@ -35,15 +35,15 @@ reconciliation check needs no scan and no side store. It is also where a query w
 checkpoint starts (:func:`kinesis_lake.pipeline.ingest.start_ingestion_query`), and why a
 batch that would re-add a committed position is refused rather than committed: that is
 a second, stale checkpoint (a machine that was replaced, then came back) writing what
-another query already wrote (:class:`~kinesis_lake.spark.iceberg_writer.OverlappingPositionsError`).
+another query already wrote (:class:`~kinesis_lake.spark.iceberg.writer.OverlappingPositionsError`).
 
-Options: the table :data:`kinesis_lake.spark.iceberg_sink_options.OPTIONS` (an unknown key is
+Options: the table :data:`kinesis_lake.spark.iceberg.options.OPTIONS` (an unknown key is
 refused, naming the known ones).
 
 This module holds the data source; its options are
-:mod:`kinesis_lake.spark.iceberg_sink_options`, the write half
-:mod:`kinesis_lake.spark.iceberg_writer` and the read half
-:mod:`kinesis_lake.spark.iceberg_table_reader`, imported by the methods that return them.
+:mod:`kinesis_lake.spark.iceberg.options`, the write half
+:mod:`kinesis_lake.spark.iceberg.writer` and the read half
+:mod:`kinesis_lake.spark.iceberg.table_reader`, imported by the methods that return them.
 Spark imports this module in every Python process it starts for a query, one after
 another, and the first two (the data-source lookup and the data source's creation) need
 only the class. Keeping Iceberg's table, file and catalog code out of them took a new
@@ -58,18 +58,18 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from kinesis_lake.spark.iceberg_sink_options import IcebergSinkOptionError, SinkOptions
+from kinesis_lake.spark.iceberg.options import IcebergSinkOptionError, SinkOptions
 
 if TYPE_CHECKING:
-    from kinesis_lake.spark.iceberg_table_reader import TableRead, TableReader
-    from kinesis_lake.spark.iceberg_writer import IcebergBatchWriter, IcebergStreamWriter
+    from kinesis_lake.spark.iceberg.table_reader import TableRead, TableReader
+    from kinesis_lake.spark.iceberg.writer import IcebergBatchWriter, IcebergStreamWriter
 
 SINK_NAME = "kinesis_lake_iceberg"
 
 
 class IcebergDataSource(DataSource):
     """Spark data source ``kinesis_lake_iceberg``: batch and streaming writes, batch reads
-    (:mod:`kinesis_lake.spark.iceberg_table_reader`)."""
+    (:mod:`kinesis_lake.spark.iceberg.table_reader`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -81,7 +81,7 @@ class IcebergDataSource(DataSource):
         the frame's rows keep the snapshot and columns its schema was given."""
         planned: TableRead | None = getattr(self, "_read", None)
         if planned is None:
-            from kinesis_lake.spark.iceberg_table_reader import TableRead
+            from kinesis_lake.spark.iceberg.table_reader import TableRead
 
             options = SinkOptions.parse(dict(self.options))
             planned = self._read = TableRead.plan(options.load_table(), dict(self.options))
@@ -91,7 +91,7 @@ class IcebergDataSource(DataSource):
         return self._planned_read().spark_schema
 
     def reader(self, schema: StructType) -> TableReader:
-        from kinesis_lake.spark.iceberg_table_reader import TableReader
+        from kinesis_lake.spark.iceberg.table_reader import TableReader
 
         return TableReader(SinkOptions.parse(dict(self.options)).load_table, self._planned_read())
 
@@ -101,7 +101,7 @@ class IcebergDataSource(DataSource):
                 f"{SINK_NAME} appends only; overwrite mode is not supported. Use mode('append')."
             )
         from kinesis_lake.iceberg.data_files import TableWriteTarget
-        from kinesis_lake.spark.iceberg_writer import IcebergBatchWriter
+        from kinesis_lake.spark.iceberg.writer import IcebergBatchWriter
 
         options = SinkOptions.parse(dict(self.options))
         if options.writer_id is None or options.batch_id is None:
@@ -115,7 +115,7 @@ class IcebergDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> IcebergStreamWriter:
         from kinesis_lake.iceberg.data_files import TableWriteTarget
-        from kinesis_lake.spark.iceberg_writer import IcebergStreamWriter
+        from kinesis_lake.spark.iceberg.writer import IcebergStreamWriter
 
         options = SinkOptions.parse(dict(self.options))
         return IcebergStreamWriter(

@@ -8,7 +8,7 @@ Usage, as in any Spark connector::
         .option("startingPosition", "trim_horizon")
         .load()
 
-Options are listed in :mod:`kinesis_lake.spark.kinesis_source_options`; the columns in
+Options are listed in :mod:`kinesis_lake.spark.kinesis.options`; the columns in
 ``KINESIS_SCHEMA_DDL`` below. One row is one user record: a KPL aggregate becomes one row
 per user record, addressed by (``sequence_number``, ``sub_sequence_number``).
 
@@ -24,7 +24,7 @@ How a micro-batch is made
    arrive before the first read are kept.
 2. ``latestOffset`` (driver): the progress records of the epoch just completed, the
    stream identity check, one ListShards call, and
-   :func:`~kinesis_lake.spark.kinesis_offsets.plan_next_offset`, which turns them into
+   :func:`~kinesis_lake.spark.kinesis.offsets.plan_next_offset`, which turns them into
    the next read plan: start position and record limit per shard, parents before
    children, Spark's read limit split across shards. No records are read on the driver.
    When the last epoch found the stream idle, the answer for the next
@@ -37,7 +37,7 @@ How a micro-batch is made
    in an error that names shard and cause; KPL aggregates split, corrupt aggregates kept
    whole with ``source_error`` set), yields
    Arrow batches as records arrive, and finally records where it stopped in the
-   :class:`~kinesis_lake.spark.shard_progress.ShardProgressStore`. With
+   :class:`~kinesis_lake.spark.kinesis.progress.ShardProgressStore`. With
    ``consumerType=efo`` a fresh read goes over SubscribeToShard under the query's
    consumer, which the driver registers when it first plans partitions (docs/efo.md).
 5. ``commit`` (driver): progress records older than a few epochs are deleted.
@@ -110,7 +110,7 @@ from kinesis_lake.kinesis.streams import (
     describe_stream,
     list_shards,
 )
-from kinesis_lake.spark.kinesis_offsets import (
+from kinesis_lake.spark.kinesis.offsets import (
     PlanningInput,
     ShardCursor,
     SourceOffset,
@@ -118,12 +118,12 @@ from kinesis_lake.spark.kinesis_offsets import (
     plan_next_offset,
     resting,
 )
-from kinesis_lake.spark.kinesis_source_options import (
+from kinesis_lake.spark.kinesis.options import (
     KinesisOptionError,
     KinesisSourceOptions,
     check_against_stream,
 )
-from kinesis_lake.spark.shard_progress import ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
 from kinesis_lake.spark.spark_version import require_spark
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 

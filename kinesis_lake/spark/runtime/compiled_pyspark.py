@@ -12,7 +12,7 @@ adds them, compiled by the Python the workers run (the project's virtualenv), as
 checked-hash pycs: on import each is compared with its source's hash, and one that does not
 match is ignored and the source compiled, as before. ``make setup`` runs it; a reinstall of
 pyspark brings back the source-only archives, which ``python -m
-kinesis_lake.spark.compiled_pyspark`` compiles again.
+kinesis_lake.spark.runtime.compiled_pyspark`` compiles again.
 """
 
 from __future__ import annotations

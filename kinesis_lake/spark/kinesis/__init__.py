@@ -1,0 +1,12 @@
+"""The ``kinesis`` Spark data source: a streaming reader of Kinesis Data Streams.
+
+* ``source``: the data source, its stream reader (planning on the driver, reading on
+  executors) and the conversion of records to Arrow rows.
+* ``options``: the source's options, parsed and checked before any read.
+* ``offsets``: which shards a micro-batch reads and from where (resharding order, start
+  positions, read limits).
+* ``progress``: the per-shard progress records executors write and the driver reads.
+
+The shard reading itself is the Kinesis library's (:mod:`kinesis_lake.kinesis`). This
+file imports nothing: Spark imports the package in every process it starts for a query.
+"""
