@@ -5,7 +5,7 @@
 
 Real Kinesis changes with time in ways no local endpoint shows: records leave retention,
 closed shards stop being listed once their records have, iterators expire. The soak puts
-the project's clock proxy (:mod:`kinesis_lake.kinesis.clock_proxy`) in front of
+the project's clock proxy (:mod:`kinesis_lake_tests.kinesis.clock_proxy`) in front of
 kinesalite and lets 20 hours pass between rounds ("days"; 36 of them are a month), so a
 month takes minutes. Each simulated day it:
 
@@ -58,7 +58,6 @@ from pyiceberg.exceptions import (  # noqa: E402
 
 from kinesis_lake.config import Settings  # noqa: E402
 from kinesis_lake.kinesis.client import kinesis_client  # noqa: E402
-from kinesis_lake.kinesis.clock_proxy import ClockProxy  # noqa: E402
 from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint  # noqa: E402
 from kinesis_lake.kinesis.producer import sample_events  # noqa: E402
 from kinesis_lake.kinesis.streams import ensure_stream  # noqa: E402
@@ -70,6 +69,7 @@ from kinesis_lake_tests.ambiguous_catalog import (  # noqa: E402
     arm,
     catalog_environment,
 )
+from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy  # noqa: E402
 from kinesis_lake_tests.pipeline_helpers import raw_keys, settings_env  # noqa: E402
 from kinesis_lake_tests.spark.source_helpers import wait_active  # noqa: E402
 

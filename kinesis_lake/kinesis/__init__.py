@@ -3,6 +3,8 @@
 Import from the submodules: ``client`` (boto3 client), ``retry`` (backoff policy),
 ``streams`` (stream/shard metadata and lineage), ``records`` and ``kpl`` (user records and
 KPL de-aggregation), ``shard_reader`` (replayable per-shard reads, used on Spark executors),
-``producer`` (PutRecords with partial-failure handling, sample events), ``endpoint`` (local
-kinesalite/moto servers) and ``fault_proxy`` (fault injection for tests).
+``producer`` (PutRecords with partial-failure handling, sample events) and ``endpoint``
+(the local kinesalite/moto servers ``make demo`` and ``make dev`` start). The proxies that
+inject faults and move time live with the tests (``kinesis_lake_tests/kinesis/``): they
+have no place on a user's cluster.
 """

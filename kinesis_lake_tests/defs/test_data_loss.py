@@ -17,8 +17,8 @@ from kinesis_lake.defs.backlog_runs import BACKLOG_SENSOR_NAME
 from kinesis_lake.defs.raw_checks import DATA_LOSS_CHECK, raw_checks
 from kinesis_lake.defs.sensors import kinesis_backlog_sensor
 from kinesis_lake.defs.streams import DEFAULT_STREAM, KINESIS_STREAM, kinesis_stream
-from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.defs.helpers import Lake, make_lake
+from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 
 HOUR_S = 3600

@@ -51,7 +51,7 @@ def test_the_kinesis_resource_signs_as_the_role_of_kinesis_role_arn(moto_endpoin
     """The backlog sensor and the freshness check read the stream as the Spark source
     does: with KINESIS_ROLE_ARN, as that role (its temporary key signs the calls)."""
     from kinesis_lake.defs.resources import KinesisResource
-    from kinesis_lake.kinesis.fault_proxy import FaultProxy
+    from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 
     proxy = FaultProxy(moto_endpoint.url).start()
     try:
@@ -81,7 +81,7 @@ def test_keys_set_on_the_kinesis_resource_assume_the_role_and_the_client_is_reus
     (every call was signed with them). And a sensor builds the resource every tick: the
     role is assumed once per configuration, not once per tick."""
     from kinesis_lake.defs.resources import KinesisResource
-    from kinesis_lake.kinesis.fault_proxy import FaultProxy
+    from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 
     kinesis = FaultProxy(moto_endpoint.url).start()
     sts = FaultProxy(moto_endpoint.url).start()

@@ -13,8 +13,8 @@ import pytest
 
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 
 
 @pytest.fixture

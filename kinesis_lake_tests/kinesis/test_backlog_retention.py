@@ -8,7 +8,7 @@ import pytest
 
 from kinesis_lake.kinesis.backlog import probe_backlog
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.clock_proxy import ClockProxy
+from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 
 SHARD = "shardId-000000000000"
 

@@ -16,8 +16,8 @@ from botocore.exceptions import (
 )
 
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.retry import RetryPolicy, is_retryable
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 
 
 def _client_error(code: str, status: int = 400) -> ClientError:

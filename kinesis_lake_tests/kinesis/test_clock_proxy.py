@@ -8,9 +8,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
-from kinesis_lake.kinesis.clock_proxy import ITERATOR_TTL_S, ClockProxy
 from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
 from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake_tests.kinesis.clock_proxy import ITERATOR_TTL_S, ClockProxy
 
 SHARD = "shardId-000000000000"
 DAY_S = 24 * 3600

@@ -23,7 +23,6 @@ from kinesis_lake.kinesis.consumers import (
     deregister_consumer,
     ensure_consumer,
 )
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.kinesis_mock import KinesisMockEndpoint
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.kinesis.records import KinesisRecord
@@ -37,6 +36,7 @@ from kinesis_lake.kinesis.subscription import (
     WithInitialResponse,
     event_message,
 )
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
 
 

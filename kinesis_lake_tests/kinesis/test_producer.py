@@ -8,9 +8,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.producer import PutRecordsError, put_records, sample_events
 from kinesis_lake.kinesis.retry import RetryPolicy
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.kinesis.helpers import read_stream
 
 FAST = RetryPolicy(max_retries=4, base_delay_s=0.001, max_delay_s=0.01)

@@ -9,8 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.clock_proxy import ClockProxy
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import (
@@ -20,6 +18,8 @@ from kinesis_lake.kinesis.shard_reader import (
     StartPosition,
 )
 from kinesis_lake.kinesis.streams import ensure_stream, list_shards, shard_lineage_order
+from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
 
 SHARD = "shardId-000000000000"

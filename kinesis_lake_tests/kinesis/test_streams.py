@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
 from kinesis_lake.kinesis.streams import (
     Shard,
     StreamNotFoundError,
@@ -14,6 +13,7 @@ from kinesis_lake.kinesis.streams import (
     list_shards,
     shard_lineage_order,
 )
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 
 
 def test_ensure_stream_creates_once_and_describes(client, new_stream) -> None:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from kinesis_lake.kinesis.fault_proxy import send_upstream
+from kinesis_lake_tests.kinesis.fault_proxy import send_upstream
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
 

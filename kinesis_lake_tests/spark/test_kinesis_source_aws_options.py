@@ -17,7 +17,7 @@ import boto3
 import pytest
 from pyspark.errors import AnalysisException
 
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,

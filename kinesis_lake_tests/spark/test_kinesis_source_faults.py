@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     kinesis,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from kinesis_lake.kinesis.fault_proxy import FaultProxy
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.pipeline_helpers import read_stream
 from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,

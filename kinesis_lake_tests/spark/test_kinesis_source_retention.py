@@ -1,7 +1,7 @@
 """Ingestion over weeks: time passes on the stream (a ClockProxy in front of kinesalite).
 
 kinesalite alone never trims a record nor stops listing a shard, so these tests point the
-pipeline at a :class:`~kinesis_lake.kinesis.clock_proxy.ClockProxy` and advance its clock
+pipeline at a :class:`~kinesis_lake_tests.kinesis.clock_proxy.ClockProxy` and advance its clock
 past the retention period between runs, as days pass on a real stream.
 """
 
@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from kinesis_lake.kinesis.clock_proxy import ClockProxy
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
@@ -25,6 +24,7 @@ from kinesis_lake.spark.kinesis.options import (
     KinesisSourceOptions,
     check_against_stream,
 )
+from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
 from kinesis_lake_tests.spark.source_helpers import (
     QUERY_TIMEOUT_S,

@@ -3,7 +3,7 @@
 kinesalite keeps every record and every shard for ever, so nothing a consumer does about
 retention (records trimmed unread, a resume point that no longer exists, a closed parent
 that stops being listed a day after a reshard) can be tested against it. This proxy, a
-:class:`~kinesis_lake.kinesis.fault_proxy.FaultProxy` (so faults can still be injected),
+:class:`~kinesis_lake_tests.kinesis.fault_proxy.FaultProxy` (so faults can still be injected),
 keeps a simulated clock, ``now = wall clock + advanced``, and rewrites kinesalite's
 responses as real Kinesis would answer at that simulated time.
 
@@ -59,7 +59,7 @@ import threading
 import time
 from collections import defaultdict
 
-from kinesis_lake.kinesis.fault_proxy import _AMZ_JSON, FaultProxy, _error_body
+from kinesis_lake_tests.kinesis.fault_proxy import _AMZ_JSON, FaultProxy, _error_body
 
 ITERATOR_TTL_S = 300.0
 """Real Kinesis shard iterators expire 5 minutes after GetShardIterator returned them."""
