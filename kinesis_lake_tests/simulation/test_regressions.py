@@ -430,3 +430,29 @@ def test_outages_in_a_row_add_up_to_one_past_retention(tmp_path: Path):
         shards=3,
     )
     assert state.unobserved
+
+
+def test_records_expired_on_a_child_of_a_parent_no_plan_saw_are_reported(tmp_path: Path):
+    """Found by the simulation (seed 40118 of a 900 s run, shrunk; fails at c18b6ef). Two
+    merges between two plans: shards 0 and 1 into 3, then 2 and 3 into 4; six records
+    arrive on 4 and expire in a 24-hour outage that takes every parent with it. Shard 3
+    was never in a plan, so 4 inherited no read-to-tip time and its first read, from the
+    trim horizon, moved past the six without a word. A parent no plan saw now stands for
+    the last plan's listing time (it was created after it)."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 0, 5, False),
+            ("sensor",),
+            ("merge", 6),
+            ("merge", 0),
+            ("put", 6, 6, False),
+            ("outage", 86603980),
+            ("run", "main", 1, "before-commit"),
+            ("put", 0, 6, False),
+            ("run", "main", 2, None),
+        ],
+        shards=3,
+        trimmed_position=REFUSE,
+    )
+    assert "shardId-000000000004" in state.reported

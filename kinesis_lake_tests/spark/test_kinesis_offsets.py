@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kinesis_lake.kinesis.shard_reader import StartPosition
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.spark.kinesis.offsets import (
+    LISTING_CLOCK_MARGIN_MS,
     PlanningInput,
     SourceOffset,
     SourcePlanningError,
@@ -240,3 +243,27 @@ def test_fewer_rows_than_shards_still_reads_every_shard_in_turn():
         read.append(shard_id)
         current = plan(current, listed, [outcome(shard_id, "1")], max_rows=1)
     assert sorted(read) == ["a", "b", "c"]
+
+
+def test_a_child_of_a_parent_the_last_plan_never_saw_still_has_a_read_to_tip_time():
+    """Issue 31 (simulation seed 40118): a and b merged into m1, then m1 and c into m2,
+    all between two plans. m2's parent m1 was unknown to the last plan, so m2 had no
+    read-to-tip time, and records that expired on it in an outage went unreported. m1
+    passes on its parents' time (their reads of the epoch just done), and a parent gone
+    before any plan saw it stands for the last plan's listing, less the clock margin."""
+    a, b, c = shard("a"), shard("b"), shard("c")
+    first = plan(initial(a, b, c), [a, b, c], now_ms=10_000)
+    caught = [
+        replace(outcome(s, "1", stopped_by="caught_up", caught_up=True), tip_ms=tip)
+        for s, tip in (("a", 12_000), ("b", 11_000), ("c", 900_000))
+    ]
+    m1 = shard("m1", "a", "b", closed=True)
+    m2 = shard("m2", "c", "m1")
+    closed = [shard(s, closed=True) for s in ("a", "b", "c")]
+
+    second = plan(first, [*closed, m1, m2], caught, now_ms=20_000)
+    assert (second.shards["m1"].tip_ms, second.shards["m2"].tip_ms) == (11_000, 11_000)
+
+    # a, b, c and m1 past retention by the next plan: only m2 is listed.
+    later = plan(first, [m2], caught, now_ms=20_000, fail_on_data_loss=False)
+    assert later.shards["m2"].tip_ms == 10_000 - LISTING_CLOCK_MARGIN_MS

@@ -221,6 +221,10 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         else:
             closed = shard_id in listed and listed[shard_id].is_closed
             cursors[shard_id] = _advance(cursor, outcome, current, given, closed)
+    # What each shard known to this plan was last read to its tip at, for new children
+    # (:func:`_inherited_tip`): the epoch just read for shards still open, else the plan's.
+    tips = {shard_id: cursor.tip_ms for shard_id, cursor in current.shards.items()}
+    tips.update({shard_id: cursor.tip_ms for shard_id, cursor in cursors.items()})
 
     for shard_id in sorted(set(cursors) - set(listed)):
         if given.fail_on_data_loss:
@@ -236,8 +240,9 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
 
     for shard in shard_lineage_order(list(given.listed_shards)):
         if shard.shard_id not in finished and shard.shard_id not in cursors:
+            tips[shard.shard_id] = _inherited_tip(shard, tips, current.planned_ms)
             cursors[shard.shard_id] = ShardCursor(
-                current.new_shard_start, tip_ms=_inherited_tip(current, shard)
+                current.new_shard_start, tip_ms=tips[shard.shard_id]
             )
 
     eligible = [
@@ -267,24 +272,40 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     return proposal
 
 
-def _inherited_tip(current: SourceOffset, shard: Shard) -> int | None:
+LISTING_CLOCK_MARGIN_MS = 5 * 60 * 1000
+"""How far the driver's clock may be from Kinesis' when a listing's time stands in for a
+server time: AWS refuses requests signed more than 5 minutes off (SigV4)."""
+
+
+def _inherited_tip(
+    shard: Shard, tips: Mapping[str, int | None], listed_before_ms: int
+) -> int | None:
     """A new child's read-to-tip time: the earliest of its parents', if each has one.
 
     The child was created when its parents closed, after those reads, so every record it
     ever held arrived later. Without a time of its own, records that arrive on it and
     expire in an outage before its first read would be skipped silently, as a start from
     the trim horizon is only checked against a known read to the tip (issue 31's
-    simulation, seed 10136). A parent read to its tip only after it closed (kinesalite
-    says caught up for a drained closed shard) gives a later time: a weaker check, never a
-    false report.
+    simulation, seed 10136). A parent still open when its last read found it caught up
+    (``tips``: the epoch just read, or the earlier plan's for a parent finished now) gives
+    a time before its close; a parent read to its tip only after it closed (kinesalite
+    says caught up for a drained closed shard) gives a later one: a weaker check, never a
+    false report. A parent the last plan did not know (created after that plan listed
+    the stream, ``listed_before_ms``, and merged or split again, or gone, since: seed
+    40118) stands for that listing's time, less the clock margin; a parent new in this
+    plan passes on the time it inherited (``tips`` is filled in lineage order).
     """
-    tips = [
-        current.shards[parent].tip_ms if parent in current.shards else None
+    inherited = [
+        tips[parent]
+        if parent in tips
+        else listed_before_ms - LISTING_CLOCK_MARGIN_MS
+        if listed_before_ms
+        else None
         for parent in shard.parent_ids
     ]
-    if not tips or any(tip is None for tip in tips):
+    if not inherited or any(tip is None for tip in inherited):
         return None
-    return min(tip for tip in tips if tip is not None)
+    return min(tip for tip in inherited if tip is not None)
 
 
 def epoch_limits(
