@@ -456,3 +456,32 @@ def test_records_expired_on_a_child_of_a_parent_no_plan_saw_are_reported(tmp_pat
         trimmed_position=REFUSE,
     )
     assert "shardId-000000000004" in state.reported
+
+
+def test_records_expired_after_a_failed_first_batch_are_reported_after_a_checkpoint_lost(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 40299 of a 900 s run, shrunk; fails at f236913). The
+    deployment's first batch reads both empty shards to their tip, and its commit fails
+    (it lands later): no epoch completed, so no status was written. Four records arrive
+    and expire in a 25-hour outage; the checkpoint is lost; the new query found no status
+    and read shard 1 from its trim horizon past them without a word. It now takes the
+    failed batch's empty reads from the progress records: both shards are possible loss,
+    the first fails the run, the acknowledged one reports the other and goes on."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("late_commit", "unknown"),
+            ("run", "main", 2, "after-commit"),
+            ("put", 3, 4, False),
+            ("outage", 89199757),
+            ("lose_checkpoint",),
+            ("put", 1, 3, False),
+            ("sensor",),
+            ("sensor",),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )
+    assert "shardId-000000000001" in state.reported
+    assert sum(state.lake.rows().values()) == 3

@@ -352,3 +352,32 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     given = PlanningInput(listed_shards=children, outcomes={}, max_records_per_shard=10, now_ms=9)
     with pytest.raises(SourcePlanningError, match=f"Shard {PARENT} is no longer in the stream"):
         plan_next_offset(first, given)
+
+
+def test_with_no_status_a_start_takes_the_empty_reads_of_failed_first_batches(tmp_path):
+    """Issue 31 (simulation seed 40299): a deployment's first batch failed, so no status
+    was ever written; its reads to the tip are still known from its progress records.
+    Only empty reads count (a batch that never committed must not date its records as
+    read), the earliest of each shard, of runs that wrote no status."""
+    from dataclasses import replace
+
+    from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
+    from kinesis_lake_tests.kinesis.helpers import outcome
+
+    def read(shard_id: str, records: int, tip_ms: int) -> ProgressRecord:
+        caught = outcome(shard_id, "7" if records else None, records=records, caught_up=True)
+        return ProgressRecord(replace(caught, stopped_by="caught_up", tip_ms=tip_ms))
+
+    store = ShardProgressStore(str(tmp_path))
+    assert store.unpublished_status() is None
+    other = "shardId-000000000001"
+    store.save("first", 1, read(PARENT, 0, 5_000))
+    store.save("first", 1, read(other, 3, 5_000))
+    store.save("second", 1, read(PARENT, 0, 9_000))
+    status = store.unpublished_status()
+    assert status is not None
+    assert {sid: entry["tip_ms"] for sid, entry in status["shards"].items()} == {PARENT: 5_000}
+
+    store.write_status("second", {"epoch": 1, "shards": {}})
+    status = store.unpublished_status()
+    assert status is not None and status["shards"][PARENT]["tip_ms"] == 5_000

@@ -195,6 +195,40 @@ class ShardProgressStore:
         ]
         return max(statuses, key=lambda status: int(status.get("writtenAtMs", 0)), default=None)
 
+    def unpublished_status(self) -> dict | None:
+        """A status for readers of ``latest_status`` when no query ever wrote one: the
+        reads of queries that never completed an epoch (their first batch failed) that
+        reached the tip and found nothing, the earliest of each shard.
+
+        A query started without checkpoint takes the time each shard was last read to its
+        tip from the latest status; with none, a failed first batch was all that read
+        the shards, and records that expired since went unreported (issue 31 simulation,
+        seed 40299). Only reads that returned nothing count: the records of a batch that
+        never committed must not fall before a read-to-tip time, or their loss would
+        pass for a quiet shard; and the earliest, since a later empty read may be empty
+        because such records expired.
+        """
+        try:
+            entries = self._fs.ls(self._base, detail=True)
+        except FileNotFoundError:
+            return None
+        shards: dict[str, dict[str, Any]] = {}
+        for entry in entries:
+            run = entry["name"].rstrip("/")
+            if entry["type"] != "directory" or self._fs.exists(f"{run}/status.json"):
+                continue
+            for path in sorted(self._fs.glob(f"{run}/*/*.json")):
+                data = None if path.endswith(".replay-loss.json") else self._read_json(path)
+                if data is None:
+                    continue
+                outcome = ProgressRecord.from_dict(data).outcome
+                if outcome.records_read or not outcome.caught_up or outcome.tip_ms is None:
+                    continue
+                known = shards.get(outcome.shard_id)
+                if known is None or outcome.tip_ms < known["tip_ms"]:
+                    shards[outcome.shard_id] = outcome.to_dict()
+        return {"shards": shards} if shards else None
+
     def has_progress(self) -> bool:
         """Whether any query recorded a read here (a run's folder exists)."""
         try:

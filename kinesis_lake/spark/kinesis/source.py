@@ -269,7 +269,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             new_shard_start=new_shard_start,
             per_shard_start=self.options.per_shard_start,
         )
-        status = self._store.latest_status()
+        status = self._store.latest_status() or self._store.unpublished_status()
         offset = _with_gone_unfinished(offset, status, self.options.per_shard_start)
         return _with_earlier_tips(offset, status, shards).to_dict()
 
