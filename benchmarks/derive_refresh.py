@@ -2,10 +2,10 @@
 
 Two raw tables (``derive_small`` and ``derive_large`` rows, 10x apart) are built directly
 with pyiceberg appends of sample events (the raw schema, ``RAW_ARROW_SCHEMA``); going
-through Kinesis would only make the setup slower. One ``refresh_derived`` brings each
+through Kinesis would only make the setup slower. One ``refresh_downstream`` brings each
 table's derived tables up to date and commits their watermark. Then, per round, the
 same number of new raw rows (later events, as a live stream adds) is appended to each
-table and ``refresh_derived`` is timed; rounds alternate small/large so that drift in
+table and ``refresh_downstream`` is timed; rounds alternate small/large so that drift in
 machine load hits both. All events fall on one UTC day, the normal case for a busy
 stream (the day partition is what the duplicate check and window counts look into).
 

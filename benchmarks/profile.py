@@ -11,7 +11,7 @@ runs never produce the reported numbers. What is profiled:
   driver tree (driver, streaming source/sink runners, executor Python workers).
 * ``freshness``: ``run_continuous`` at a 1 s trigger and ~1,000 records/s, during the
   steady-state window of benchmark 3.
-* ``derive``: the timed ``refresh_derived`` calls of benchmark 4 (attached after the
+* ``derive``: the timed ``refresh_downstream`` calls of benchmark 4 (attached after the
   tables are built and the first refresh ran).
 * ``commits``: benchmark 5's commit loop, in a child process.
 
@@ -308,7 +308,7 @@ def profile_derive(ctx: BenchContext) -> None:
     _write(
         ctx.results_dir,
         "derive",
-        f"refresh_derived of {ctx.sizes.derive_new_rows:,} new rows on "
+        f"refresh_downstream of {ctx.sizes.derive_new_rows:,} new rows on "
         f"{ctx.sizes.derive_small:,}- and {ctx.sizes.derive_large:,}-row raw tables",
         "py-spy record --subprocesses over the Spark driver tree during the timed refreshes",
         raw,

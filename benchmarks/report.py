@@ -190,7 +190,7 @@ def _plot_derive(result: dict[str, Any], out: Path) -> str | None:
             label=f"{label}: {_fmt(result['raw_rows'][label])} raw rows",
         )
     axis.set_xticks([0.3, 1.3], ["small", "large"])
-    axis.set_ylabel("refresh_derived seconds (per round)")
+    axis.set_ylabel("refresh_downstream seconds (per round)")
     axis.set_title(f"Refresh after {_fmt(result.get('new_rows_per_refresh'))} new raw rows")
     axis.legend(fontsize=8)
     fig.tight_layout()

@@ -23,7 +23,7 @@ Commands:
 * ``continuous``: ``run_continuous`` with a processing-time trigger until ``stop_file``
   appears (or ``max_seconds`` pass).
 * ``derive``: builds raw tables of two sizes directly with pyiceberg, brings the derived
-  tables up to date once, then times ``refresh_derived`` after each addition of the
+  tables up to date once, then times ``refresh_downstream`` after each addition of the
   same number of new raw rows.
 """
 
@@ -356,7 +356,7 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     from kinesis_lake.pipeline import derive
     from kinesis_lake.pipeline.lake import open_lake
 
-    # Instrument (in this process only, undone afterwards) the steps refresh_derived
+    # Instrument (in this process only, undone afterwards) the steps refresh_downstream
     # runs, to see where the time goes; the code path itself is unchanged.
     read_log = _ReadLog()
     step_seconds: dict[str, float] = {}
@@ -405,7 +405,7 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
                 )
             append_s = time.perf_counter() - started
             started = time.perf_counter()
-            derive.refresh_derived(spark, settings)
+            derive.refresh_downstream(spark, settings)
             build[label] = {
                 "raw_rows": size,
                 "append_s": round(append_s, 2),
@@ -429,7 +429,7 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
                 read_log.calls.clear()
                 step_seconds.clear()
                 started = time.perf_counter()
-                result = derive.refresh_derived(spark, settings)
+                result = derive.refresh_downstream(spark, settings)
                 seconds = time.perf_counter() - started
                 refreshes.append(
                     {

@@ -164,7 +164,7 @@ def cmd_create_streams(args: argparse.Namespace) -> None:
 
 def cmd_ingest(args: argparse.Namespace) -> None:
     from kinesis_lake.console import IngestProgress
-    from kinesis_lake.pipeline.derive import refresh_derived
+    from kinesis_lake.pipeline.derive import refresh_downstream
     from kinesis_lake.pipeline.ingest import run_ingestion
     from kinesis_lake.spark.runtime.session import build_spark_session
 
@@ -187,7 +187,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
                     f"{stream.stream_name}: skipped a data-loss gap on {gap.shard_id}: {gap.detail}"
                 )
         if args.derive:
-            print(_derive_summary(refresh_derived(spark, settings)))
+            print(_derive_summary(refresh_downstream(spark, settings)))
     finally:
         spark.stop()
 

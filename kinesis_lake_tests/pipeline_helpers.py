@@ -24,10 +24,10 @@ from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.producer import PutSummary, put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.pipeline.derive import DeriveResult, refresh_derived
+from kinesis_lake.pipeline.derive import DeriveResult, refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.pipeline.reconcile import reconcile_derived
+from kinesis_lake.pipeline.reconcile import reconcile_routed
 from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def assert_reconciled(settings: Settings, tables: Sequence[str]) -> None:
     """Every raw row of ``settings``' stream is in the declared ``tables`` its routes name or
     in quarantine, once: the reconciles_with_raw check's own computation."""
     catalog = open_lake(settings)
-    report = reconcile_derived(
+    report = reconcile_routed(
         catalog.load_table(settings.raw_table),
         {name: catalog.load_table(settings.table_identifier(name)) for name in tables},
         catalog.load_table(settings.quarantine_table),
@@ -145,7 +145,7 @@ def ingest_and_derive(spark, settings: Settings, *payloads: bytes | dict[str, An
     """Put ``payloads`` (in order), ingest them and refresh every derived table."""
     put(settings, *payloads)
     run_ingestion(spark, settings)
-    return refresh_derived(spark, settings)
+    return refresh_downstream(spark, settings)
 
 
 def assert_accounted(settings: Settings) -> tuple[list[dict], list[dict]]:
@@ -176,7 +176,7 @@ _JOB = (
 def derive_with_a_failing_commit(
     settings: Settings,
     table: str,
-    job: str = "derive.refresh_derived",
+    job: str = "derive.refresh_downstream",
     mode: str = RAISES_BEFORE,
 ) -> subprocess.CompletedProcess:
     """Run ``job`` (a pipeline function of Spark and settings; the refresh by default) in a

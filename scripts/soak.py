@@ -63,7 +63,7 @@ from kinesis_lake.kinesis.producer import sample_events  # noqa: E402
 from kinesis_lake.kinesis.streams import ensure_stream  # noqa: E402
 from kinesis_lake.pipeline.lake import load_table, open_lake  # noqa: E402
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance  # noqa: E402
-from kinesis_lake.pipeline.reconcile import reconcile_aggregate, reconcile_derived  # noqa: E402
+from kinesis_lake.pipeline.reconcile import reconcile_aggregate, reconcile_routed  # noqa: E402
 from kinesis_lake_tests.ambiguous_catalog import (  # noqa: E402
     LANDS_THEN_RAISES,
     arm,
@@ -514,7 +514,7 @@ def verify(
             settings.aggregate_table,
         )
     )
-    derived = reconcile_derived(raw, {"events": parsed}, quarantine, routes_everything=True)
+    derived = reconcile_routed(raw, {"events": parsed}, quarantine, routes_everything=True)
     report.reconciliation = (
         f"{derived.raw_processed} raw = {derived.routed['events']} parsed + "
         f"{derived.quarantined} quarantined ({'ok' if derived.passed else 'MISMATCH'})"

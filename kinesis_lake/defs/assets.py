@@ -408,10 +408,12 @@ def derived_tables_asset(
     ):
         lake = settings.settings()
         started = time.monotonic()
-        from kinesis_lake.pipeline.derive import refresh_derived  # PySpark: only when a step runs
+        from kinesis_lake.pipeline.derive import (
+            refresh_downstream,  # PySpark: only when a step runs
+        )
 
         check_event_schema(lake)
-        result = refresh_derived(spark.session, lake)
+        result = refresh_downstream(spark.session, lake)
         seconds = round(time.monotonic() - started, 3)
         written = ", ".join(f"{r.rows_written} to {n}" for n, r in result.tables.items())
         context.log.info(

@@ -32,11 +32,11 @@ from kinesis_lake.pipeline.derived_reconciliation import (
 )
 from kinesis_lake.pipeline.lake import load_table, open_lake
 from kinesis_lake.pipeline.reconcile import (
-    DerivedReconciliation,
+    RoutedReconciliation,
     compare_table_schema,
     quarantine_ratio,
     reconcile_aggregate,
-    reconcile_derived,
+    reconcile_routed,
 )
 
 RECONCILIATION_CHECK = "reconciles_with_raw"
@@ -58,7 +58,7 @@ def missing_table(asset: dg.AssetKey, check: str, identifier: str) -> dg.AssetCh
     )
 
 
-def _reconciliation_description(report: DerivedReconciliation) -> str:
+def _reconciliation_description(report: RoutedReconciliation) -> str:
     routed = " + ".join(f"{rows} {name}" for name, rows in report.routed.items())
     if report.out_of_step:
         return (
@@ -118,7 +118,7 @@ def _reconciliation_check(
             tables[table_name] = table
         raw, quarantine = tables.pop(lake.raw_table_name), tables.pop(QUARANTINE_TABLE)
         try:
-            report = reconcile_derived(
+            report = reconcile_routed(
                 raw,
                 tables,
                 quarantine,

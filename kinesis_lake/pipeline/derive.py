@@ -1,4 +1,9 @@
-"""Derived tables: raw -> declared tables + quarantine -> per-minute counts, all incremental.
+"""The derive job: every table downstream of raw, brought up to date incrementally.
+
+Words used the same way everywhere: the *routed* tables are the declaration's ``tables:``,
+fed by routing raw records; the *derived* tables are its ``derived:`` section (upsert and
+SQL tables over other tables); *downstream* means all of them with the quarantine and the
+per-minute counts: raw -> routed tables + quarantine -> counts -> derived tables.
 
 Each derived table remembers, in its own Iceberg commit, the snapshot of its source it
 has caught up to: the commit's batch id is that source snapshot's sequence number
@@ -6,7 +11,7 @@ has caught up to: the commit's batch id is that source snapshot's sequence numbe
 data files appended to the source since then, and re-running a refresh that already
 committed is skipped by the same idempotent commit that protects ingestion.
 
-* declared tables and quarantine: the new raw files are read on executors, every record is
+* routed tables and quarantine: the new raw files are read on executors, every record is
   decoded once, routed to the tables whose routes take it and parsed against each one's
   schema (``mapInArrow``); valid rows go to their tables, the rest (undecodable, no route,
   rejected by a table's schema, repeated keys) with their payload and error to quarantine:
@@ -89,7 +94,7 @@ UNKNOWN_EVENT_TYPE = "unknown"
 @dataclass
 class DeriveResult:
     tables: dict[str, TableRefresh]
-    """Per declared table (its short name), in declared order."""
+    """Per routed table (its short name), in declared order."""
     quarantine: TableRefresh
     aggregate: TableRefresh
     windows_recomputed: int
@@ -102,21 +107,21 @@ class DeriveResult:
 
 
 @dataclass(frozen=True)
-class DerivedTables:
+class DownstreamTables:
     """The loaded tables one refresh writes, by role."""
 
-    declared: dict[str, Table]
+    routed: dict[str, Table]
     quarantine: Table
     aggregate: Table
 
 
-def ensure_derived_tables(settings: Settings, declaration: LakeDeclaration) -> DerivedTables:
-    """Create or evolve every declared table, the quarantine and the aggregate."""
+def ensure_downstream_tables(settings: Settings, declaration: LakeDeclaration) -> DownstreamTables:
+    """Create or evolve every routed table, the quarantine and the aggregate."""
     catalog = open_lake(settings)
-    declared = {}
+    routed = {}
     for table in declaration.tables:
         schema = parsed_table_schema(table.schema)
-        declared[table.name] = ensure_table(
+        routed[table.name] = ensure_table(
             catalog,
             settings.table_identifier(table.name),
             schema,
@@ -124,8 +129,8 @@ def ensure_derived_tables(settings: Settings, declaration: LakeDeclaration) -> D
         )
     quarantine_schema = quarantine_table_schema()
     aggregate_schema = aggregate_table_schema()
-    return DerivedTables(
-        declared,
+    return DownstreamTables(
+        routed,
         ensure_table(
             catalog,
             settings.quarantine_table,
@@ -141,10 +146,11 @@ def ensure_derived_tables(settings: Settings, declaration: LakeDeclaration) -> D
     )
 
 
-def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
-    """Bring every declared table, the quarantine and the aggregate up to date with raw."""
+def refresh_downstream(spark: SparkSession, settings: Settings) -> DeriveResult:
+    """Bring every downstream table up to date with raw: the routed tables, the quarantine
+    and the aggregate, then the derived tables."""
     declaration = load_declaration(settings.event_schema_path)
-    tables = ensure_derived_tables(settings, declaration)
+    tables = ensure_downstream_tables(settings, declaration)
     routed: dict[str, TableRefresh] = {}
     quarantined: list[TableRefresh] = []
     for stream in lake_streams(settings, declaration):
@@ -163,19 +169,19 @@ def refresh_derived(spark: SparkSession, settings: Settings) -> DeriveResult:
     aggregate, windows = refresh_aggregate(
         spark, declaration.table(declaration.aggregate_source).schema, source, tables.aggregate
     )
-    derived = refresh_declared_derived(spark, settings, declaration, tables)
+    derived = refresh_derived_tables(spark, settings, declaration, tables)
     return DeriveResult(
         {name: routed[name] for name in declaration.names}, quarantine, aggregate, windows, derived
     )
 
 
-def refresh_declared_derived(
-    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DerivedTables
+def refresh_derived_tables(
+    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DownstreamTables
 ) -> dict[str, TableRefresh]:
     """Refresh the ``derived:`` tables in declared order, each after the ones it reads."""
     catalog = open_lake(settings)
     readable: dict[str, Table] = {
-        name: catalog.load_table(settings.table_identifier(name)) for name in tables.declared
+        name: catalog.load_table(settings.table_identifier(name)) for name in tables.routed
     }
     results: dict[str, TableRefresh] = {}
     for spec in declaration.derived:
@@ -207,11 +213,11 @@ def refresh_routed(
     settings: Settings,
     declaration: LakeDeclaration,
     raw: Table,
-    tables: DerivedTables,
+    tables: DownstreamTables,
 ) -> tuple[dict[str, TableRefresh], TableRefresh]:
     """Route and parse the raw files each target has not seen, and append them to it.
 
-    Every target (each declared table and the quarantine) keeps its own place in raw, so a
+    Every target (each routed table and the quarantine) keeps its own place in raw, so a
     crash between two targets' commits is repaired by the next refresh writing only the ones
     behind. Targets that lag by the same slice, the usual case, share one routing pass.
 
@@ -228,9 +234,9 @@ def refresh_routed(
     go with the tables), are verdicts on the old history; the rebuilt raw's records are
     all judged again under the declaration as it is now, each once.
     """
-    declared = {name: tables.declared[name] for name in declaration.names}
-    targets: dict[str, Table] = {**declared, QUARANTINE: tables.quarantine}
-    for table in declared.values():  # each by its own record: a crash between is repaired
+    stream_tables = {name: tables.routed[name] for name in declaration.names}
+    targets: dict[str, Table] = {**stream_tables, QUARANTINE: tables.quarantine}
+    for table in stream_tables.values():  # each by its own record: a crash between is repaired
         rebuild_if_source_moved_back(raw, table)
     # The quarantine holds every stream's records: only this stream's are verdicts on raw.
     stream_rows = EqualTo(C.STREAM_NAME, settings.stream_name)
@@ -272,9 +278,9 @@ def _backfill_to_quarantine(
     settings: Settings,
     declaration: LakeDeclaration,
     raw: Table,
-    tables: DerivedTables,
+    tables: DownstreamTables,
 ) -> dict[str, TableRefresh]:
-    """Bring each declared table that is behind the quarantine in raw (one just added to
+    """Bring each routed table that is behind the quarantine in raw (one just added to
     the declaration) up to the quarantine's place, and quarantine its own rejections there.
 
     The quarantine judged those raw records before the table existed: the table's schema
@@ -288,7 +294,7 @@ def _backfill_to_quarantine(
         return {}
     behind: dict[int | None, list[str]] = {}
     for name in declaration.names:
-        start = caught_up_snapshot_id(raw, tables.declared[name])
+        start = caught_up_snapshot_id(raw, tables.routed[name])
         if start is None or sequence_number(raw, start) < sequence_number(raw, done):
             behind.setdefault(start, []).append(name)
     results: dict[str, TableRefresh] = {}
@@ -318,7 +324,7 @@ def _backfill_to_quarantine(
             )
             tables.quarantine.refresh()
             for name in names:
-                table = tables.declared[name]
+                table = tables.routed[name]
                 count = _append(outputs[name], settings, ".".join(table.name()), raw, piece)
                 results[name] = TableRefresh(
                     ".".join(table.name()), len(piece.files), piece.rows, count, done, True
@@ -353,7 +359,7 @@ def target_rows(
     routed: DataFrame,
     raw_rows: DataFrame,
     declaration: LakeDeclaration,
-    tables: DerivedTables,
+    tables: DownstreamTables,
     names: list[str],
     judged: Collection[str] | None = None,
 ) -> dict[str, DataFrame]:
@@ -374,7 +380,7 @@ def target_rows(
         rows = declared_rows(routed, declaration, table.name)
         if table.schema.event_key:
             rows, repeats = deduplicate(
-                spark, rows, raw_rows, table.name, table.schema, tables.declared[table.name]
+                spark, rows, raw_rows, table.name, table.schema, tables.routed[table.name]
             )
             quarantined.append(repeats.select(*quarantine_columns))
         if wanted:

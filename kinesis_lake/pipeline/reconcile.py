@@ -198,8 +198,8 @@ def unresolved_rows(quarantine: Table) -> int:
 
 
 @dataclass(frozen=True)
-class DerivedReconciliation:
-    """Raw rows the derived tables have processed against the declared tables and quarantine.
+class RoutedReconciliation:
+    """Raw rows the routed tables have processed against those tables and the quarantine.
 
     Routing drops nothing: a raw row is in each table whose route takes it, either as a typed
     row or as a quarantine row naming that table, or else exactly once in quarantine (it did
@@ -225,14 +225,14 @@ class DerivedReconciliation:
         return not (self.missing or self.repeated or self.unexpected or self.out_of_step)
 
 
-def reconcile_derived(
+def reconcile_routed(
     raw: Table,
     declared: dict[str, Table],
     quarantine: Table,
     *,
     routes_everything: bool,
     stream_name: str | None = None,
-) -> DerivedReconciliation:
+) -> RoutedReconciliation:
     """Cost: metadata only for one table that takes every record and counts that agree;
     otherwise one identity scan of raw (as of the processed snapshot) and of every target.
 
@@ -247,16 +247,16 @@ def reconcile_derived(
     quarantined = unresolved_rows(quarantine)
     behind = sorted(name for name, snapshot in sources.items() if snapshot != source)
     if behind:
-        return DerivedReconciliation(source, 0, routed, quarantined, out_of_step=behind)
+        return RoutedReconciliation(source, 0, routed, quarantined, out_of_step=behind)
     if source is None:
-        return DerivedReconciliation(None, 0, routed, quarantined)
+        return RoutedReconciliation(None, 0, routed, quarantined)
     raw_processed = rows_at(raw, source)
     if (
         stream_name is None
         and routes_everything
         and raw_processed == sum(routed.values()) + quarantined
     ):
-        return DerivedReconciliation(source, raw_processed, routed, quarantined)
+        return RoutedReconciliation(source, raw_processed, routed, quarantined)
 
     def identities(table: Table, snapshot_id: int | None = None) -> pa.RecordBatchReader:
         scan = table.scan(snapshot_id=snapshot_id, selected_fields=IDENTITY_COLUMNS)
@@ -298,7 +298,7 @@ def reconcile_derived(
         f"UNION SELECT {keys} FROM d GROUP BY {keys} "
         "HAVING count(*) > 1 AND bool_or(target = '')"
     )
-    return DerivedReconciliation(
+    return RoutedReconciliation(
         source_snapshot_id=source,
         raw_processed=raw_processed,
         routed=routed,

@@ -36,8 +36,8 @@ from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration, l
 from kinesis_lake.events.tables import quarantine_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.pipeline.derive import (
-    DerivedTables,
-    ensure_derived_tables,
+    DownstreamTables,
+    ensure_downstream_tables,
     refresh_aggregate,
     refresh_routed,
     target_rows,
@@ -77,7 +77,7 @@ class ReplayResult:
 def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
     """Move every quarantined record the current declaration takes into its tables."""
     declaration = load_declaration(settings.event_schema_path)
-    tables = ensure_derived_tables(settings, declaration)
+    tables = ensure_downstream_tables(settings, declaration)
     result = ReplayResult(0, 0, {name: 0 for name in declaration.names})
     for stream in lake_streams(settings, declaration):
         part = declaration.for_stream(declared_stream(stream, declaration))
@@ -98,7 +98,7 @@ def replay_quarantine(spark: SparkSession, settings: Settings) -> ReplayResult:
 
 
 def _catch_up(
-    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DerivedTables
+    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DownstreamTables
 ) -> dict[str, int]:
     """Bring the stream's tables and the quarantine up to date with raw, as the next refresh
     would; the rows written per table.
@@ -119,7 +119,7 @@ def _catch_up(
 
 
 def _replay_stream(
-    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DerivedTables
+    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DownstreamTables
 ) -> ReplayResult:
     """The replay of one stream's quarantined records, routed among its tables."""
     quarantine = tables.quarantine
@@ -159,7 +159,7 @@ def _replay_stream(
             fixed = _fixed(candidates, outputs, declaration.names).persist()
             written = {
                 name: _append_new(
-                    spark, settings, tables.declared[name], outputs[name], fixed, name, batch_id
+                    spark, settings, tables.routed[name], outputs[name], fixed, name, batch_id
                 )
                 for name in declaration.names
             }

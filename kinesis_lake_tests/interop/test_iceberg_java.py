@@ -19,7 +19,7 @@ from kinesis_lake.events.declaration import load_declaration
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.producer import put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg.sink import SINK_NAME
@@ -41,7 +41,7 @@ def demo_lake(spark, kinesalite_endpoint, tmp_path_factory) -> tuple[Settings, d
     for part in (events[:300], events[300:]):  # the second refresh rewrites and replaces
         put_records(client, settings.stream_name, part)
         run_ingestion(spark, settings)
-        refresh_derived(spark, settings)
+        refresh_downstream(spark, settings)
 
     catalog = open_lake(settings)
     declaration = load_declaration(CLICKSTREAM)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import produce, table_rows
 
@@ -17,7 +17,7 @@ def test_derived_tables_account_for_every_raw_record(spark, kinesalite_endpoint,
     produce(settings, 400, malformed_every=MALFORMED_EVERY, seed=11)
     run_ingestion(spark, settings)
 
-    result = refresh_derived(spark, settings)
+    result = refresh_downstream(spark, settings)
 
     parsed = table_rows(settings, settings.table_identifier("events"))
     quarantined = table_rows(settings, settings.quarantine_table)
@@ -43,12 +43,12 @@ def test_refresh_reads_only_what_was_appended_since_the_last_one(
     settings = settings_factory(kinesalite_endpoint)
     produce(settings, 200, seed=12)
     run_ingestion(spark, settings)
-    first = refresh_derived(spark, settings)
+    first = refresh_downstream(spark, settings)
 
     produce(settings, 50, seed=13)
     run_ingestion(spark, settings)
-    second = refresh_derived(spark, settings)
-    third = refresh_derived(spark, settings)
+    second = refresh_downstream(spark, settings)
+    third = refresh_downstream(spark, settings)
 
     assert first.tables["events"].source_rows_read == 200
     assert second.tables["events"].source_rows_read == 50, "only the new raw rows are read"
@@ -65,11 +65,11 @@ def test_repeated_events_are_quarantined_as_duplicates_not_dropped(
     produce(settings, 120, seed=21)
     produce(settings, 30, seed=22)
     run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
     produce(settings, 120, seed=21)  # a producer replaying everything it sent
     run_ingestion(spark, settings)
 
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     parsed = table_rows(settings, settings.table_identifier("events"))
     quarantined = table_rows(settings, settings.quarantine_table)
@@ -87,7 +87,7 @@ def test_a_new_optional_field_in_the_schema_becomes_a_column(
     settings = settings_factory(kinesalite_endpoint)
     produce(settings, 40, seed=31)
     run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     evolved = tmp_path / "evolved.yaml"
     evolved.write_text(
@@ -100,7 +100,7 @@ def test_a_new_optional_field_in_the_schema_becomes_a_column(
     settings = replace(settings, event_schema_path=evolved)
     produce(settings, 10, seed=32)
     run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     parsed = table_rows(settings, settings.table_identifier("events"))
     assert len(parsed) == 50

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from kinesis_lake.config import Settings
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.replay import replay_quarantine
 from kinesis_lake_tests.pipeline.declared_lakes import (
@@ -106,7 +106,7 @@ def test_a_crash_between_a_new_keyed_tables_backfill_commits_quarantines_nothing
     assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
     assert _fates(settings) == ([], ['{"id": "b", "type": "order", "at": "' + AT + '", "copy": 2}'])
 
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     orders, repeats = _fates(settings)
     assert orders == ["a", "b", "c"]

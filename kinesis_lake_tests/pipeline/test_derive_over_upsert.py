@@ -12,7 +12,7 @@ import pytest
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events.declaration import DeclarationError
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake_tests.pipeline.declared_lakes import PROFILES, profile_at
 from kinesis_lake_tests.pipeline_helpers import ingest_and_derive, table_rows
 
@@ -63,7 +63,7 @@ def test_a_full_table_over_an_upsert_table_follows_every_replacement(
         profile_at("ann", 2, "2024-05-01T11:06:00Z"),
         profile_at("bob", 1, AT_NOON),
     )
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     rows = table_rows(settings, settings.table_identifier("profiles_per_hour"))
     assert sorted((r["hour"].hour, r["profiles"]) for r in rows) == [(11, 1), (12, 1)]

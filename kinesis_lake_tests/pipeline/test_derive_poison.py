@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.pipeline_helpers import (
     assert_accounted,
@@ -121,7 +121,7 @@ def test_a_crash_between_the_parsed_and_quarantine_commits_duplicates_nothing(
     ], "the crash point: parsed committed, quarantine did not"
     assert len(table_rows(settings, settings.quarantine_table)) == 1
 
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     parsed, quarantined = assert_accounted(settings)
     assert sorted(r["event_id"] for r in parsed) == ["e1", "e2", "e3"]

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from kinesis_lake.events.parse import parse_events
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.events.raw import NOW, demo_schema, raw_table
 from kinesis_lake_tests.lake_settings import make_settings
@@ -119,5 +119,5 @@ def test_derive_accounts_for_every_hostile_record(
     settings_ = make_settings(tmp_path / uuid.uuid4().hex, kinesalite_endpoint.url)
     put(settings_, *batch)
     run_ingestion(spark, settings_)
-    refresh_derived(spark, settings_)
+    refresh_downstream(spark, settings_)
     assert_accounted(settings_)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kinesis_lake.config import Settings
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.pipeline_helpers import (
@@ -47,14 +47,14 @@ def test_routed_tables_and_quarantine_rebuild_from_a_re_created_raw_table(
 
     put(settings, event("e4", AT), b"{broken")
     settings = recreate_raw(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     parsed, quarantined = assert_accounted(settings)
     assert sorted(r["event_id"] for r in parsed) == ["e1", "e2", "e3", "e4"]
     reasons = sorted(r["error"].split(":")[0] for r in quarantined)
     assert reasons == ["duplicate event", "invalid JSON", "invalid JSON"]
 
-    refresh_derived(spark, settings)  # nothing new: nothing moves
+    refresh_downstream(spark, settings)  # nothing new: nothing moves
     assert_accounted(settings)
     assert len(table_rows(settings, settings.quarantine_table)) == 3
 

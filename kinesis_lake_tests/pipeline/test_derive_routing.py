@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kinesis_lake.events.routes import NO_ROUTE
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.pipeline_helpers import (
@@ -98,7 +98,7 @@ def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(
     put(settings, *FIRST)
     run_ingestion(spark, settings)
 
-    result = refresh_derived(spark, settings)
+    result = refresh_downstream(spark, settings)
 
     (view,) = table_rows(settings, settings.table_identifier("page_views"))
     assert view["context"] == {"os": "ios", "screen": {"w": 390, "h": 844}}
@@ -133,14 +133,14 @@ def test_records_go_to_every_table_their_routes_name_and_the_rest_to_quarantine(
     ]
     assert_reconciled(settings, ("page_views", "purchases", "all_events"))
 
-    again = refresh_derived(spark, settings)
+    again = refresh_downstream(spark, settings)
     assert all(r.up_to_date for r in again.tables.values()) and again.quarantine.up_to_date
 
 
 def test_a_refresh_that_died_between_two_tables_commits_is_finished_exactly_once(spark, settings):
     put(settings, *FIRST)
     run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
     put(settings, *SECOND)
     run_ingestion(spark, settings)
 
@@ -150,7 +150,7 @@ def test_a_refresh_that_died_between_two_tables_commits_is_finished_exactly_once
     assert "injected: commit of" in crashed.stderr, crashed.stderr[-3000:]
     assert table_ids(settings, "page_views") == ["v1", "v2"], "committed before the crash"
     assert table_ids(settings, "purchases") == ["p1"], "the crash point"
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     assert table_ids(settings, "page_views") == ["v1", "v2"]
     assert table_ids(settings, "purchases") == ["p1", "p4"]

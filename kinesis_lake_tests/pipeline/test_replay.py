@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.query import table_history
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.reconcile import quarantine_ratio
@@ -50,7 +50,7 @@ def _fix(settings: Settings) -> None:
 def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, settings):
     put(settings, *REPLAY_RECORDS)
     run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
     assert _quarantine(settings) == {
         ("page_views", False): 1,
         ("purchases", False): 1,
@@ -58,7 +58,7 @@ def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, setti
     }
 
     _fix(settings)
-    refresh_derived(spark, settings)  # creates signups and backfills it from raw
+    refresh_downstream(spark, settings)  # creates signups and backfills it from raw
     result = replay_quarantine(spark, settings)
 
     assert (result.candidates, result.resolved, result.still_quarantined) == (4, 2, 2)
@@ -89,9 +89,9 @@ def test_replay_moves_what_the_fixed_declaration_takes_exactly_once(spark, setti
 def test_a_replay_killed_before_marking_moves_nothing_twice(spark, settings):
     put(settings, *REPLAY_RECORDS)
     run_ingestion(spark, settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
     _fix(settings)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     crashed = derive_with_a_failing_commit(
         settings, settings.quarantine_table, job="replay.replay_quarantine"

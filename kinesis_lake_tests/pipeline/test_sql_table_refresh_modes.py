@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from kinesis_lake.config import Settings
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES
 from kinesis_lake_tests.pipeline.declared_lakes import (
@@ -55,7 +55,7 @@ def test_rows_mode_appends_the_sql_over_new_rows_only(spark, settings):
             ("ann", "ann@example.com", 2): 1,
         }
     )
-    again = refresh_derived(spark, settings)
+    again = refresh_downstream(spark, settings)
     assert again.derived["emails"].up_to_date
     assert len(rows_of(settings, "emails")) == 3
 
@@ -96,7 +96,7 @@ def test_full_mode_recomputes_when_an_input_changed_and_only_then(spark, setting
     ingest_and_derive(spark, settings, profile_at("ann", 2, "2024-05-01T10:00:00Z", "delete"))
     assert rows_of(settings, "profile_count") == [{"profiles": 1}]
 
-    again = refresh_derived(spark, settings)
+    again = refresh_downstream(spark, settings)
     assert not again.derived["profile_count"].committed, "no input changed: nothing recomputed"
     assert rows_of(settings, "profile_count") == [{"profiles": 1}]
 
@@ -118,7 +118,7 @@ def test_a_sql_refresh_whose_commit_landed_but_failed_is_finished_exactly_once(s
         settings, settings.table_identifier("updates_per_hour"), mode=LANDS_THEN_RAISES
     )
     assert crashed.returncode != 0 and "injected" in crashed.stderr, crashed.stderr[-3000:]
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     assert sorted(r["user_id"] for r in rows_of(settings, "emails")) == ["ann", "bob", "cid"]
     hours = {r["hour"].hour: r["updates"] for r in rows_of(settings, "updates_per_hour")}

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events.declaration import load_declaration
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake.pipeline.lake import lake_streams, open_lake
-from kinesis_lake.pipeline.reconcile import reconcile_derived
+from kinesis_lake.pipeline.reconcile import reconcile_routed
 from kinesis_lake_tests.pipeline_helpers import put, table_rows
 
 DECLARATION = """\
@@ -43,7 +43,7 @@ def _put_ingest_and_derive(spark, settings: Settings) -> tuple[Settings, Setting
     put(orders_stream, {"id": "o1", "total": "9.99"}, {"id": "o2", "total": "x"})
     for stream in (clicks_stream, orders_stream):
         run_ingestion(spark, stream)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
     return clicks_stream, orders_stream
 
 
@@ -71,7 +71,7 @@ def test_two_streams_are_ingested_and_routed_apart(spark, kinesalite_endpoint, s
     catalog = open_lake(settings)
     quarantine = catalog.load_table(settings.quarantine_table)
     for stream, tables in ((clicks_stream, ["clicks"]), (orders_stream, ["order_lines"])):
-        report = reconcile_derived(
+        report = reconcile_routed(
             catalog.load_table(stream.raw_table),
             {name: catalog.load_table(settings.table_identifier(name)) for name in tables},
             quarantine,
@@ -82,7 +82,7 @@ def test_two_streams_are_ingested_and_routed_apart(spark, kinesalite_endpoint, s
 
     put(orders_stream, {"id": "o3", "total": 1})
     run_ingestion(spark, orders_stream)
-    again = refresh_derived(spark, settings)
+    again = refresh_downstream(spark, settings)
     assert again.tables["clicks"].up_to_date, "a stream without new records is not read"
     assert again.tables["order_lines"].rows_written == 1
 
@@ -101,7 +101,7 @@ def test_re_creating_one_streams_raw_table_rebuilds_only_its_rows_of_the_shared_
     open_lake(settings).drop_table(orders_stream.raw_table)
     shutil.rmtree(checkpoint_location(orders_stream))
     run_ingestion(spark, orders_stream)
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     quarantined = sorted(
         (r["stream_name"], r["error"].split(":")[0])

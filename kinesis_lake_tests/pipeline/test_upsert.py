@@ -15,7 +15,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from kinesis_lake.config import Settings
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
 from kinesis_lake_tests.lake_settings import make_settings
@@ -143,8 +143,8 @@ def test_a_refresh_killed_at_any_commit_and_rerun_ends_as_an_uninterrupted_one(
     )
     assert crashed.returncode != 0
     assert "injected" in crashed.stderr, crashed.stderr[-3000:]
-    refresh_derived(spark, settings)
+    refresh_downstream(spark, settings)
 
     assert profiles(settings) == model(first + second)
-    again = refresh_derived(spark, settings)
+    again = refresh_downstream(spark, settings)
     assert again.derived["user_profiles"].up_to_date

@@ -5,7 +5,7 @@ local Kinesis endpoint (kinesalite), a real Spark session, a SQLite Iceberg cata
 temporary directory and a declaration file it writes and edits. Steps: put records (valid,
 malformed JSON, unrouted, a field of the wrong type, a value too big for ``int``, a repeat
 of a dedup key on the same UTC day, upsert versions out of order, deletes); ``ingest
---derive`` (``run_ingestion`` then ``refresh_derived``, what the CLI calls); a derive in a
+--derive`` (``run_ingestion`` then ``refresh_downstream``, what the CLI calls); a derive in a
 new process whose commit of one table fails or lands then raises; declaration edits (a new
 table, a new optional field, ``int`` widened to ``long``); ``replay``; dropping a routed
 table (the input of the SQL tables) or a derived table so that the next refresh re-creates
@@ -50,11 +50,11 @@ import duckdb
 from kinesis_lake.config import Settings
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.pipeline.derive import refresh_derived
+from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
-from kinesis_lake.pipeline.reconcile import reconcile_derived
+from kinesis_lake.pipeline.reconcile import reconcile_routed
 from kinesis_lake.pipeline.replay import replay_quarantine
 
 INT_MAX = 2**31 - 1
@@ -431,7 +431,7 @@ def check(settings: Settings, model: Model, *, converged: bool) -> None:
     if count is not None and [r["profiles"] for r in count] != [len(profiles)]:
         raise Violation("sql-full", f"profile_count {count}, profiles has {len(profiles)} rows")
     catalog = open_lake(settings)
-    report = reconcile_derived(
+    report = reconcile_routed(
         catalog.load_table(settings.raw_table),
         {t: catalog.load_table(settings.table_identifier(t)) for t in tables},
         catalog.load_table(settings.quarantine_table),
@@ -485,7 +485,7 @@ def run_schedule(
                 _put(settings, model, step.records)
             elif step.kind == "derive":
                 _ingest(spark, settings, model)
-                refresh_derived(spark, settings)
+                refresh_downstream(spark, settings)
                 model.derive()
                 model.unsettled = False
             elif step.kind == "fail":
