@@ -28,7 +28,7 @@ with atheris.instrument_imports(include=["kinesis_lake"]):
     from kinesis_lake.events.schema import EventSchema
     from kinesis_lake.kinesis.kpl import KPL_MAGIC, aggregate, user_records
     from kinesis_lake.kinesis.records import KinesisRecord
-    from kinesis_lake.spark.kinesis.source import KINESIS_ARROW_SCHEMA, records_to_arrow
+    from kinesis_lake.spark.kinesis.arrow import KINESIS_ARROW_SCHEMA, records_to_arrow
 
 from kinesis_lake_tests.events.raw import NOW, raw_table
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kinesis_lake.kinesis.kpl import KPL_MAGIC, user_records
-from kinesis_lake.spark.kinesis.source import records_to_arrow
+from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 from kinesis_lake_tests.kinesis.helpers import protobuf_field, varint
 
 SHARD = "shardId-000000000003"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.spark.kinesis.source import KINESIS_ARROW_SCHEMA, records_to_arrow
+from kinesis_lake.spark.kinesis.arrow import KINESIS_ARROW_SCHEMA, records_to_arrow
 
 
 def _record(sequence: str, **fields: object) -> KinesisRecord:
