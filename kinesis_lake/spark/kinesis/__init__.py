@@ -1,7 +1,8 @@
 """The ``kinesis`` Spark data source: a streaming reader of Kinesis Data Streams.
 
-* ``source``: the data source, its stream reader (planning on the driver, reading on
-  executors) and the conversion of records to Arrow rows.
+* ``source``: the data source and its stream reader (planning on the driver, reading on
+  executors).
+* ``arrow``: the rows Spark receives, one per user record, and their schema.
 * ``options``: the source's options, parsed and checked before any read.
 * ``offsets``: which shards a micro-batch reads and from where (resharding order, start
   positions, read limits).
