@@ -347,7 +347,7 @@ def _lake_with_tables(settings: Settings) -> Catalog:
 
 
 def _as_of_ms(text: str) -> int:
-    from kinesis_lake.kinesis.shard_reader import parse_timestamp_ms
+    from kinesis_lake.kinesis.start_positions import parse_timestamp_ms
 
     try:
         return parse_timestamp_ms(text)

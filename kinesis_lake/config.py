@@ -25,7 +25,7 @@ from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, R
 from kinesis_lake.iceberg.defaults import DEFAULT_NAMESPACE, default_data_dir
 from kinesis_lake.kinesis.client import AssumedRole
 from kinesis_lake.kinesis.consumers import CONSUMER_TYPES
-from kinesis_lake.kinesis.shard_reader import (
+from kinesis_lake.kinesis.start_positions import (
     STARTING_POSITIONS,
     TIMESTAMP_FORMS,
     parse_timestamp_ms,

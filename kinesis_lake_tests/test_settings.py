@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kinesis_lake.config import SETTINGS, Settings, settings_markdown
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
-from kinesis_lake.kinesis.shard_reader import STARTING_POSITIONS
+from kinesis_lake.kinesis.start_positions import STARTING_POSITIONS
 from kinesis_lake.spark.kinesis import options as kinesis_source_options
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader, StartPosition
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import list_shards
 
 

@@ -15,8 +15,8 @@ from kinesis_lake.kinesis.shard_reader import (
     ReadOutcome,
     ShardReader,
     ShardReadError,
-    StartPosition,
 )
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import ensure_stream, list_shards, shard_lineage_order
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy

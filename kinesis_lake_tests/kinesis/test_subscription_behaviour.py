@@ -7,7 +7,8 @@ import pytest
 
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake_tests.kinesis.scripted_subscriptions import (
     Answer,
     Script,

@@ -39,7 +39,8 @@ import pyarrow as pa
 
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake.spark.iceberg.writer import DataFilesWritten
 from kinesis_lake.spark.kinesis.offsets import (

@@ -19,7 +19,8 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake_tests.simulation.kinesis import ITERATOR_LIFETIME_MS, SimulatedKinesis
 from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shrink

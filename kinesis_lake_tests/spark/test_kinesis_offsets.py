@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kinesis_lake.kinesis.shard_reader import StartPosition
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.spark.kinesis.offsets import (
     LISTING_CLOCK_MARGIN_MS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.errors import AnalysisException
 
-from kinesis_lake.kinesis.shard_reader import StartPosition
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.spark.kinesis.options import KinesisOptionError, KinesisSourceOptions
 from kinesis_lake_tests.spark.source_helpers import REGION, new_stream
 

@@ -245,7 +245,7 @@ def test_a_child_never_read_takes_its_open_parents_tip_time():
     child the tip time its parent was read to while open, so records that arrived on the
     child and expired are reported; not when the parent's read ended it or finished it (a
     drained closed shard on kinesalite), nor when the child has an entry of its own."""
-    from kinesis_lake.kinesis.shard_reader import StartPosition
+    from kinesis_lake.kinesis.start_positions import StartPosition
     from kinesis_lake.spark.kinesis.offsets import SourceOffset
     from kinesis_lake.spark.kinesis.source import _with_earlier_tips
 
@@ -324,7 +324,7 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     stream plans the parent when the progress records say the earlier query had not
     finished it (its first plan then reports it gone before its end); not when it had,
     nor when nothing is known of it (the table names a gone shard for ever)."""
-    from kinesis_lake.kinesis.shard_reader import StartPosition
+    from kinesis_lake.kinesis.start_positions import StartPosition
     from kinesis_lake.spark.kinesis.offsets import PlanningInput, SourceOffset, plan_next_offset
     from kinesis_lake.spark.kinesis.source import _with_gone_unfinished
 

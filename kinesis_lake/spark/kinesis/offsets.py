@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kinesis_lake.errors import IngestionError
-from kinesis_lake.kinesis.shard_reader import ReadOutcome, StartPosition
+from kinesis_lake.kinesis.shard_reader import ReadOutcome
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import Shard, shard_lineage_order
 
 OFFSET_VERSION = 1

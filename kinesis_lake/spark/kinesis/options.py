@@ -18,7 +18,7 @@ from pathlib import Path
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.kinesis.client import AssumedRole
 from kinesis_lake.kinesis.consumers import CONSUMER_TYPES
-from kinesis_lake.kinesis.shard_reader import (
+from kinesis_lake.kinesis.start_positions import (
     STARTING_POSITIONS,
     TIMESTAMP_FORMS,
     StartPosition,

@@ -100,7 +100,8 @@ from kinesis_lake.kinesis.consumers import (
     find_consumer,
 )
 from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import ShardReader, StartPosition
+from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import (
     Shard,
     StreamInfo,
@@ -125,7 +126,6 @@ from kinesis_lake.spark.kinesis.options import (
 from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
 from kinesis_lake.spark.spark_version import require_spark
 from kinesis_lake.spark.worker_process import freeze_imported_objects
-
 
 logger = logging.getLogger(__name__)
 
