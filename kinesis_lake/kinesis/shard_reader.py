@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.kpl import user_records
+from kinesis_lake.kinesis.read_stops import BEFORE_RECORD, SHARD_ENDS, page_stop, record_stop
 from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.retry import (
     DEFAULT_RETRY,
@@ -393,15 +394,22 @@ class ShardReader:
                         skipped += 1
                         continue
                     arrival_ms = epoch_ms(record["ApproximateArrivalTimestamp"])
-                    if end is not None and int(sequence_number) > end:
-                        # Records are immutable: only retention takes the end record
-                        # (and, being older, every record of the range before it).
-                        gone_at = (sequence_number, arrival_ms)
-                        stop = "end_gone"
-                        consumed_all = False
-                        break
-                    if arrival_cutoff_ms is not None and arrival_ms > arrival_cutoff_ms:
-                        stop = "cutoff"
+                    stop = (
+                        record_stop(
+                            sequence_number,
+                            arrival_ms,
+                            taken_before=outcome.records_read,
+                            end=end,
+                            arrival_cutoff_ms=arrival_cutoff_ms,
+                            max_records=max_records,
+                        )
+                        or ""
+                    )
+                    if stop in BEFORE_RECORD:
+                        if stop == "end_gone":
+                            # Records are immutable: only retention takes the end record
+                            # (and, being older, every record of the range before it).
+                            gone_at = (sequence_number, arrival_ms)
                         consumed_all = False
                         break
                     batch.extend(
@@ -413,10 +421,6 @@ class ShardReader:
                     outcome.records_read += 1
                     outcome.last_sequence_number = sequence_number
                     outcome.last_arrival_ms = arrival_ms
-                    if end is not None and int(sequence_number) == end:
-                        stop = "end_sequence"
-                    elif outcome.records_read >= max_records:
-                        stop = "limit"
                     if stop:
                         consumed_all = position == len(page.records) - 1
                         break
@@ -427,21 +431,21 @@ class ShardReader:
                     outcome.user_records += len(batch)
                     yield batch
 
-                if page.shard_ended and consumed_all:
+                ending = page_stop(
+                    shard_ended=page.shard_ended,
+                    gone=bool(page.gone),
+                    read_whole_page=consumed_all,
+                    may_be_tip=page.may_be_tip,
+                    millis_behind=page.millis_behind,
+                    resume_record_only=page.end_needs_empty_page
+                    and bool(page.records)
+                    and skipped == len(page.records),
+                )
+                if ending in SHARD_ENDS:
                     cursor.nothing_after(page.server_ms)
                     outcome.shard_ended = True
-                    stop = stop or ("shard_gone" if page.gone else "shard_end")
-                elif (
-                    not stop
-                    and page.may_be_tip
-                    and not page.millis_behind
-                    and not (
-                        page.end_needs_empty_page and page.records and skipped == len(page.records)
-                    )
-                ):
-                    # Real Kinesis can return a short (even empty) page while still behind,
-                    # so a short page only means "caught up" when MillisBehindLatest says
-                    # so. See ``Page.end_needs_empty_page`` for the resume record alone.
+                    stop = stop or ending
+                elif ending == "caught_up" and not stop:
                     # The tip time is recorded only once the gap check is settled:
                     # an unresolved resume point would otherwise let the next read take
                     # records that expired unread for a quiet shard (issue 31 defect 2).
