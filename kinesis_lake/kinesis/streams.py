@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.retry import DEFAULT_RETRY, call_with_retry, error_code
+from kinesis_lake.kinesis.server_time import server_ms
 
 T = TypeVar("T")
 
@@ -71,6 +72,8 @@ class StreamInfo:
     retention_hours: int
     status: str
     open_shard_count: int
+    server_ms: int | None = None
+    """The endpoint's clock when it answered (Date header), None if it sent none."""
 
 
 class StreamNotFoundError(KinesisError, LookupError):
@@ -120,6 +123,7 @@ def describe_stream(client: KinesisClient, stream_name: str) -> StreamInfo:
         retention_hours=int(summary["RetentionPeriodHours"]),
         status=summary["StreamStatus"],
         open_shard_count=int(summary["OpenShardCount"]),
+        server_ms=server_ms(response),
     )
 
 

@@ -217,7 +217,7 @@ def latest_offset(
     options = source.options
     if cutoff_ms is None and resting(current, outcomes, now_ms, options.idle_ms):
         return start
-    source._check_stream_identity(current)
+    stream = source._check_stream_identity(current)
     planned = plan_next_offset(
         current,
         PlanningInput(
@@ -228,6 +228,7 @@ def latest_offset(
             cutoff_ms=cutoff_ms,
             idle_ms=options.idle_ms,
             fail_on_data_loss=options.fail_on_data_loss,
+            listed_ms=stream.server_ms,
         ),
     )
     return planned.to_dict()

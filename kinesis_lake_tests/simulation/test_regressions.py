@@ -485,3 +485,29 @@ def test_records_expired_after_a_failed_first_batch_are_reported_after_a_checkpo
     )
     assert "shardId-000000000001" in state.reported
     assert sum(state.lake.rows().values()) == 3
+
+
+def test_records_expired_before_a_failed_first_batch_was_replayed_are_reported(tmp_path: Path):
+    """Found by the simulation (seed 40299 again, once the case above was fixed, shrunk;
+    fails at fbde57a). The query's first batch fails (shard 0 throttled past its
+    retries) with shard 1 unread; four records arrive on shard 1 and expire in a
+    25-hour outage; the replay reads shard 1 from its trim horizon, which no read had
+    reached, and took the three newer records past the four without a word. A query is
+    answerable for what arrives once it started: a start not after a known record, on a
+    shard no read found at its tip yet, is checked from the query's start."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("throttle", 0, 6),
+            ("run", "main", 2, "after-commit"),
+            ("put", 3, 4, False),
+            ("outage", 89199757),
+            ("put", 1, 3, False),
+            ("sensor",),
+            ("sensor",),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )
+    assert "shardId-000000000001" in state.reported
+    assert sum(state.lake.rows().values()) == 3

@@ -9,7 +9,6 @@ import pytest
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.spark.kinesis.offsets import (
-    LISTING_CLOCK_MARGIN_MS,
     PlanningInput,
     SourceOffset,
     SourcePlanningError,
@@ -248,11 +247,12 @@ def test_fewer_rows_than_shards_still_reads_every_shard_in_turn():
 def test_a_child_of_a_parent_the_last_plan_never_saw_still_has_a_read_to_tip_time():
     """Issue 31 (simulation seed 40118): a and b merged into m1, then m1 and c into m2,
     all between two plans. m2's parent m1 was unknown to the last plan, so m2 had no
-    read-to-tip time, and records that expired on it in an outage went unreported. m1
-    passes on its parents' time (their reads of the epoch just done), and a parent gone
-    before any plan saw it stands for the last plan's listing, less the clock margin."""
+    read-to-tip time, and records that expired on it in an outage went unreported. A
+    shard new to a plan was created after the last plan listed the stream: that time
+    (the server's clock) bounds its own, whatever its parents; an earlier parent's
+    read to its tip lowers it; with no listing time, every parent must have one."""
     a, b, c = shard("a"), shard("b"), shard("c")
-    first = plan(initial(a, b, c), [a, b, c], now_ms=10_000)
+    first = plan(initial(a, b, c), [a, b, c], now_ms=10_000, listed_ms=9_000)
     caught = [
         replace(outcome(s, "1", stopped_by="caught_up", caught_up=True), tip_ms=tip)
         for s, tip in (("a", 12_000), ("b", 11_000), ("c", 900_000))
@@ -262,8 +262,42 @@ def test_a_child_of_a_parent_the_last_plan_never_saw_still_has_a_read_to_tip_tim
     closed = [shard(s, closed=True) for s in ("a", "b", "c")]
 
     second = plan(first, [*closed, m1, m2], caught, now_ms=20_000)
+    assert (second.shards["m1"].tip_ms, second.shards["m2"].tip_ms) == (9_000, 9_000)
+    earlier = [replace(read, tip_ms=read.tip_ms - 5_000) for read in caught]
+    second = plan(first, [*closed, m1, m2], earlier, now_ms=20_000)
+    assert (second.shards["m1"].tip_ms, second.shards["m2"].tip_ms) == (6_000, 6_000)
+    unlisted = replace(first, listed_ms=None)
+    second = plan(unlisted, [*closed, m1, m2], caught, now_ms=20_000)
     assert (second.shards["m1"].tip_ms, second.shards["m2"].tip_ms) == (11_000, 11_000)
 
     # a, b, c and m1 past retention by the next plan: only m2 is listed.
     later = plan(first, [m2], caught, now_ms=20_000, fail_on_data_loss=False)
-    assert later.shards["m2"].tip_ms == 10_000 - LISTING_CLOCK_MARGIN_MS
+    assert later.shards["m2"].tip_ms == 9_000
+    later = plan(unlisted, [m2], caught, now_ms=20_000, fail_on_data_loss=False)
+    assert later.shards["m2"].tip_ms is None
+
+
+def test_a_start_not_after_a_record_is_checked_from_the_query_start_until_a_read_to_the_tip():
+    """Issue 31 (simulation seed 40299): what arrives once the query started is its to
+    read, so a shard no read found at its tip yet is checked for records that expired
+    from the query's start (on the server's clock) on; a read to the tip takes over, and
+    a resume record's check never sees that start, which is no read."""
+    started = SourceOffset.initial(
+        stream_created_ms=1,
+        shards=[shard("a"), shard("b")],
+        start=StartPosition.trim_horizon(),
+        new_shard_start=StartPosition.trim_horizon(),
+        per_shard_start={"b": StartPosition.after("41")},
+        started_ms=600_000,
+    )
+    assert SourceOffset.from_dict(started.to_dict()) == started
+    first = plan(started, [shard("a"), shard("b")])
+    assert first.quiet_since("a") == 600_000
+    assert first.quiet_since("b") is None
+    caught = outcome("a", None, records=0, stopped_by="caught_up", caught_up=True)
+    b_read = outcome("b", "43")
+    second = plan(first, [shard("a"), shard("b")], [replace(caught, tip_ms=700_000), b_read])
+    assert second.quiet_since("a") == 700_000
+    assert second.shards["a"].tip_ms == 700_000
+    limited = plan(first, [shard("a"), shard("b")], [outcome("a", "42"), b_read])
+    assert limited.quiet_since("a") is None and limited.shards["a"].tip_ms is None

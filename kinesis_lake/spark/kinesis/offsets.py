@@ -89,7 +89,9 @@ class SourceOffset:
     never read each other's progress records. ``epoch`` 0 is the initial offset, which
     reads nothing; each new plan is the previous epoch + 1. ``shards`` holds every shard
     that is neither finished nor gone, including those waiting for their parents;
-    ``finished`` the closed shards read to their end.
+    ``finished`` the closed shards read to their end. ``listed_ms`` is the server's
+    clock just before this offset's shards were listed, ``started_ms`` the initial
+    offset's (see :meth:`quiet_since`), both None where the endpoint sends no Date.
     """
 
     run_id: str
@@ -101,6 +103,8 @@ class SourceOffset:
     cutoff_ms: int | None = None
     skipped_ranges: int = 0
     planned_ms: int = 0
+    started_ms: int | None = None
+    listed_ms: int | None = None
 
     @classmethod
     def initial(
@@ -111,6 +115,7 @@ class SourceOffset:
         start: StartPosition,
         new_shard_start: StartPosition,
         per_shard_start: Mapping[str, StartPosition] | None = None,
+        started_ms: int | None = None,
     ) -> SourceOffset:
         """Epoch 0: every shard listed now, at its starting position, nothing read yet."""
         per_shard_start = per_shard_start or {}
@@ -122,6 +127,8 @@ class SourceOffset:
             shards={
                 s.shard_id: ShardCursor(per_shard_start.get(s.shard_id, start)) for s in shards
             },
+            started_ms=started_ms,
+            listed_ms=started_ms,
         )
 
     def to_dict(self) -> dict:
@@ -138,6 +145,10 @@ class SourceOffset:
         }
         if self.cutoff_ms is not None:
             data["cutoffMs"] = self.cutoff_ms
+        if self.started_ms is not None:
+            data["startedMs"] = self.started_ms
+        if self.listed_ms is not None:
+            data["listedMs"] = self.listed_ms
         return data
 
     @classmethod
@@ -159,7 +170,25 @@ class SourceOffset:
             cutoff_ms=data.get("cutoffMs"),
             skipped_ranges=int(data.get("skippedRanges", 0)),
             planned_ms=int(data.get("plannedMs", 0)),
+            started_ms=data.get("startedMs"),
+            listed_ms=data.get("listedMs"),
         )
+
+    def quiet_since(self, shard_id: str) -> int | None:
+        """Since when the shard's read may count records that expired unread as loss:
+        its last read to the tip, or, for a start not after a known record, the query's
+        start when no read found the tip yet.
+
+        A query is answerable for every record that arrives once it started, read or not:
+        a first batch that failed, then an outage longer than retention, and its replay
+        from the trim horizon took what was left for all there was (issue 31 simulation,
+        seed 40299). Not a read to the tip, so never carried into ``tip_ms``: a resume
+        record's gap check must not take records before the start for read.
+        """
+        cursor = self.shards[shard_id]
+        if cursor.tip_ms is not None or cursor.start.kind == "AFTER_SEQUENCE_NUMBER":
+            return cursor.tip_ms
+        return self.started_ms
 
     def shards_to_read(self) -> list[str]:
         return sorted(sid for sid, cur in self.shards.items() if cur.read)
@@ -181,6 +210,9 @@ class PlanningInput:
     cutoff_ms: int | None = None
     idle_ms: int = 1000
     fail_on_data_loss: bool = True
+    listed_ms: int | None = None
+    """The server's clock before ``listed_shards`` were listed (a DescribeStreamSummary
+    answered just before), kept in the plan as its ``listed_ms``."""
 
 
 def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffset:
@@ -241,7 +273,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
 
     for shard in shard_lineage_order(list(given.listed_shards)):
         if shard.shard_id not in finished and shard.shard_id not in cursors:
-            tips[shard.shard_id] = _inherited_tip(shard, tips, current.planned_ms)
+            tips[shard.shard_id] = _inherited_tip(shard, tips, current.listed_ms)
             cursors[shard.shard_id] = ShardCursor(
                 current.new_shard_start, tip_ms=tips[shard.shard_id]
             )
@@ -265,6 +297,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         cutoff_ms=given.cutoff_ms,
         skipped_ranges=skipped,
         planned_ms=given.now_ms,
+        listed_ms=given.listed_ms,
     )
     if not proposal.shards_to_read():
         return current
@@ -273,40 +306,29 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     return proposal
 
 
-LISTING_CLOCK_MARGIN_MS = 5 * 60 * 1000
-"""How far the driver's clock may be from Kinesis' when a listing's time stands in for a
-server time: AWS refuses requests signed more than 5 minutes off (SigV4)."""
-
-
 def _inherited_tip(
-    shard: Shard, tips: Mapping[str, int | None], listed_before_ms: int
+    shard: Shard, tips: Mapping[str, int | None], listed_before_ms: int | None
 ) -> int | None:
-    """A new child's read-to-tip time: the earliest of its parents', if each has one.
+    """A new child's read-to-tip time: the earliest of its parents' and of the time the
+    last plan listed the stream (``listed_before_ms``, the server's clock).
 
-    The child was created when its parents closed, after those reads, so every record it
-    ever held arrived later. Without a time of its own, records that arrive on it and
-    expire in an outage before its first read would be skipped silently, as a start from
-    the trim horizon is only checked against a known read to the tip (issue 31's
-    simulation, seed 10136). A parent still open when its last read found it caught up
-    (``tips``: the epoch just read, or the earlier plan's for a parent finished now) gives
-    a time before its close; a parent read to its tip only after it closed (kinesalite
-    says caught up for a drained closed shard) gives a later one: a weaker check, never a
-    false report. A parent the last plan did not know (created after that plan listed
-    the stream, ``listed_before_ms``, and merged or split again, or gone, since: seed
-    40118) stands for that listing's time, less the clock margin; a parent new in this
-    plan passes on the time it inherited (``tips`` is filled in lineage order).
+    Without a time of its own, records that arrive on the child and expire in an outage
+    before its first read would be skipped silently, as a start from the trim horizon is
+    only checked against a known read to the tip (issue 31's simulation, seed 10136). The
+    last plan listed every shard there was, so a shard new to this one was created after
+    that listing, and every record it ever held arrived later: that time holds whatever
+    its parents (two reshards between plans, a parent gone before any plan saw it, a
+    parent never read to its tip: seed 40118). A parent's earlier read to its tip while
+    open (``tips``, filled in lineage order) makes the check stricter, never wrong. Without
+    a listing time (an endpoint that sends no Date header), every parent must have one.
     """
-    inherited = [
-        tips[parent]
-        if parent in tips
-        else listed_before_ms - LISTING_CLOCK_MARGIN_MS
-        if listed_before_ms
-        else None
-        for parent in shard.parent_ids
-    ]
-    if not inherited or any(tip is None for tip in inherited):
+    inherited = [tips.get(parent) for parent in shard.parent_ids]
+    known = [tip for tip in inherited if tip is not None]
+    if listed_before_ms is not None:
+        return min([*known, listed_before_ms])
+    if not inherited or len(known) < len(inherited):
         return None
-    return min(tip for tip in inherited if tip is not None)
+    return min(known)
 
 
 def epoch_limits(

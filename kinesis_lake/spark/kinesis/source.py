@@ -247,6 +247,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start=start,
             new_shard_start=new_shard_start,
             per_shard_start=self.options.per_shard_start,
+            started_ms=stream.server_ms,
         )
         status = self._store.latest_status() or self._store.unpublished_status()
         offset = _with_gone_unfinished(offset, status, self.options.per_shard_start)
@@ -279,7 +280,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark asks again within milliseconds under the default trigger: answering
             # without API calls keeps an idle query far below the control-plane limits.
             return start
-        self._check_stream_identity(current)
+        stream = self._check_stream_identity(current)
         planned = plan_next_offset(
             current,
             PlanningInput(
@@ -291,6 +292,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 cutoff_ms=self._cutoff_ms,
                 idle_ms=self.options.idle_ms,
                 fail_on_data_loss=self.options.fail_on_data_loss,
+                listed_ms=stream.server_ms,
             ),
         )
         return planned.to_dict()
@@ -344,7 +346,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 start=plan.shards[shard_id].to_dict()["start"],
                 limit=plan.shards[shard_id].limit,
                 cutoff_ms=plan.cutoff_ms,
-                quiet_since_ms=plan.shards[shard_id].tip_ms,
+                quiet_since_ms=plan.quiet_since(shard_id),
                 retention_ms=stream.retention_hours * 3_600_000,
                 processed_through=_processed_through(self.options, shard_id),
                 not_before_ms=not_before_ms,
