@@ -511,3 +511,58 @@ def test_records_expired_before_a_failed_first_batch_was_replayed_are_reported(t
     )
     assert "shardId-000000000001" in state.reported
     assert sum(state.lake.rows().values()) == 3
+
+
+@pytest.mark.xfail(
+    strict=True, raises=Violation, reason="open: a start knowing nothing of a shard (issue 31)"
+)
+def test_records_expired_after_a_first_batch_failed_with_nothing_read_are_reported(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 40299, shrunk once more), analysed: the open limit
+    of seed 30023 on the main query. The first batch fails (shard 0 throttled past its
+    retries) before any read was recorded; four records arrive on shard 1 and expire in
+    a 25-hour outage; the checkpoint, which held the query's start, is lost: the new
+    query's progress folder holds no read of any shard, and it reads shard 1 from its
+    trim horizon past the four."""
+    run_schedule(
+        tmp_path,
+        [
+            ("throttle", 0, 6),
+            ("run", "main", 2, "after-commit"),
+            ("put", 3, 4, False),
+            ("outage", 89199757),
+            ("lose_checkpoint",),
+            ("put", 1, 3, False),
+            ("sensor",),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a plan lost with its checkpoint")
+def test_records_expired_on_a_child_of_a_shard_never_read_are_reported_after_a_checkpoint_lost(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 40299, shrunk a fourth time), analysed, open. A run of
+    one batch reads shards 0 and 1 (1 closed by a split, its children waiting) and stops
+    before publishing a status; 0 merges with the waiting child 2 into 4; seven records
+    on 4 expire in a 25-hour outage; the checkpoint is lost. The new query knows 0's read
+    to the tip but nothing of 2 (never read), and 4 inherits no time. The plan that
+    listed 2, and so bounds 4's creation, was in the lost checkpoint: the fix needs each
+    run's listing times kept beside its progress records (or in the table)."""
+    run_schedule(
+        tmp_path,
+        [
+            ("split", 7),
+            ("run", "main", 1, "during-abort"),
+            ("merge", 0),
+            ("put", 5, 7, False),
+            ("outage", 89199757),
+            ("lose_checkpoint",),
+            ("put", 1, 3, False),
+            ("sensor",),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )

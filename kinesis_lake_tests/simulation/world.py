@@ -29,6 +29,7 @@ from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.pipeline.ingest import source_metadata_path
 from kinesis_lake.spark.iceberg.writer import OverlappingPositionsError
 from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake.spark.kinesis.source import DataLossError
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
 from kinesis_lake_tests.lake_settings import make_settings
@@ -88,8 +89,9 @@ class World:
         self.started_ms: int | None = None
         """When ingestion first started: what expired before is nobody's loss."""
         self.knowing_nothing: set[str] = set()
-        """Queries started with neither a checkpoint nor the deployment's progress records
-        (a second machine's), and the shards whose first committed position one wrote."""
+        """Queries started with neither a checkpoint nor a read to the tip in their
+        progress folder (a second machine's; the main one's after its first batch failed
+        before any read), and the shards whose first committed position one wrote."""
         self.first_read_knowing_nothing: set[str] = set()
         self.acknowledge: set[str] = set()
         self.reported: set[str] = set()
@@ -352,7 +354,8 @@ class World:
         if self.queries[who] is None:
             if who == "main" and self.checkpoints[who] is None:
                 self.blind |= self._aged_out_positions()
-            if who != "main" and self.checkpoints[who] is None:
+            progress = self._progress(who)
+            if self.checkpoints[who] is None and _knows_nothing(progress):
                 self.knowing_nothing.add(who)
             else:
                 self.knowing_nothing.discard(who)
@@ -360,7 +363,7 @@ class World:
                 self.kinesis,
                 self.lake,
                 self.checkpoints[who],
-                progress=self._progress(who),
+                progress=progress,
                 now_ms=self.now_ms,
                 fail_on_data_loss=who not in self.acknowledge,
                 available_now=available_now,
@@ -448,6 +451,13 @@ class World:
     def _open_shard(self, index: int) -> str:
         open_shards = self.kinesis.open_shards()
         return open_shards[index % len(open_shards)]
+
+
+def _knows_nothing(progress: Path) -> bool:
+    """Whether a source's progress folder holds no read to the tip: no status, and no
+    empty read of a first batch that failed (what a start without checkpoint takes)."""
+    store = ShardProgressStore(str(progress))
+    return store.latest_status() is None and store.unpublished_status() is None
 
 
 @contextmanager
