@@ -513,6 +513,34 @@ def test_records_expired_before_a_failed_first_batch_was_replayed_are_reported(t
     assert sum(state.lake.rows().values()) == 3
 
 
+def test_records_expired_on_a_child_after_a_run_that_published_nothing_are_reported(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 40299 a third time, shrunk; fails at b4e2283). A run
+    of one batch reads six records of shard 0 and finds shard 1 empty, commits, and stops
+    before publishing a status; the two merge, seven records on the child expire in a
+    25-hour outage, and the checkpoint is lost. The failed-batch fallback counted only
+    empty reads, so shard 0 had no read-to-tip time and the child inherited none: a read
+    whose records the table holds counts as well."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("put", 4, 6, True),
+            ("run", "main", 1, "during-abort"),
+            ("merge", 0),
+            ("put", 5, 7, False),
+            ("outage", 89199757),
+            ("lose_checkpoint",),
+            ("put", 1, 3, False),
+            ("sensor",),
+            ("sensor",),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )
+    assert "shardId-000000000002" in state.reported
+
+
 @pytest.mark.xfail(
     strict=True, raises=Violation, reason="open: a start knowing nothing of a shard (issue 31)"
 )
@@ -539,6 +567,7 @@ def test_records_expired_after_a_first_batch_failed_with_nothing_read_are_report
         shards=2,
         trimmed_position=REFUSE,
     )
+
 
 @pytest.mark.xfail(strict=True, raises=Violation, reason="open: a plan lost with its checkpoint")
 def test_records_expired_on_a_child_of_a_shard_never_read_are_reported_after_a_checkpoint_lost(

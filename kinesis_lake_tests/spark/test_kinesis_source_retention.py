@@ -359,8 +359,9 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
 def test_with_no_status_a_start_takes_the_empty_reads_of_failed_first_batches(tmp_path):
     """Issue 31 (simulation seed 40299): a deployment's first batch failed, so no status
     was ever written; its reads to the tip are still known from its progress records.
-    Only empty reads count (a batch that never committed must not date its records as
-    read), the earliest of each shard, of runs that wrote no status."""
+    Only reads that returned nothing past the table's position count (a batch that never
+    committed must not date its records as read), the earliest of each shard, of runs
+    that wrote no status."""
     from dataclasses import replace
 
     from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
@@ -383,3 +384,8 @@ def test_with_no_status_a_start_takes_the_empty_reads_of_failed_first_batches(tm
     store.write_status("second", {"epoch": 1, "shards": {}})
     status = store.unpublished_status()
     assert status is not None and status["shards"][PARENT]["tip_ms"] == 5_000
+    # A read whose records the table holds (its batch committed, the run stopped before
+    # publishing) counts too (seed 40299 again).
+    status = store.unpublished_status({other: "7"})
+    assert status is not None and set(status["shards"]) == {PARENT, other}
+    assert store.unpublished_status({other: "6"})["shards"].keys() == {PARENT}

@@ -195,19 +195,21 @@ class ShardProgressStore:
         ]
         return max(statuses, key=lambda status: int(status.get("writtenAtMs", 0)), default=None)
 
-    def unpublished_status(self) -> dict | None:
+    def unpublished_status(self, committed: Mapping[str, str] | None = None) -> dict | None:
         """A status for readers of ``latest_status`` when no query ever wrote one: the
-        reads of queries that never completed an epoch (their first batch failed) that
-        reached the tip and found nothing, the earliest of each shard.
+        reads to the tip of queries that never published an epoch (their first batch
+        failed, or they stopped right after it), the earliest of each shard.
 
         A query started without checkpoint takes the time each shard was last read to its
-        tip from the latest status; with none, a failed first batch was all that read
-        the shards, and records that expired since went unreported (issue 31 simulation,
-        seed 40299). Only reads that returned nothing count: the records of a batch that
-        never committed must not fall before a read-to-tip time, or their loss would
-        pass for a quiet shard; and the earliest, since a later empty read may be empty
-        because such records expired.
+        tip from the latest status; with none, such a first batch was all that read the
+        shards, and records that expired since went unreported (issue 31 simulation,
+        seed 40299). A read counts if it returned nothing, or nothing past the shard's
+        ``committed`` sequence number (the table's): the records of a batch that never
+        committed must not fall before a read-to-tip time, or their loss would pass for
+        a quiet shard. The earliest, since a later empty read may be empty because such
+        records expired.
         """
+        committed = committed or {}
         try:
             entries = self._fs.ls(self._base, detail=True)
         except FileNotFoundError:
@@ -222,7 +224,11 @@ class ShardProgressStore:
                 if data is None:
                     continue
                 outcome = ProgressRecord.from_dict(data).outcome
-                if outcome.records_read or not outcome.caught_up or outcome.tip_ms is None:
+                if not outcome.caught_up or outcome.tip_ms is None:
+                    continue
+                through = committed.get(outcome.shard_id)
+                last = outcome.last_sequence_number
+                if last is not None and (through is None or int(through) < int(last)):
                     continue
                 known = shards.get(outcome.shard_id)
                 if known is None or outcome.tip_ms < known["tip_ms"]:

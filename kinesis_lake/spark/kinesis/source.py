@@ -249,7 +249,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             per_shard_start=self.options.per_shard_start,
             started_ms=stream.server_ms,
         )
-        status = self._store.latest_status() or self._store.unpublished_status()
+        committed = {
+            shard_id: start.sequence_number
+            for shard_id, start in self.options.per_shard_start.items()
+            if start.sequence_number is not None
+        }
+        status = self._store.latest_status() or self._store.unpublished_status(committed)
         offset = _with_gone_unfinished(offset, status, self.options.per_shard_start)
         return _with_earlier_tips(offset, status, shards).to_dict()
 
