@@ -49,6 +49,11 @@ def test_with_spark(spark):
     assert spark
 
 
+@pytest.mark.parametrize("page", ["a stop rule's, not the browser's"])
+def test_a_parameter_named_like_a_fixture(page):
+    assert page
+
+
 def test_a_probe():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
 
@@ -106,7 +111,12 @@ def test_every_test_gets_exactly_one_kind_without_being_marked(tmp_path: Path) -
     suite = _suite(tmp_path)
     kinds = {kind: _collected(suite, kind) for kind in ("fast", "spark", "processes", "system")}
     assert kinds == {
-        "fast": {"test_pure", "test_hidden_process", "test_hidden_jvm"},
+        "fast": {
+            "test_pure",
+            "test_hidden_process",
+            "test_hidden_jvm",
+            "test_a_parameter_named_like_a_fixture[a stop rule's, not the browser's]",
+        },
         "spark": {"test_with_spark"},
         "processes": {"test_a_probe", "test_through_a_helper"},
         "system": {"test_marked_system"},
@@ -118,7 +128,7 @@ def test_a_fast_test_that_starts_a_process_fails_naming_itself_and_its_mark(
 ) -> None:
     done = _pytest(_suite(tmp_path), "-m", "fast", "-q")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "1 passed" in done.stdout and "2 failed" in done.stdout, done.stdout
+    assert "2 passed" in done.stdout and "2 failed" in done.stdout, done.stdout
     assert "test_sample.py::test_hidden_process is marked fast but started 'true'" in done.stdout, (
         done.stdout
     )
@@ -134,4 +144,4 @@ def test_other_selections_run_the_same_tests_unguarded(tmp_path: Path) -> None:
     """``make test`` selects nothing: every test runs as it always did."""
     done = _pytest(_suite(tmp_path), "-q", "-k", "not hidden_jvm")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "6 passed" in done.stdout, done.stdout
+    assert "7 passed" in done.stdout, done.stdout

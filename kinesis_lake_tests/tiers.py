@@ -164,7 +164,10 @@ def kind_of(item: pytest.Item) -> tuple[str, str]:
     for prefix, what in SYSTEM_PATHS.items():
         if relative == prefix or (prefix.endswith("/") and relative.startswith(prefix)):
             return SYSTEM, what
-    fixtures = set(getattr(item, "fixturenames", ()))
+    # A parametrized argument is listed among the fixture names but is no fixture: a stop
+    # rule's ``page`` is not the browser's.
+    parameters = set(getattr(getattr(item, "callspec", None), "params", {}))
+    fixtures = set(getattr(item, "fixturenames", ())) - parameters
     if fixtures & SYSTEM_FIXTURES:
         return SYSTEM, f"uses {sorted(fixtures & SYSTEM_FIXTURES)[0]}"
     function = getattr(item, "function", None)
