@@ -171,6 +171,10 @@ class Query:
             if end == start:
                 return BatchResult(None)
             cp.offsets.append(end)
+            for shard_id in end.get("goneUnread", {}):
+                # Skipped by the plan (failOnDataLoss=false), which names it: the status
+                # lists it among the skipped gaps once the epoch completes.
+                self.reported_loss[shard_id] = "gone from the stream before its end"
         result = BatchResult(batch_id, replay=replay)
         writer = self.lake.writer(cp.query_id, batch_id)
         messages = []

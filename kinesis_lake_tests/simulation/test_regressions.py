@@ -579,7 +579,8 @@ def test_records_expired_on_a_child_of_a_shard_never_read_are_reported_after_a_c
     on 4 expire in a 25-hour outage; the checkpoint is lost. The new query knows 0's read
     to the tip but nothing of 2 (never read), and 4 inherits no time. The plan that
     listed 2, and so bounds 4's creation, was in the lost checkpoint: the fix needs each
-    run's listing times kept beside its progress records (or in the table)."""
+    run's listing times kept beside its progress records (or in the table). (The first
+    run after the outage reports shard 0, left unfinished; the acknowledged one reads 4.)"""
     run_schedule(
         tmp_path,
         [
@@ -591,7 +592,81 @@ def test_records_expired_on_a_child_of_a_shard_never_read_are_reported_after_a_c
             ("lose_checkpoint",),
             ("put", 1, 3, False),
             ("sensor",),
+            ("sensor",),
         ],
         shards=2,
         trimmed_position=REFUSE,
     )
+
+
+def test_every_shard_gone_before_its_end_is_named_by_the_run_that_skips_it(tmp_path: Path):
+    """Found by the simulation (seed 50389 of a 900 s run from seed 50000, shrunk; fails at
+    aa89f74). Both shards, read to their tip while empty, merge; three records arrive on
+    shard 1 before, and all expire with both parents in a 55-hour outage. The error named
+    shard 0 only, and the acknowledged run dropped both parents, counting two skipped
+    ranges but naming neither: shard 1's loss went unnamed. The error now names every
+    shard gone before its end, and the plan that skips them names each (the status lists
+    them among the skipped gaps)."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("run", "main", 4, "during-abort"),
+            ("put", 3, 3, False),
+            ("merge", 2),
+            ("outage", 200133642),
+            ("put", 3, 5, False),
+            ("advance", 42787090),
+        ],
+        shards=2,
+    )
+    assert {"shardId-000000000000", "shardId-000000000001"} <= state.reported
+
+
+def test_a_parent_gone_after_a_checkpoint_lost_is_reported_without_a_committed_record(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 50389 again, shrunk; fails at aa89f74). The same, but
+    the checkpoint is lost before the merge, and neither parent ever had a record
+    committed: the new query's first offset planned only gone shards the table names. The
+    deployment's status says both were left unfinished, which is what counts."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("run", "main", 4, "during-abort"),
+            ("lose_checkpoint",),
+            ("put", 3, 3, False),
+            ("merge", 2),
+            ("outage", 200133642),
+            ("put", 3, 5, False),
+            ("advance", 42787090),
+        ],
+        shards=2,
+    )
+    assert "shardId-000000000001" in state.reported
+
+
+def test_a_parent_no_plan_saw_and_gone_is_reported(tmp_path: Path):
+    """Found by the simulation (seed 50318 of a 900 s run from seed 50000, shrunk; fails at
+    aa89f74). Between two plans, a merge's child (shard 4) takes three records and is
+    merged again; all expire with it in a 53-hour outage. No plan ever listed 4, so
+    nothing read it, and its child was read as if it had none. A parent that a shard new
+    to the plan names, neither listed nor known to the last plan, was created after that
+    plan and is gone: it is reported like any shard gone before its end."""
+    state = run_schedule(
+        tmp_path,
+        [
+            ("split", 2),
+            ("run", "main", 1, None),
+            ("merge", 2),
+            ("put", 3, 3, False),
+            ("merge", 2),
+            ("outage", 190981167),
+            ("put", 6, 1, False),
+            ("run", "main", 1, None),
+            ("sensor",),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )
+    assert "shardId-000000000004" in state.reported
+

@@ -301,3 +301,26 @@ def test_a_start_not_after_a_record_is_checked_from_the_query_start_until_a_read
     assert second.shards["a"].tip_ms == 700_000
     limited = plan(first, [shard("a"), shard("b")], [outcome("a", "42"), b_read])
     assert limited.quiet_since("a") is None and limited.shards["a"].tip_ms is None
+
+
+def test_every_shard_gone_before_its_end_is_named_and_so_is_a_parent_no_plan_saw():
+    """Issue 31 (simulation seeds 50389 and 50318): the error names every shard gone
+    before its end, not only the first; the plan that skips them (failOnDataLoss=false)
+    names each in ``gone_unread``, even reading nothing else; and a parent a new shard
+    names, neither listed nor known to the last plan, was born and gone in between."""
+    a, b, c = shard("a"), shard("b"), shard("c")
+    first = plan(initial(a, b, c), [a, b, c])
+    reads = [outcome(s, "1") for s in ("a", "b", "c")]
+    with pytest.raises(SourcePlanningError, match=r"Shard a .*\(nor were b\)"):
+        plan(first, [c], reads)
+    skipped = plan(first, [c], reads, fail_on_data_loss=False)
+    assert (skipped.gone_unread, skipped.skipped_ranges) == ({"a", "b"}, 2)
+    assert SourceOffset.from_dict(skipped.to_dict()) == skipped
+    alone = plan(first, [], reads, fail_on_data_loss=False)
+    assert alone.gone_unread == {"a", "b", "c"} and alone.shards_to_read() == []
+
+    # m: a and b merged after the first plan, and merged again with c into n; m is gone.
+    n = shard("n", "m", "c")
+    closed = [shard(s, closed=True) for s in ("a", "b", "c")]
+    later = plan(first, [*closed, n], reads, fail_on_data_loss=False)
+    assert later.gone_unread == {"m"} and "m" not in later.shards

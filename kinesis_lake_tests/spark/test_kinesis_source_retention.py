@@ -389,3 +389,25 @@ def test_with_no_status_a_start_takes_the_empty_reads_of_failed_first_batches(tm
     status = store.unpublished_status({other: "7"})
     assert status is not None and set(status["shards"]) == {PARENT, other}
     assert store.unpublished_status({other: "6"})["shards"].keys() == {PARENT}
+
+
+def test_the_status_names_the_shards_a_plan_skipped_as_gone():
+    """Issue 31 (simulation seed 50389): the run that skips shards gone before their end
+    names each among the skipped gaps, as it names the gaps reads found."""
+    from dataclasses import replace
+
+    from kinesis_lake.kinesis.start_positions import StartPosition
+    from kinesis_lake.spark.kinesis.offsets import SourceOffset
+    from kinesis_lake.spark.kinesis.source import source_status
+
+    offset = SourceOffset.initial(
+        stream_created_ms=1,
+        shards=[],
+        start=StartPosition.trim_horizon(),
+        new_shard_start=StartPosition.trim_horizon(),
+    )
+    skipped = replace(offset, epoch=3, skipped_ranges=2, gone_unread=frozenset({PARENT}))
+    status = source_status(skipped, {}, None)
+    assert status["skippedRanges"] == 2
+    assert [(gap["shard"], gap["epoch"]) for gap in status["skippedGaps"]] == [(PARENT, 3)]
+    assert "no longer in the stream" in status["skippedGaps"][0]["detail"]

@@ -92,6 +92,8 @@ class SourceOffset:
     ``finished`` the closed shards read to their end. ``listed_ms`` is the server's
     clock just before this offset's shards were listed, ``started_ms`` the initial
     offset's (see :meth:`quiet_since`), both None where the endpoint sends no Date.
+    ``gone_unread`` names the shards this plan dropped, gone from the stream before
+    their end (``failOnDataLoss=false``), for the status to name as skipped gaps.
     """
 
     run_id: str
@@ -105,6 +107,7 @@ class SourceOffset:
     planned_ms: int = 0
     started_ms: int | None = None
     listed_ms: int | None = None
+    gone_unread: frozenset[str] = frozenset()
 
     @classmethod
     def initial(
@@ -149,6 +152,8 @@ class SourceOffset:
             data["startedMs"] = self.started_ms
         if self.listed_ms is not None:
             data["listedMs"] = self.listed_ms
+        if self.gone_unread:
+            data["goneUnread"] = {sid: True for sid in sorted(self.gone_unread)}
         return data
 
     @classmethod
@@ -172,6 +177,7 @@ class SourceOffset:
             planned_ms=int(data.get("plannedMs", 0)),
             started_ms=data.get("startedMs"),
             listed_ms=data.get("listedMs"),
+            gone_unread=frozenset(data.get("goneUnread", {})),
         )
 
     def quiet_since(self, shard_id: str) -> int | None:
@@ -259,16 +265,29 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     tips = {shard_id: cursor.tip_ms for shard_id, cursor in current.shards.items()}
     tips.update({shard_id: cursor.tip_ms for shard_id, cursor in cursors.items()})
 
-    for shard_id in sorted(set(cursors) - set(listed)):
-        if given.fail_on_data_loss:
-            raise SourcePlanningError(
-                f"Shard {shard_id} is no longer in the stream but was not read to its end: "
-                "its remaining records expired (retention) before they were read. To go on "
-                "without them, set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option "
-                "failOnDataLoss=false) for one run; the skipped range is then counted by "
-                "the no_data_loss check, which kinesis-lake acknowledge-loss clears."
-            )
-        del cursors[shard_id]
+    # A parent no plan saw, of a shard new to this one: created after the last plan
+    # listed the stream (it was open when its child was made) and gone before this one,
+    # so nothing read it (issue 31 simulation, seed 50318).
+    known = set(current.shards) | set(current.finished)
+    unseen = {
+        parent
+        for shard in given.listed_shards
+        if shard.shard_id not in known
+        for parent in shard.parent_ids
+        if parent not in listed and parent not in known
+    }
+    gone = sorted((set(cursors) - set(listed)) | unseen)
+    if gone and given.fail_on_data_loss:
+        others = f" (nor were {', '.join(gone[1:])})" if len(gone) > 1 else ""
+        raise SourcePlanningError(
+            f"Shard {gone[0]} is no longer in the stream but was not read to its end"
+            f"{others}: its remaining records expired (retention) before they were read. "
+            "To go on without them, set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source "
+            "option failOnDataLoss=false) for one run, which names each shard it skips; "
+            "the no_data_loss check counts them, and kinesis-lake acknowledge-loss clears it."
+        )
+    for shard_id in gone:
+        cursors.pop(shard_id, None)
         skipped += 1
 
     for shard in shard_lineage_order(list(given.listed_shards)):
@@ -298,7 +317,10 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         skipped_ranges=skipped,
         planned_ms=given.now_ms,
         listed_ms=given.listed_ms,
+        gone_unread=frozenset(gone),
     )
+    if gone:
+        return proposal  # even reading nothing: the epoch that names what it skipped
     if not proposal.shards_to_read():
         return current
     if given.cutoff_ms is None and resting(current, given.outcomes, given.now_ms, given.idle_ms):

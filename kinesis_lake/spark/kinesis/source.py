@@ -446,14 +446,14 @@ def release_consumer(options: Mapping[str, str]) -> None:
 def _with_gone_unfinished(
     offset: SourceOffset, status: Mapping | None, per_shard_start: Mapping[str, StartPosition]
 ) -> SourceOffset:
-    """``offset`` (a new query's first) with a cursor for each shard a start position
-    names that the stream no longer lists, where an earlier query of this metadataPath
-    left it unfinished (issue 31).
+    """``offset`` (a new query's first) with a cursor for each shard the stream no longer
+    lists that an earlier query of this metadataPath left unfinished (issue 31).
 
-    A closed shard leaves the listing once its records are past retention, and the table
-    keeps the position of its last committed record. Whether the shard was read to its
-    end, only the query that read it knew: its status entry (live, neither ended nor
-    finished) says it was not, so records after that position may have expired unread.
+    A closed shard leaves the listing once its records are past retention; the table
+    keeps the position of its last committed record, if any. Whether the shard was read
+    to its end, only the query that read it knew: its status entry (live, neither ended
+    nor finished) says it was not, so records after that position (or, with none, after
+    that query's last read to its tip: seed 50389) may have expired unread.
     Planned like any shard gone before its end, the first plan reports it (or, with
     failOnDataLoss=false, skips and counts it) instead of moving on to its children
     without a word. With no such entry, nothing says so and the shard is taken as
@@ -464,13 +464,12 @@ def _with_gone_unfinished(
     earlier = (status or {}).get("shards", {})
     done = set((status or {}).get("finishedShards", []))
     gone = {
-        shard_id: ShardCursor(start)
-        for shard_id, start in per_shard_start.items()
+        shard_id: ShardCursor(per_shard_start.get(shard_id, offset.new_shard_start))
+        for shard_id, entry in earlier.items()
         if shard_id not in offset.shards
         and shard_id not in done
-        and shard_id in earlier
-        and not earlier[shard_id].get("shard_ended")
-        and int(earlier[shard_id].get("read_started_ms") or 0) >= offset.stream_created_ms
+        and not entry.get("shard_ended")
+        and int(entry.get("read_started_ms") or 0) >= offset.stream_created_ms
     }
     return replace(offset, shards={**offset.shards, **gone}) if gone else offset
 
@@ -577,6 +576,13 @@ SKIPPED_GAPS_KEPT = 100
 skipped it; the count, ``skippedRanges``, is kept whole for the no_data_loss check."""
 
 
+GONE_UNREAD = (
+    "no longer in the stream before it was read to its end: its remaining records "
+    "expired (retention) unread"
+)
+"""The cause of a gap the plan skipped (a shard gone, not a read's finding)."""
+
+
 def source_status(
     done: SourceOffset, records: Mapping[str, ProgressRecord], previous: Mapping | None
 ) -> dict:
@@ -609,6 +615,10 @@ def source_status(
     lags = [int(e["millis_behind_latest"] or 0) for e in shards.values()]
     gaps = [
         *(previous or {}).get("skippedGaps", []),
+        *(
+            {"shard": sid, "epoch": done.epoch, "detail": GONE_UNREAD}
+            for sid in sorted(done.gone_unread)
+        ),
         *(
             {"shard": sid, "epoch": done.epoch, "detail": r.outcome.data_loss}
             for sid, r in sorted(records.items())
