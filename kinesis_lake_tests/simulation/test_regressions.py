@@ -670,3 +670,30 @@ def test_a_parent_no_plan_saw_and_gone_is_reported(tmp_path: Path):
     )
     assert "shardId-000000000004" in state.reported
 
+
+def test_a_checkpoint_less_start_stays_blind_to_records_aged_out_until_it_reads(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 50257 of a 900 s run from seed 50000, shrunk),
+    analysed: a harness artifact. After the checkpoint is lost, the new query reports
+    shard 0's aged-out committed record as possible loss (the README's limit); an hour
+    later its acknowledged run finds shard 1's aged out too, and reports it, rightly: no
+    read to the tip of it is on record. The harness judged blindness once, at the first
+    start."""
+    run_schedule(
+        tmp_path,
+        [
+            ("put", 4, 1, False),
+            ("advance", 3124424),
+            ("put", 3, 8, False),
+            ("advance", 54476655),
+            ("advance", 1692551),
+            ("outage", 3257404),
+            ("run", "main", 4, None),
+            ("advance", 3353552),
+            ("lose_checkpoint",),
+            ("advance", 53738364),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )
