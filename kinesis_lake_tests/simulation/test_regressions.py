@@ -697,3 +697,30 @@ def test_a_checkpoint_less_start_stays_blind_to_records_aged_out_until_it_reads(
         shards=2,
         trimmed_position=REFUSE,
     )
+
+
+def test_a_checkpoint_less_start_stays_blind_to_a_shard_it_has_not_read_to_its_tip(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 50548 of a 900 s run from seed 50000, shrunk),
+    analysed: a harness artifact. After the checkpoint is lost, the new query finishes
+    the parent, then fails on a throttled child for hours; the other child's committed
+    record ages out meanwhile and its replay reports possible loss, rightly (no read to
+    its tip on record). The harness took the query's first successful batch for a read
+    of every shard; now a shard stays excused until the checkpoint has read it to its
+    tip."""
+    run_schedule(
+        tmp_path,
+        [
+            ("merge", 2),
+            ("advance", 13703323),
+            ("split", 2),
+            ("put", 5, 4, False),
+            ("advance", 73319380),
+            ("lose_checkpoint",),
+            ("put", 6, 2, False),
+            ("throttle", 4, 5),
+            ("advance", 61906922),
+        ],
+        shards=3,
+    )

@@ -343,8 +343,10 @@ class World:
         self._take_reports(who, query)
         self.last_rows = result.rows
         if who == "main" and result.batch_id is not None:
-            self.blind.clear()  # its checkpoint has read every shard since
-            self.blind_until_read = False
+            # A shard its checkpoint has read to the tip since is proven quiet or not;
+            # one still waiting (a child behind its parent) is not (seed 50548).
+            self.blind -= self._read_to_tip(who)
+            self.blind_until_read = bool(self._without_tip(who))
         if query.options.fail_on_data_loss is False:
             self.acknowledge.discard(who)
             self.queries[who] = None  # the acknowledged run ends; the next is normal
@@ -360,7 +362,7 @@ class World:
                 # Until a batch of it succeeds, each restart of the checkpoint-less query
                 # (the acknowledged run, a replay) finds more committed records aged out,
                 # with no read to the tip on record either (seed 50257).
-                self.blind |= self._aged_out_positions()
+                self.blind |= self._aged_out_positions() - self._read_to_tip(who)
             progress = self._progress(who)
             if self.checkpoints[who] is None and _knows_nothing(progress):
                 self.knowing_nothing.add(who)
@@ -378,6 +380,24 @@ class World:
             self.checkpoints[who] = query.checkpoint
             self.queries[who] = query
         return self.queries[who]
+
+    def _read_to_tip(self, who: str) -> set[str]:
+        """Shards the checkpoint of ``who`` has a read to the tip of (in its last plan)."""
+        checkpoint = self.checkpoints[who]
+        if checkpoint is None:
+            return set()
+        last = checkpoint.offsets[-1] if checkpoint.offsets else checkpoint.initial
+        shards = (last or {}).get("shards", {})
+        return {shard_id for shard_id, cursor in shards.items() if cursor.get("tipMs")}
+
+    def _without_tip(self, who: str) -> set[str]:
+        """Shards with a committed position that the last plan of ``who`` still reads
+        with no read to the tip on record."""
+        checkpoint = self.checkpoints[who]
+        last = checkpoint.offsets[-1] if checkpoint and checkpoint.offsets else None
+        planned = set((last or {}).get("shards", {}))
+        positions = set(committed_positions(self.lake.table()))
+        return (planned & positions) - self._read_to_tip(who)
 
     def _aged_out_positions(self) -> set[str]:
         """Shards whose committed record is past retention: a query started without a
