@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kinesis-lake-installed
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test test-fast dev bench bench-full lint clean fuzz lock simulate simulate-derived
+.PHONY: setup demo test test-fast dev bench bench-full lint clean fuzz lock simulate simulate-derived package
 
 setup: $(STAMP)
 
@@ -72,6 +72,12 @@ lock: setup
 	$(BIN)/pip install -q uv
 	$(BIN)/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
 		--extra dev --extra aws --extra postgres --no-header --no-annotate --upgrade -o requirements.lock
+
+# What a Spark cluster takes (docs/operations.md): the wheel, a packed virtualenv for
+# spark.archives and the spark-submit entry point, in build/package/ (git ignores build/).
+# Rebuilt only when the lock, pyproject.toml or the sources changed (a stamp of their hash).
+package: setup
+	$(BIN)/python scripts/package.py
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy

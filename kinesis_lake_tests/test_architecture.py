@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kinesis_lake.demo",
         "kinesis_lake.dev",
         "kinesis_lake.check_runner",
+        "kinesis_lake.submit",
     ),
 )
 DAGSTER_ALLOWED = LAYERS[-2] + LAYERS[-1]
