@@ -235,7 +235,7 @@ def latest_offset(
             listed_ms=stream.server_ms,
         ),
     )
-    return planned.to_dict()
+    return source._record_plan(planned)
 
 
 def read_shard(

@@ -541,18 +541,15 @@ def test_records_expired_on_a_child_after_a_run_that_published_nothing_are_repor
     assert "shardId-000000000002" in state.reported
 
 
-@pytest.mark.xfail(
-    strict=True, raises=Violation, reason="open: a start knowing nothing of a shard (issue 31)"
-)
 def test_records_expired_after_a_first_batch_failed_with_nothing_read_are_reported(
     tmp_path: Path,
 ):
-    """Found by the simulation (seed 40299, shrunk once more), analysed: the open limit
-    of seed 30023 on the main query. The first batch fails (shard 0 throttled past its
-    retries) before any read was recorded; four records arrive on shard 1 and expire in
-    a 25-hour outage; the checkpoint, which held the query's start, is lost: the new
-    query's progress folder holds no read of any shard, and it reads shard 1 from its
-    trim horizon past the four."""
+    """Found by the simulation (seed 40299, shrunk once more). The first batch fails
+    (shard 0 throttled past its retries) before any read was recorded; four records
+    arrive on shard 1 and expire in a 25-hour outage; the checkpoint, which held the
+    query's start, is lost: the new query's progress folder held no read of any shard,
+    and it read shard 1 from its trim horizon past the four. Now each run keeps its plan
+    beside its progress records, and the new query takes the first one's start."""
     run_schedule(
         tmp_path,
         [
@@ -569,18 +566,18 @@ def test_records_expired_after_a_first_batch_failed_with_nothing_read_are_report
     )
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a plan lost with its checkpoint")
 def test_records_expired_on_a_child_of_a_shard_never_read_are_reported_after_a_checkpoint_lost(
     tmp_path: Path,
 ):
-    """Found by the simulation (seed 40299, shrunk a fourth time), analysed, open. A run of
+    """Found by the simulation (seed 40299, shrunk a fourth time). A run of
     one batch reads shards 0 and 1 (1 closed by a split, its children waiting) and stops
     before publishing a status; 0 merges with the waiting child 2 into 4; seven records
     on 4 expire in a 25-hour outage; the checkpoint is lost. The new query knows 0's read
     to the tip but nothing of 2 (never read), and 4 inherits no time. The plan that
-    listed 2, and so bounds 4's creation, was in the lost checkpoint: the fix needs each
-    run's listing times kept beside its progress records (or in the table). (The first
-    run after the outage reports shard 0, left unfinished; the acknowledged one reads 4.)"""
+    listed 2, and so bounds 4's creation, was in the lost checkpoint; now each run keeps
+    its last plan beside its progress records, and 4 takes that plan's listing time. (The
+    first run after the outage reports shard 0, left unfinished; the acknowledged one
+    reads 4.)"""
     run_schedule(
         tmp_path,
         [

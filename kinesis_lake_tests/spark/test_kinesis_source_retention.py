@@ -247,7 +247,7 @@ def test_a_child_never_read_takes_its_open_parents_tip_time():
     drained closed shard on kinesalite), nor when the child has an entry of its own."""
     from kinesis_lake.kinesis.start_positions import StartPosition
     from kinesis_lake.spark.kinesis.offsets import SourceOffset
-    from kinesis_lake.spark.kinesis.source import _with_earlier_tips
+    from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_tips
 
     child, other = "shardId-000000000001", "shardId-000000000002"
     listed = [Shard(sid, PARENT, None, "1", None) for sid in (child, other)]
@@ -259,7 +259,7 @@ def test_a_child_never_read_takes_its_open_parents_tip_time():
     )
 
     def tips(status: dict) -> dict:
-        planned = _with_earlier_tips(offset, status, listed)
+        planned = with_earlier_tips(offset, status, listed)
         return {sid: cursor.tip_ms for sid, cursor in planned.shards.items()}
 
     open_parent = {PARENT: {"tip_ms": 5_000, "shard_ended": False}}
@@ -328,7 +328,7 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     nor when nothing is known of it (the table names a gone shard for ever)."""
     from kinesis_lake.kinesis.start_positions import StartPosition
     from kinesis_lake.spark.kinesis.offsets import PlanningInput, SourceOffset, plan_next_offset
-    from kinesis_lake.spark.kinesis.source import _with_gone_unfinished
+    from kinesis_lake.spark.kinesis.earlier_runs import with_gone_unfinished
 
     children = [Shard(f"shardId-00000000000{i}", PARENT, None, "1", None) for i in (1, 2)]
     committed = {PARENT: StartPosition.after("49")}
@@ -341,7 +341,7 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     )
 
     def planned(status: dict | None) -> set[str]:
-        return set(_with_gone_unfinished(offset, status, committed).shards)
+        return set(with_gone_unfinished(offset, status, committed).shards)
 
     live = {"read_started_ms": 5_000, "tip_ms": 5_000, "shard_ended": False}
     assert planned({"shards": {PARENT: live}}) == {PARENT, *(c.shard_id for c in children)}
@@ -350,7 +350,7 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     assert PARENT not in planned({"shards": {PARENT: live}, "finishedShards": [PARENT]})
     assert PARENT not in planned({"shards": {PARENT: {**live, "read_started_ms": 500}}})
 
-    first = _with_gone_unfinished(offset, {"shards": {PARENT: live}}, committed)
+    first = with_gone_unfinished(offset, {"shards": {PARENT: live}}, committed)
     given = PlanningInput(listed_shards=children, outcomes={}, max_records_per_shard=10, now_ms=9)
     with pytest.raises(SourcePlanningError, match=f"Shard {PARENT} is no longer in the stream"):
         plan_next_offset(first, given)

@@ -261,7 +261,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
             closed = shard_id in listed and listed[shard_id].is_closed
             cursors[shard_id] = _advance(cursor, outcome, current, given, closed)
     # What each shard known to this plan was last read to its tip at, for new children
-    # (:func:`_inherited_tip`): the epoch just read for shards still open, else the plan's.
+    # (:func:`inherited_tip`): the epoch just read for shards still open, else the plan's.
     tips = {shard_id: cursor.tip_ms for shard_id, cursor in current.shards.items()}
     tips.update({shard_id: cursor.tip_ms for shard_id, cursor in cursors.items()})
 
@@ -292,7 +292,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
 
     for shard in shard_lineage_order(list(given.listed_shards)):
         if shard.shard_id not in finished and shard.shard_id not in cursors:
-            tips[shard.shard_id] = _inherited_tip(shard, tips, current.listed_ms)
+            tips[shard.shard_id] = inherited_tip(shard, tips, current.listed_ms)
             cursors[shard.shard_id] = ShardCursor(
                 current.new_shard_start, tip_ms=tips[shard.shard_id]
             )
@@ -328,7 +328,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     return proposal
 
 
-def _inherited_tip(
+def inherited_tip(
     shard: Shard, tips: Mapping[str, int | None], listed_before_ms: int | None
 ) -> int | None:
     """A new child's read-to-tip time: the earliest of its parents' and of the time the

@@ -47,6 +47,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from kinesis_lake.errors import IngestionError
 from kinesis_lake.kinesis.shard_reader import ReadOutcome
+from kinesis_lake.spark.kinesis.offsets import SourceOffset
 
 EPOCHS_RETAINED = 20
 """Epochs of progress kept behind the committed one: Spark only ever replays the last."""
@@ -236,12 +237,38 @@ class ShardProgressStore:
         return {"shards": shards} if shards else None
 
     def has_progress(self) -> bool:
-        """Whether any query recorded a read here (a run's folder exists)."""
+        """Whether any query recorded a read here (an epoch's folder exists)."""
         try:
             entries = self._fs.ls(self._base, detail=True)
         except FileNotFoundError:
             return False
-        return any(entry["type"] == "directory" for entry in entries)
+        return any(
+            entry["type"] == "directory" and self._fs.glob(f"{entry['name'].rstrip('/')}/*/")
+            for entry in entries
+        )
+
+    def write_plan(self, run_id: str, plan: Mapping[str, Any]) -> None:
+        """The run's latest read plan (its offset), for a start that lost the checkpoint
+        holding it (:mod:`kinesis_lake.spark.kinesis.earlier_runs`)."""
+        directory = f"{self._base}/{run_id}"
+        self._write_json(directory, f"{directory}/plan.json", plan)
+
+    def latest_plan(self) -> SourceOffset | None:
+        """The plan written last, by whichever run: a run carries the start of the one
+        before, so the latest holds what every earlier one knew that still matters."""
+        try:
+            entries = self._fs.ls(self._base, detail=True)
+        except FileNotFoundError:
+            return None
+        plans = [
+            plan
+            for entry in entries
+            if entry["type"] == "directory"
+            and (plan := self._read_json(f"{entry['name'].rstrip('/')}/plan.json")) is not None
+        ]
+        if not plans:
+            return None
+        return SourceOffset.from_dict(max(plans, key=_planned_at))
 
     def _read_json(self, path: str) -> dict | None:
         try:
@@ -279,3 +306,8 @@ class ShardProgressStore:
         with self._fs.open(temporary, "w") as handle:
             json.dump(data, handle)
         self._fs.mv(temporary, final)
+
+
+def _planned_at(plan: Mapping[str, Any]) -> int:
+    """When a plan was made: an initial offset has no planning time, only its listing's."""
+    return max(int(plan.get("plannedMs", 0)), int(plan.get("listedMs") or 0))

@@ -76,7 +76,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyspark
@@ -103,16 +103,15 @@ from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import (
-    Shard,
     StreamInfo,
     StreamNotFoundError,
     describe_stream,
     list_shards,
 )
 from kinesis_lake.spark.kinesis.arrow import KINESIS_SCHEMA_DDL, records_to_arrow
+from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_runs
 from kinesis_lake.spark.kinesis.offsets import (
     PlanningInput,
-    ShardCursor,
     SourceOffset,
     SourcePlanningError,
     plan_next_offset,
@@ -217,6 +216,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: KinesisClient | None = None
         self._cutoff_ms: int | None = None
         self._status_epoch: int | None = None
+        self._plan_epoch: int | None = None
         self._loaded: tuple[tuple[str, int], dict[str, ProgressRecord]] | None = None
         self._store = ShardProgressStore(options.metadata_path)
         self._consumer: Consumer | None = None
@@ -249,14 +249,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             per_shard_start=self.options.per_shard_start,
             started_ms=stream.server_ms,
         )
-        committed = {
-            shard_id: start.sequence_number
-            for shard_id, start in self.options.per_shard_start.items()
-            if start.sequence_number is not None
-        }
-        status = self._store.latest_status() or self._store.unpublished_status(committed)
-        offset = _with_gone_unfinished(offset, status, self.options.per_shard_start)
-        return _with_earlier_tips(offset, status, shards).to_dict()
+        offset = with_earlier_runs(offset, self._store, self.options.per_shard_start, shards)
+        return self._record_plan(offset)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """Spark's limit per micro-batch: ``maxRecordsPerBatch``, if set.
@@ -300,6 +294,15 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 listed_ms=stream.server_ms,
             ),
         )
+        return self._record_plan(planned)
+
+    def _record_plan(self, planned: SourceOffset) -> dict:
+        """``planned`` for Spark's offset log, kept beside the progress records too: a
+        query started after this one's checkpoint is lost learns from it when the stream
+        was listed and since when this deployment reads it (:mod:`.earlier_runs`)."""
+        if planned.epoch != self._plan_epoch:
+            self._store.write_plan(planned.run_id, planned.to_dict())
+            self._plan_epoch = planned.epoch
         return planned.to_dict()
 
     def _completed_epoch(self, done: SourceOffset) -> dict[str, ProgressRecord]:
@@ -441,88 +444,6 @@ def release_consumer(options: Mapping[str, str]) -> None:
     found = find_consumer(client, stream.arn, parsed.consumer_name)
     if found is not None:
         deregister_consumer(client, found)
-
-
-def _with_gone_unfinished(
-    offset: SourceOffset, status: Mapping | None, per_shard_start: Mapping[str, StartPosition]
-) -> SourceOffset:
-    """``offset`` (a new query's first) with a cursor for each shard the stream no longer
-    lists that an earlier query of this metadataPath left unfinished (issue 31).
-
-    A closed shard leaves the listing once its records are past retention; the table
-    keeps the position of its last committed record, if any. Whether the shard was read
-    to its end, only the query that read it knew: its status entry (live, neither ended
-    nor finished) says it was not, so records after that position (or, with none, after
-    that query's last read to its tip: seed 50389) may have expired unread.
-    Planned like any shard gone before its end, the first plan reports it (or, with
-    failOnDataLoss=false, skips and counts it) instead of moving on to its children
-    without a word. With no such entry, nothing says so and the shard is taken as
-    finished, as before: the table names a gone shard for ever, and a start that knows
-    nothing of it must not raise the alarm each time. An entry read before the stream's
-    creation belongs to a deleted stream of the same name, and is ignored.
-    """
-    earlier = (status or {}).get("shards", {})
-    done = set((status or {}).get("finishedShards", []))
-    gone = {
-        shard_id: ShardCursor(per_shard_start.get(shard_id, offset.new_shard_start))
-        for shard_id, entry in earlier.items()
-        if shard_id not in offset.shards
-        and shard_id not in done
-        and not entry.get("shard_ended")
-        and int(entry.get("read_started_ms") or 0) >= offset.stream_created_ms
-    }
-    return replace(offset, shards={**offset.shards, **gone}) if gone else offset
-
-
-def _with_earlier_tips(
-    offset: SourceOffset, status: Mapping | None, listed: Sequence[Shard] = ()
-) -> SourceOffset:
-    """``offset`` (a new query's first) with what an earlier query of this metadataPath
-    recorded of shards it read to their tip without a record (issue 31).
-
-    A shard that starts from its trim horizon or a timestamp, not after a committed
-    record, was empty for that query: records that arrived after its last read to the tip
-    and expired before this query reads them are loss, and without that read's time a
-    query started without checkpoint would skip them silently. Shards that start after a
-    committed record keep the limit the README states (no read to the tip on record: an
-    aged-out resume record is reported as possible loss). A tip from before the stream's
-    creation belongs to a deleted stream of the same name, and is ignored.
-
-    A shard the earlier query never read (a split's or a merge's child created after its
-    last read) takes its parents' tip time, the earliest of them, when every parent was
-    read to its tip while still open (its entry is in the status, not ended or finished):
-    the child was created when its parents closed, after those reads, so every record it
-    ever held arrived after them. (kinesalite reports a drained closed shard as caught
-    up, not ended: such a read's tip may postdate the child's creation. On AWS the read
-    ends the shard, and an ended shard leaves the status.)
-    """
-    earlier = (status or {}).get("shards", {})
-    done = set((status or {}).get("finishedShards", []))
-    parents = {shard.shard_id: shard.parent_ids for shard in listed}
-    shards = dict(offset.shards)
-    for shard_id, cursor in offset.shards.items():
-        tip_ms = earlier.get(shard_id, {}).get("tip_ms")
-        if tip_ms is None and shard_id not in earlier:
-            tip_ms = _parents_tip(parents.get(shard_id, ()), earlier, done)
-        if (
-            cursor.start.kind != "AFTER_SEQUENCE_NUMBER"
-            and cursor.tip_ms is None
-            and tip_ms is not None
-            and int(tip_ms) >= offset.stream_created_ms
-        ):
-            shards[shard_id] = replace(cursor, tip_ms=int(tip_ms))
-    return replace(offset, shards=shards)
-
-
-def _parents_tip(parent_ids: Sequence[str], earlier: Mapping, done: set[str]) -> int | None:
-    """The earliest tip time of ``parent_ids``, each read to its tip while open, else None."""
-    tips = []
-    for parent_id in parent_ids:
-        entry = earlier.get(parent_id, {})
-        if entry.get("tip_ms") is None or entry.get("shard_ended") or parent_id in done:
-            return None
-        tips.append(int(entry["tip_ms"]))
-    return min(tips, default=None)
 
 
 def _processed_through(options: KinesisSourceOptions, shard_id: str) -> str | None:

@@ -1,0 +1,82 @@
+"""What a query started without checkpoint learns from the plans of earlier runs, kept
+beside the progress records (issue 31: the simulator's seeds 40299 and 50302 lost the
+plans with the checkpoint)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from kinesis_lake.kinesis.start_positions import StartPosition
+from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_plan
+from kinesis_lake.spark.kinesis.offsets import SourceOffset
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
+from kinesis_lake_tests.spark.offset_helpers import initial, shard
+
+AFTER_7 = StartPosition.after("7")
+
+
+def started(offset: SourceOffset, at_ms: int) -> SourceOffset:
+    return replace(offset, started_ms=at_ms, listed_ms=at_ms)
+
+
+def test_a_shard_the_earlier_plan_never_listed_was_created_after_that_listing():
+    earlier = started(initial(shard("0"), shard("1")), 1_000)
+    read_to_tip = replace(earlier.shards["0"], tip_ms=900)
+    earlier = replace(earlier, shards={**earlier.shards, "0": read_to_tip})
+    listed = [shard("0", closed=True), shard("2"), shard("3", "0", "2")]
+    now = started(initial(*listed), 5_000)
+
+    learned = with_earlier_plan(now, earlier, listed)
+
+    assert learned.shards["0"].tip_ms == 900  # the plan's own read to the tip
+    assert learned.shards["2"].tip_ms == 1_000  # unseen at 1,000 ms: created after
+    assert learned.shards["3"].tip_ms == 900  # its parents' earliest, at most the listing
+
+
+def test_the_first_runs_start_carries_on_for_shards_without_a_read_to_the_tip():
+    earlier = started(initial(shard("0")), 1_000)
+    now = started(initial(shard("0")), 5_000)
+
+    learned = with_earlier_plan(now, earlier, [shard("0")])
+
+    assert learned.started_ms == 1_000
+    assert learned.listed_ms == 5_000  # this query's own listing
+    assert learned.quiet_since("0") == 1_000
+
+
+def test_a_shard_resumed_after_a_committed_record_is_left_to_its_resume_check():
+    earlier = started(initial(shard("0")), 1_000)
+    now = started(
+        SourceOffset.initial(
+            stream_created_ms=1,
+            shards=[shard("0")],
+            start=StartPosition.trim_horizon(),
+            new_shard_start=StartPosition.trim_horizon(),
+            per_shard_start={"0": AFTER_7},
+        ),
+        5_000,
+    )
+
+    learned = with_earlier_plan(now, earlier, [shard("0")])
+
+    assert learned.shards["0"].tip_ms is None
+    assert learned.quiet_since("0") is None
+
+
+def test_a_plan_of_a_deleted_stream_of_the_same_name_is_ignored():
+    earlier = replace(started(initial(shard("0")), 1_000), stream_created_ms=0)
+    now = started(initial(shard("0")), 5_000)
+
+    assert with_earlier_plan(now, earlier, [shard("0")]) == now
+
+
+def test_the_latest_plan_is_the_one_made_last_whichever_run_made_it(tmp_path: Path):
+    store = ShardProgressStore(str(tmp_path))
+    first_run = replace(started(initial(shard("0")), 1_000), epoch=7, planned_ms=3_000)
+    second_run = started(initial(shard("0")), 4_000)  # an initial offset: never planned
+    store.write_plan(first_run.run_id, first_run.to_dict())
+    store.write_plan(second_run.run_id, second_run.to_dict())
+
+    assert store.latest_plan() == second_run
+    assert not store.has_progress()  # a plan is not a read: the no_data_loss check waits
