@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if PIPES_CONTEXT_VARIABLE not in params:
         run_command(command)
         return
-    with _pipes(params) as pipes:
+    with pipes_session(params) as pipes:
         reported = _Reporter(Settings.from_env(), pipes.asset_keys if pipes.is_asset_step else [])
         run_command(command)
         for key, metadata in reported.metadata().items():
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 @contextmanager
-def _pipes(params: Mapping[str, str]) -> Iterator[Any]:
+def pipes_session(params: Mapping[str, str]) -> Iterator[Any]:
     """The Pipes context, read and written where Dagster's side asked: an S3 object or
     the parameters themselves for the context, S3 or stdout for the messages."""
     from dagster_pipes import (

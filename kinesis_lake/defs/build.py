@@ -8,6 +8,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import derived_tables_asset, raw_asset
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.jobs import lake_jobs
+from kinesis_lake.defs.launch import LaunchResource, launched
 from kinesis_lake.defs.maintenance import maintenance_job, maintenance_schedule
 from kinesis_lake.defs.resources import lake_resources
 from kinesis_lake.defs.sensors import lake_sensors
@@ -29,12 +30,12 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=[
             *(stream_asset(keys) for keys in streams),
-            *(raw_asset(keys) for keys in streams),
-            derived_tables_asset(declaration, settings.namespace, streams),
+            *(launched(raw_asset(keys), keys) for keys in streams),
+            launched(derived_tables_asset(declaration, settings.namespace, streams)),
         ],
         asset_checks=all_checks(declaration, streams),
         jobs=list(jobs.values()),
         schedules=[maintenance_schedule(upkeep, settings.maintenance_cron)],
         sensors=lake_sensors(streams, jobs, settings.sensor_interval_seconds),
-        resources=lake_resources(),
+        resources={**lake_resources(), "launch": LaunchResource.from_env()},
     )

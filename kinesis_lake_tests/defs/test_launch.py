@@ -1,0 +1,262 @@
+"""Launching the raw and derived assets on EMR Serverless, EMR on EC2 and Glue, on moto.
+
+moto plays AWS (the shared moto server, which every test here reaches through
+AWS_ENDPOINT_URL). It accepts the job and records it, but runs nothing; so a botocore hook
+on the call that starts the job plays the cluster: it reads the job back from moto, takes
+the Dagster Pipes parameters from where that platform gives them to the driver (the
+driver's environment in the job's Spark settings, the cluster's configurations, the Glue
+job's arguments), opens Pipes as the entry point does, and reports a materialization
+through the S3 bucket. The asset's materialization must then carry that metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import dagster as dg
+import pytest
+from dagster_pipes import PipesContext
+
+from kinesis_lake.config import SettingsError
+from kinesis_lake.defs.assets import derived_tables_asset, raw_asset
+from kinesis_lake.defs.launch import LaunchResource, launched
+from kinesis_lake.defs.resources import PipelineSettingsResource
+from kinesis_lake.defs.streams import DEFAULT_STREAM
+from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.submit import parse_invocation, pipes_session
+
+PACKAGE = "s3://lake-package/kinesis-lake"
+PIPES_BUCKET = "lake-pipes"
+REPORTED = {"rows_added": 42, "dagster/row_count": 1042, "skipped_ranges": 0, "batches": 3}
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[dict[str, str]]:
+    """moto for every AWS call, the package and Pipes buckets, and the lake's settings."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint.url)
+    boto3.setup_default_session()  # a session of this test's own: the cluster hooks on it
+    s3 = boto3.client("s3")
+    for bucket in ("lake-package", PIPES_BUCKET):
+        s3.create_bucket(Bucket=bucket)
+    env = {
+        "KINESIS_STREAM_NAME": "clicks",
+        "KINESIS_LAKE_DATA_DIR": str(tmp_path / "data"),
+        "KINESIS_MAX_RECORDS_PER_SHARD": "5000",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    yield env
+    boto3.DEFAULT_SESSION = None
+
+
+def play_cluster(event: str, job: Callable[[dict], tuple[list[str], dict[str, str]]]) -> list:
+    """Hook the call that starts a job: ``job(parsed response)`` returns the driver's
+    arguments and environment; the hook then reports REPORTED through Pipes for each asset
+    in the job's context. Returns the list of (arguments, environment) the cluster saw."""
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(parsed: dict, **_: Any) -> None:
+        argv, environment = job(parsed)
+        seen.append((argv, environment))
+        _, _, from_arguments = parse_invocation(argv)
+        params = from_arguments or {
+            k: v for k, v in environment.items() if k.startswith("DAGSTER_PIPES_")
+        }
+        with pipes_session(params) as pipes:
+            for key in pipes.asset_keys:
+                pipes.report_asset_materialization(asset_key=key, metadata=REPORTED)
+        PipesContext._instance = None  # the job's process ends here: its context with it
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register(event, run)
+    return seen
+
+
+def declaration_name() -> str:
+    from kinesis_lake.config import Settings
+
+    return Settings.from_env().event_schema_path.name
+
+
+def materialize(asset: dg.AssetsDefinition, launch: LaunchResource) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [asset],
+        resources={"settings": PipelineSettingsResource.from_env(), "launch": launch},
+    )
+
+
+def emr_serverless_job(parsed: dict) -> tuple[list[str], dict[str, str]]:
+    run = boto3.client("emr-serverless").get_job_run(
+        applicationId=parsed["applicationId"], jobRunId=parsed["jobRunId"]
+    )["jobRun"]
+    submit = run["jobDriver"]["sparkSubmit"]
+    conf = dict(
+        part.split("=", 1) for part in shlex.split(submit["sparkSubmitParameters"]) if "=" in part
+    )
+    prefix = "spark.emr-serverless.driverEnv."
+    environment = {k.removeprefix(prefix): v for k, v in conf.items() if k.startswith(prefix)}
+    return list(submit["entryPointArguments"]), {**environment, "conf": json.dumps(conf)}
+
+
+def test_the_raw_asset_runs_as_an_emr_serverless_job_and_reports_back(aws) -> None:
+    application = boto3.client("emr-serverless").create_application(
+        name="lake",
+        releaseLabel="emr-7.0.0",
+        type="SPARK",  # moto knows no emr-spark-8.0.0
+    )["applicationId"]
+    seen = play_cluster("after-call.emr-serverless.StartJobRun", emr_serverless_job)
+    launch = LaunchResource(
+        launcher="emr_serverless",
+        package_uri=PACKAGE,
+        pipes_bucket=PIPES_BUCKET,
+        emr_serverless_application_id=application,
+        job_role_arn="arn:aws:iam::123456789012:role/lake-job",
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr_serverless"}
+    )
+
+    result = materialize(asset, launch)
+
+    ((argv, environment),) = seen
+    command, forwarded, _ = parse_invocation(argv)
+    assert command == ["ingest", "--stream", "clicks"]
+    assert forwarded["KINESIS_STREAM_NAME"] == "clicks"
+    assert forwarded["KINESIS_MAX_RECORDS_PER_SHARD"] == "5000"
+    assert forwarded["KINESIS_LAKE_EVENT_SCHEMA"] == declaration_name()
+    assert "KINESIS_LAKE_DATA_DIR" not in forwarded  # a path of the Dagster machine
+    conf = json.loads(environment["conf"])
+    assert conf["spark.archives"] == f"{PACKAGE}/kinesis_lake_env.tar.gz#environment"
+    assert conf["spark.files"] == f"{PACKAGE}/{declaration_name()}"
+    assert environment["PYSPARK_PYTHON"] == "./environment/bin/python"
+    assert conf["spark.executorEnv.PYSPARK_PYTHON"] == "./environment/bin/python"
+    run = boto3.client("emr-serverless").list_job_runs(applicationId=application)["jobRuns"]
+    assert len(run) == 1
+    (materialization,) = result.asset_materializations_for_node(asset.op.name)
+    assert {k: materialization.metadata[k].value for k in REPORTED} == REPORTED
+
+
+def test_the_derived_tables_run_as_one_emr_step_on_a_transient_cluster(aws) -> None:
+    emr = boto3.client("emr")
+
+    def step(parsed: dict) -> tuple[list[str], dict[str, str]]:
+        cluster = emr.describe_cluster(ClusterId=parsed["JobFlowId"])["Cluster"]
+        (only,) = emr.list_steps(ClusterId=parsed["JobFlowId"])["Steps"]
+        args = only["Config"]["Args"]
+        entry = args.index(f"{PACKAGE}/kinesis_lake_submit.py")
+        defaults = next(
+            c["Properties"]
+            for c in cluster["Configurations"]
+            if c["Classification"] == "spark-defaults"
+        )
+        prefix = "spark.yarn.appMasterEnv."
+        environment = {
+            k.removeprefix(prefix): v for k, v in defaults.items() if k.startswith(prefix)
+        }
+        return args[entry + 1 :], {**environment, "submit": json.dumps(args[:entry])}
+
+    seen = play_cluster("after-call.emr.RunJobFlow", step)
+    described: list[str] = []
+
+    def step_done(parsed: dict, **_: Any) -> None:
+        """The cluster ends once Dagster saw it running (its second DescribeCluster: the
+        first is the client's own, before its cluster_running waiter)."""
+        described.append(parsed["Cluster"]["Status"]["State"])
+        if len(described) == 2:
+            emr.terminate_job_flows(JobFlowIds=[parsed["Cluster"]["Id"]])
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("after-call.emr.DescribeCluster", step_done)
+    launch = LaunchResource(launcher="emr", package_uri=PACKAGE, pipes_bucket=PIPES_BUCKET)
+    from kinesis_lake.config import Settings
+
+    declaration = load_declaration(Settings.from_env().event_schema_path)
+    asset = launched(
+        derived_tables_asset(declaration, "kinesis_lake", [DEFAULT_STREAM]),
+        env={"KINESIS_LAKE_LAUNCHER": "emr"},
+    )
+
+    result = materialize(asset, launch)
+
+    ((argv, environment),) = seen
+    assert parse_invocation(argv)[0] == ["derive"]
+    submit = json.loads(environment["submit"])
+    assert submit[:3] == ["spark-submit", "--deploy-mode", "cluster"]
+    assert (
+        submit[submit.index("--archives") + 1] == f"{PACKAGE}/kinesis_lake_env.tar.gz#environment"
+    )
+    assert "spark.yarn.appMasterEnv.PYSPARK_PYTHON=./environment/bin/python" in submit
+    materialized = {
+        m.asset_key.to_user_string(): m
+        for m in result.asset_materializations_for_node(asset.op.name)
+    }
+    assert set(materialized) == {key.to_user_string() for key in asset.keys}
+    assert all(m.metadata["rows_added"].value == 42 for m in materialized.values())
+
+
+def test_the_raw_asset_runs_as_a_glue_job_whose_context_is_in_s3(aws) -> None:
+    glue = boto3.client("glue")
+    glue.create_job(
+        Name="kinesis-lake",
+        Role="arn:aws:iam::123456789012:role/lake-glue",
+        Command={"Name": "glueetl", "ScriptLocation": f"{PACKAGE}/kinesis_lake_submit.py"},
+        GlueVersion="6.0",
+    )
+
+    def job_run(parsed: dict) -> tuple[list[str], dict[str, str]]:
+        run = glue.get_job_run(JobName="kinesis-lake", RunId=parsed["JobRunId"])["JobRun"]
+        argv = [part for pair in run["Arguments"].items() for part in pair]
+        return ["--JOB_ID", "j_1", *argv], {"extra-files": run["Arguments"]["--extra-files"]}
+
+    seen = play_cluster("after-call.glue.StartJobRun", job_run)
+    launch = LaunchResource(
+        launcher="glue",
+        package_uri=PACKAGE,
+        pipes_bucket=PIPES_BUCKET,
+        glue_job_name="kinesis-lake",
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "glue"}
+    )
+
+    result = materialize(asset, launch)
+
+    ((argv, environment),) = seen
+    assert parse_invocation(argv)[0] == ["ingest", "--stream", "clicks"]
+    assert environment["extra-files"] == f"{PACKAGE}/{declaration_name()}"
+    (materialization,) = result.asset_materializations_for_node(asset.op.name)
+    assert materialization.metadata["dagster/row_count"].value == 1042
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KINESIS_LAKE_LAUNCHER": "emr-serverless"}, "use one of in_process, emr_serverless"),
+        (
+            {"KINESIS_LAKE_LAUNCHER": "emr_serverless", "KINESIS_LAKE_PACKAGE_URI": PACKAGE},
+            "needs KINESIS_LAKE_PIPES_BUCKET: set it to a bucket",
+        ),
+        (
+            {
+                "KINESIS_LAKE_LAUNCHER": "glue",
+                "KINESIS_LAKE_PACKAGE_URI": "/tmp/package",
+                "KINESIS_LAKE_PIPES_BUCKET": PIPES_BUCKET,
+                "KINESIS_LAKE_GLUE_JOB_NAME": "kinesis-lake",
+            },
+            "KINESIS_LAKE_PACKAGE_URI=/tmp/package: use the s3:// folder",
+        ),
+    ],
+)
+def test_a_launcher_set_up_wrong_fails_when_the_definitions_load(env, message) -> None:
+    with pytest.raises(SettingsError, match=message):
+        LaunchResource.from_env(env)
+
+
+def test_in_process_keeps_the_asset_as_it_is() -> None:
+    asset = raw_asset(DEFAULT_STREAM)
+    assert launched(asset, DEFAULT_STREAM, env={}) is asset
+    assert LaunchResource.from_env({}).launcher == "in_process"
