@@ -1,9 +1,10 @@
 """The ingestion job: Kinesis stream -> ``kinesis`` source -> Iceberg sink -> raw table.
 
 One function serves the CLI (``kinesis-lake ingest`` / ``stream``), the Dagster asset and
-the tests, so they all run the same code path. A bounded run uses
-``trigger(availableNow=True)``: it drains what the stream holds when the run starts, in
-micro-batches of at most ``max_records_per_shard`` records per shard, and stops. The
+the tests, so they all run the same code path. A bounded run drains what the stream holds
+when the run starts, in micro-batches of at most ``max_records_per_shard`` records per shard,
+and stops: ``trigger(availableNow=True)`` on Spark 4.2+, an equivalent on 4.0/4.1
+(:mod:`kinesis_lake.spark.kinesis.available_now`). The
 continuous mode uses a processing-time trigger and stops when asked, after the batch
 in flight has committed.
 """
@@ -31,9 +32,11 @@ from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID, committed_positions
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg.sink import SINK_NAME
+from kinesis_lake.spark.kinesis.available_now import AvailableNow
 from kinesis_lake.spark.kinesis.offsets import SourceOffset
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake.spark.kinesis.source import release_consumer
+from kinesis_lake.spark.spark_version import progress_offset
 
 logger = logging.getLogger(__name__)
 
@@ -146,10 +149,10 @@ def start_ingestion_query(
     spark: SparkSession,
     settings: Settings,
     *,
-    available_now: bool = True,
+    bounded: AvailableNow | None = None,
     processing_time: str = "5 seconds",
 ) -> StreamingQuery:
-    """Start the raw table's streaming query.
+    """Start the raw table's streaming query: ``bounded``'s, else one on ``processing_time``.
 
     Where a query with no checkpoint starts: after the positions the raw table's
     snapshots record as committed, if there are any; the configured starting position
@@ -164,6 +167,7 @@ def start_ingestion_query(
         .options(**_stream_options(settings))
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
+        .options(**(bounded.source_options() if bounded is not None else {}))
     )
     resume_after = committed_positions(table)
     if resume_after:
@@ -188,8 +192,8 @@ def start_ingestion_query(
         .option("positionColumns", "shard_id,sequence_number")
         .option("checkpointLocation", checkpoint_location(settings))
     )
-    if available_now:
-        return writer.trigger(availableNow=True).start()
+    if bounded is not None:
+        return bounded.trigger(writer).start()
     return writer.trigger(processingTime=processing_time).start()
 
 
@@ -246,13 +250,14 @@ def run_ingestion(
     started = time.monotonic()
     before = _raw_rows(settings)
     status_before = _status_before(settings)
-    query = start_ingestion_query(spark, settings, available_now=True)
+    bounded = AvailableNow.on(spark)
+    query = start_ingestion_query(spark, settings, bounded=bounded)
     try:
         if on_batch is None:
-            query.awaitTermination()
+            bounded.wait(query)
         else:
             follower = _BatchFollower(settings, query, on_batch)
-            while not query.awaitTermination(1):
+            while not bounded.wait(query, 1):
                 follower.poll()
             follower.poll()
     finally:
@@ -353,9 +358,7 @@ def run_continuous(
     started = time.monotonic()
     before = _raw_rows(settings)
     status_before = _status_before(settings)
-    query = start_ingestion_query(
-        spark, settings, available_now=False, processing_time=processing_time
-    )
+    query = start_ingestion_query(spark, settings, processing_time=processing_time)
     follower = _BatchFollower(settings, query, on_batch)
     try:
         while not stop.is_set() and query.isActive:
@@ -431,9 +434,7 @@ def read_source_status(settings: Settings, progress: dict) -> dict:
     end_offset = progress["sources"][0].get("endOffset") if progress.get("sources") else None
     if not end_offset:
         return {}
-    offset = SourceOffset.from_dict(
-        json.loads(end_offset) if isinstance(end_offset, str) else end_offset
-    )
+    offset = SourceOffset.from_dict(progress_offset(end_offset))
     return ShardProgressStore(source_metadata_path(settings)).read_status(offset.run_id) or {}
 
 

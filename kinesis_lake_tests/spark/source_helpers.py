@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from kinesis_lake.kinesis.producer import put_records
+from kinesis_lake.spark.kinesis.available_now import AvailableNow
 from kinesis_lake_tests.pipeline_helpers import read_stream
 
 REGION = "us-east-1"
@@ -111,9 +112,10 @@ def source_options(endpoint_url: str, stream: str, metadata: Path, **extra: str)
 
 
 def start_source(
-    spark: SparkSession, options: dict, checkpoint: Path, *, available_now: bool = True
+    spark: SparkSession, options: dict, checkpoint: Path, *, bounded: AvailableNow | None = None
 ) -> tuple[StreamingQuery, list[dict]]:
-    """Start a query; rows are appended as dicts with the ``batch_id`` that held them."""
+    """Start a query (``bounded``'s, else on the default trigger); rows are appended as
+    dicts with the ``batch_id`` that held them."""
     rows: list[dict] = []
 
     def collect(batch: DataFrame, batch_id: int) -> None:
@@ -121,24 +123,26 @@ def start_source(
 
     writer = (
         spark.readStream.format("kinesis")
-        .options(**options)
+        .options(**options, **(bounded.source_options() if bounded is not None else {}))
         .load()
         .writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(checkpoint))
     )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
+    if bounded is not None:
+        writer = bounded.trigger(writer)
     return writer.start(), rows
 
 
 def run_source(spark: SparkSession, options: dict, checkpoint: Path) -> list[dict]:
-    """Run one ``availableNow`` query to its end and return its rows.
+    """Run one bounded query (``AvailableNow``, what ingestion runs) to its end and return
+    its rows.
 
     Raises ``StreamingQueryException`` when the query fails.
     """
-    query, rows = start_source(spark, options, checkpoint)
+    bounded = AvailableNow.on(spark)
+    query, rows = start_source(spark, options, checkpoint, bounded=bounded)
     try:
-        finished = query.awaitTermination(QUERY_TIMEOUT_S)
+        finished = bounded.wait(query, QUERY_TIMEOUT_S)
     finally:
         query.stop()
     assert finished, f"the query did not finish within {QUERY_TIMEOUT_S} s"

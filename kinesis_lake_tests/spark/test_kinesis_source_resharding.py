@@ -43,7 +43,7 @@ def test_split_and_merge_mid_stream_are_followed_without_a_restart(
     stream = new_stream(url, shards=2)
     client = kinesis(url)
     options = source_options(url, stream, tmp_path / "meta")
-    query, rows = start_source(spark, options, tmp_path / "checkpoint", available_now=False)
+    query, rows = start_source(spark, options, tmp_path / "checkpoint")
     sent: list[tuple[str, bytes]] = []
     try:
         for wave, reshard in (

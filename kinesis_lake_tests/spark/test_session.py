@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from kinesis_lake.spark.spark_version import SparkVersionError, require_spark
+from kinesis_lake.spark.spark_version import require_spark
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,22 +54,6 @@ def test_python_workers_run_this_interpreter_whatever_is_on_path(tmp_path: Path)
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert "rows 15" in result.stdout
-
-
-@pytest.mark.parametrize("version", ["3.5.6-amzn-1", "4.0.2-amzn-0", "4.1.1", "4.1.0"])
-def test_a_spark_older_than_4_2_is_refused_in_one_line_saying_what_qualifies(version):
-    """Spark 4.0/4.1 would fail at the first trigger with a TypeError (latestOffset takes
-    the read limit only since 4.2): managed runtimes still ship those (EMR 8, Glue 6)."""
-    with pytest.raises(SparkVersionError) as refused:
-        require_spark(version)
-    message = str(refused.value)
-    assert f"Spark {version} is too old" in message and "4.2 or later" in message
-    assert "\n" not in message
-
-
-@pytest.mark.parametrize("version", ["4.2.0", "4.3.0", "5.0.0-SNAPSHOT"])
-def test_spark_4_2_and_later_pass(version):
-    require_spark(version)
 
 
 def test_this_sessions_spark_passes(spark):

@@ -7,5 +7,10 @@
 * ``table_reader``: batch reads of a table at a snapshot.
 * ``files_reader``: reads of given data files (a derived table's new slice of raw).
 
-This file imports nothing: Spark imports the package in every process it starts.
+This file imports only the version check: Spark imports the package in every process it
+starts, and a Spark 3.x must be refused before a module here imports what it lacks.
 """
+
+from kinesis_lake.spark.spark_version import require_pyspark
+
+require_pyspark()

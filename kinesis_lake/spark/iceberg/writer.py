@@ -19,11 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from kinesis_lake.errors import IngestionError
 from kinesis_lake.iceberg.commit import (
@@ -35,6 +31,7 @@ from kinesis_lake.iceberg.commit import (
 from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.maintenance import delete_unreferenced
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
+from kinesis_lake.spark.datasource_api import DataSourceStreamArrowWriter
 from kinesis_lake.spark.iceberg.options import SinkOptions
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 

@@ -7,7 +7,14 @@
 * ``offsets``: which shards a micro-batch reads and from where (resharding order, start
   positions, read limits).
 * ``progress``: the per-shard progress records executors write and the driver reads.
+* ``available_now``: a bounded run (what arrived before it started, then stop) on every
+  supported Spark, 4.0/4.1 included.
 
 The shard reading itself is the Kinesis library's (:mod:`kinesis_lake.kinesis`). This
-file imports nothing: Spark imports the package in every process it starts for a query.
+file imports only the version check: Spark imports the package in every process it starts
+for a query, and a Spark 3.x must be refused before a module here imports what it lacks.
 """
+
+from kinesis_lake.spark.spark_version import require_pyspark
+
+require_pyspark()

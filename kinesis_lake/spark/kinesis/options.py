@@ -58,6 +58,13 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "Where executors record how far they read (shared storage on a cluster).",
     ),
     "failOnDataLoss": ("true", "Fail when unread records expired; false skips and counts."),
+    "availableNow": (
+        "false",
+        "true: read only what arrived before the query started, then report nothing new, as "
+        "Trigger.AvailableNow does on Spark 4.2+. For Spark 4.0/4.1, where AvailableNow runs "
+        "one micro-batch: use it with a processing-time trigger and processAllAvailable() "
+        "(kinesis_lake.spark.kinesis.available_now does).",
+    ),
     "idleTimeBetweenReadsMs": ("1000", "Pause before re-polling a stream found idle."),
     "minCallIntervalMs": (
         str(MIN_CALL_INTERVAL_MS),
@@ -105,6 +112,7 @@ class KinesisSourceOptions:
     consumer_type: str = "polling"
     consumer_name: str = ""
     consumer_name_defaulted: bool = True
+    available_now: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KinesisSourceOptions:
@@ -157,6 +165,7 @@ class KinesisSourceOptions:
             consumer_type=consumer_type,
             consumer_name=values["consumerName"] or default_consumer_name(metadata_path),
             consumer_name_defaulted=not values["consumerName"],
+            available_now=_boolean("availableNow", values),
         )
 
     def initial_start(self, now_ms: int) -> tuple[StartPosition, StartPosition]:

@@ -83,12 +83,6 @@ import pyspark
 from botocore.exceptions import NoRegionError
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from kinesis_lake.errors import IngestionError
@@ -107,6 +101,12 @@ from kinesis_lake.kinesis.streams import (
     StreamNotFoundError,
     describe_stream,
     list_shards,
+)
+from kinesis_lake.spark.datasource_api import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from kinesis_lake.spark.kinesis.arrow import KINESIS_SCHEMA_DDL, records_to_arrow
 from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_runs
@@ -214,7 +214,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KinesisSourceOptions) -> None:
         self.options = options
         self._client: KinesisClient | None = None
-        self._cutoff_ms: int | None = None
+        # availableNow: Spark 4.0/4.1's bounded runs (available_now.py); the reader is
+        # made when the query starts, as 4.2+ call prepareForTriggerAvailableNow.
+        self._cutoff_ms: int | None = _now_ms() if options.available_now else None
+        self._initial: dict | None = None
+        self._newest: dict | None = None
         self._status_epoch: int | None = None
         self._plan_epoch: int | None = None
         self._loaded: tuple[tuple[str, int], dict[str, ProgressRecord]] | None = None
@@ -238,6 +242,13 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- driver: planning -------------------------------------------------------------
     def initialOffset(self) -> dict:
+        # Asked twice by Spark 4.2+ and after the first latestOffset() by 4.0/4.1:
+        # every answer must be the same offset (one run id).
+        if self._initial is None:
+            self._initial = self._first_offset()
+        return self._initial
+
+    def _first_offset(self) -> dict:
         stream = describe_stream(self._kinesis(), self.options.stream_name)
         shards = list_shards(self._kinesis(), self.options.stream_name)
         start, new_shard_start = self.options.initial_start(_now_ms())
@@ -267,9 +278,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # the driver cannot learn each shard's last sequence number without reading it.
         self._cutoff_ms = _now_ms()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         """Plan the epoch after ``start``. Spark calls this only once the batch that read
-        ``start`` has committed, so its progress records are complete."""
+        ``start`` has committed, so its progress records are complete.
+
+        Spark 4.0/4.1 pass no arguments (they have no read limits): the plan then follows
+        the newest offset Spark has logged, which ``partitions`` is always told, under
+        the default limit."""
+        if start is None:
+            newest = self._newest or self.initialOffset()
+            return self._remember(self.latestOffset(newest, self.getDefaultReadLimit()))
         current = SourceOffset.from_dict(start)
         records = self._completed_epoch(current)
         self._publish_status(current, records)
@@ -335,7 +353,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._store.write_status(done.run_id, source_status(done, records, previous))
         self._status_epoch = done.epoch
 
+    def _remember(self, offset: dict) -> dict:
+        """``offset``, kept if it is the newest Spark has seen (epochs only grow)."""
+        if self._newest is None or offset["epoch"] >= self._newest["epoch"]:
+            self._newest = offset
+        return offset
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        # On 4.0/4.1 a restarted query names its last logged offset only here, as
+        # partitions(X, X), before its first latestOffset().
+        self._remember(end)
         if start == end:
             return []
         plan = SourceOffset.from_dict(end)

@@ -28,7 +28,7 @@ from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.spark.iceberg.sink import IcebergDataSource
 from kinesis_lake.spark.kinesis.source import KinesisDataSource
 from kinesis_lake.spark.runtime import class_archive
-from kinesis_lake.spark.spark_version import require_spark
+from kinesis_lake.spark.spark_version import register_data_source, require_spark
 
 LOOPBACK = "127.0.0.1"
 
@@ -183,6 +183,6 @@ def _register(spark: SparkSession) -> SparkSession:
     """Register explicitly too: auto-registration needs the package on sys.path at import.
     The JVM's Spark is checked here: the pyspark package may be newer than the cluster."""
     require_spark(spark.version)
-    spark.dataSource.register(KinesisDataSource)
-    spark.dataSource.register(IcebergDataSource)
+    register_data_source(spark, KinesisDataSource)
+    register_data_source(spark, IcebergDataSource)
     return spark
