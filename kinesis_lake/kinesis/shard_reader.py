@@ -13,54 +13,28 @@ build their own from plain settings; nothing here needs to be pickled).
 from __future__ import annotations
 
 import logging
-import random
-import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from typing import Any
 
-from botocore.exceptions import ClientError
-
-from kinesis_lake.errors import KinesisError
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.kpl import user_records
+from kinesis_lake.kinesis.pages import Page
+from kinesis_lake.kinesis.polled_pages import PolledPages
 from kinesis_lake.kinesis.read_stops import BEFORE_RECORD, SHARD_ENDS, page_stop, record_stop
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.retry import (
-    DEFAULT_RETRY,
-    RetryPolicy,
-    call_with_retry,
-    error_code,
-    is_retryable,
-)
-from kinesis_lake.kinesis.server_time import epoch_ms, server_ms
+from kinesis_lake.kinesis.retry import DEFAULT_RETRY, RetryPolicy
+from kinesis_lake.kinesis.server_time import epoch_ms
+from kinesis_lake.kinesis.shard_calls import ShardCalls
 from kinesis_lake.kinesis.start_positions import StartPosition
-from kinesis_lake.kinesis.streams import could_have_aged_out, list_shards
-from kinesis_lake.kinesis.subscription import (
-    BUSY_RETRIES,
-    BusyWaits,
-    Subscription,
-    open_when_free,
-)
+from kinesis_lake.kinesis.subscribed_pages import SubscribedPages
 
 _log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
-# InvalidArgumentException messages that mean "this sequence number belongs to another
-# shard or stream" (a caller bug), as opposed to "it is no longer retained".
-_FOREIGN_SEQUENCE_MESSAGES = ("It encodes", "did not come from this stream")
-
-# How Kinesis refuses to start at a sequence number it no longer holds.
-_REJECTABLE = frozenset({"InvalidArgumentException"})
 # Where a replay that read nothing of its pinned range can stop: retention took it all.
 _RANGE_GONE_STOPS = ("end_gone", "caught_up", "shard_end", "shard_gone")
-# How it answers for a shard it no longer has: a closed shard whose records are all past
-# retention, which ListShards stops listing too (or a stream or consumer that is gone).
-_NOT_FOUND = frozenset({"ResourceNotFoundException"})
-_SUBSCRIBE = "SubscribeToShard"
 
 
 @dataclass
@@ -101,95 +75,13 @@ class ReadOutcome:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
-@dataclass(frozen=True)
-class Page:
-    """One answer's records: a GetRecords response or a SubscribeToShard event.
-
-    ``may_be_tip`` says whether the page could have been the stream's tip: a GetRecords
-    page shorter than its limit, or any subscription event (Kinesis pushes what it has).
-    """
-
-    records: list[Mapping[str, Any]]
-    server_ms: int | None
-    shard_ended: bool
-    millis_behind: int | None
-    may_be_tip: bool
-    end_needs_empty_page: bool
-    """kinesalite's GetRecords reports a closed shard's end only on an empty page, so a
-    page holding nothing but the resume record must not count as the tip there. A
-    subscription reports the end in the event itself."""
-    gone: str | None = None
-    """Why the shard is known to be gone from the stream, on the empty end page that
-    stands for it (:class:`_ShardGoneError`)."""
-
-
-#: Opens a read at a GetShardIterator-shaped position (``StartPosition.iterator_args``):
-#: a shard iterator for polling, a subscription for enhanced fan-out.
-Opener = Callable[[dict[str, Any]], Any]
-
-
-class _ReadAbandonedError(RuntimeError):
-    """A call made ahead whose page the caller will never ask for."""
-
-
-class _ShardGoneError(Exception):
-    """The shard is no longer in the stream: Kinesis closed it and all its records
-    passed retention, so it answers ResourceNotFoundException and ListShards omits it.
-
-    Such a shard will never return another record, exactly like a closed shard read to
-    its end: the read ends there (``_ending_if_gone``), and the gap rules of the start
-    decide whether anything after it expired unread. Failing instead failed every retry
-    and replay of the batch the same way, for ever (issue 31 simulation, seed 20147).
-    """
-
-    def __init__(self, detail: str, server_ms: int | None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.server_ms = server_ms
-
-    def end_page(self) -> Page:
-        return Page(
-            records=[],
-            server_ms=self.server_ms,
-            shard_ended=True,
-            millis_behind=0,
-            may_be_tip=True,
-            end_needs_empty_page=False,
-            gone=self.detail,
-        )
-
-
-def _ending_if_gone(pages: Generator[Page]) -> Generator[Page]:
-    """``pages``, ending with an empty end-of-shard page if the shard is found gone."""
-    try:
-        yield from pages
-    except _ShardGoneError as gone:
-        yield gone.end_page()
-
-
-class ShardReadError(KinesisError, RuntimeError):
-    """A shard could not be read as asked; names everything needed to find out why."""
-
-    def __init__(
-        self, stream_name: str, shard_id: str, operation: str, attempts: int, last_error: str
-    ) -> None:
-        # Everything goes to args so the exception survives pickling across Spark workers.
-        super().__init__(stream_name, shard_id, operation, attempts, last_error)
-        self.stream_name = stream_name
-        self.shard_id = shard_id
-        self.operation = operation
-        self.attempts = attempts
-        self.last_error = last_error
-
-    def __str__(self) -> str:
-        return (
-            f"{self.operation} on shard {self.shard_id} of Kinesis stream "
-            f"{self.stream_name!r} failed after {self.attempts} attempt(s): {self.last_error}"
-        )
-
-
 class ShardReader:
-    """Reads one shard with bounded calls, bounded retries and an exact stop report."""
+    """Reads one shard with bounded calls, bounded retries and an exact stop report.
+
+    Its pages come from a page source: polling (:class:`PolledPages`), or enhanced
+    fan-out (:class:`SubscribedPages`) for a read that is not a replay when a consumer is
+    given. The read loop here takes their records, decides where to stop, and reports it.
+    """
 
     def __init__(
         self,
@@ -205,101 +97,18 @@ class ShardReader:
         clock: Callable[[], float] = time.monotonic,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        if not 1 <= max_records_per_call <= 10_000:
-            raise ValueError("max_records_per_call must be within 1..10000 (the GetRecords cap)")
-        self._client = client
-        self._stream_name = stream_name
-        self._shard_id = shard_id
-        self._retry = retry
-        self._max_per_call = max_records_per_call
-        self._min_interval_s = min_call_interval_s
-        self._consumer_arn = consumer_arn
-        self._sleep = sleep
-        self._clock = clock
+        self._calls = ShardCalls(client, stream_name, shard_id, retry=retry, sleep=sleep)
+        self._polled = PolledPages(
+            self._calls,
+            max_records_per_call=max_records_per_call,
+            min_call_interval_s=min_call_interval_s,
+            clock=clock,
+        )
+        self._subscribed = (
+            SubscribedPages(self._calls, consumer_arn) if consumer_arn is not None else None
+        )
         self._now_ms = now_ms  # epoch ms: a simulation's virtual clock instead of the wall's
-        self._rng = random.Random()
-        self._last_call_at: float | None = None
         self.outcome: ReadOutcome | None = None
-
-    # ----------------------------------------------------------------- API calls
-
-    def _error(self, operation: str, attempts: int, detail: str) -> ShardReadError:
-        return ShardReadError(self._stream_name, self._shard_id, operation, attempts, detail)
-
-    def _call(
-        self,
-        operation: str,
-        request: Callable[[], _T],
-        outcome: ReadOutcome,
-        passthrough: frozenset[str] = frozenset(),
-    ) -> _T:
-        """Call with retries; wrap failures in ShardReadError except ``passthrough`` codes."""
-        attempts = 1
-
-        def note_retry(error: BaseException) -> None:
-            nonlocal attempts
-            attempts += 1
-            outcome.retries += 1
-            _log.info(
-                "retrying %s on %s/%s after %s",
-                operation,
-                self._stream_name,
-                self._shard_id,
-                error_code(error),
-            )
-
-        try:
-            return call_with_retry(
-                request,
-                self._retry,
-                sleep=self._sleep,
-                rng=self._rng,
-                on_retry=note_retry,
-            )
-        except ClientError as error:
-            if error_code(error) in passthrough:
-                raise
-            raise self._error(operation, attempts, str(error)) from error
-        except Exception as error:
-            raise self._error(operation, attempts, f"{type(error).__name__}: {error}") from error
-
-    def _iterator(self, outcome: ReadOutcome, **position: Any) -> str:
-        response = self._call(
-            "GetShardIterator",
-            lambda: self._client.get_shard_iterator(
-                StreamName=self._stream_name, ShardId=self._shard_id, **position
-            ),
-            outcome,
-            passthrough=_openers_passthrough(position),
-        )
-        return str(response["ShardIterator"])
-
-    def _get_records(
-        self, iterator: str, limit: int, outcome: ReadOutcome, abandoned: threading.Event
-    ) -> Mapping[str, Any]:
-        def request() -> Mapping[str, Any]:
-            # Kinesis allows 5 GetRecords calls per second per shard, shared by all readers:
-            # spacing our own calls avoids self-inflicted throttling. A reader that is behind
-            # keeps to one call per interval (the default 200 ms is the whole 5/s), so a
-            # larger minCallIntervalMs is what leaves room for other consumers.
-            if self._last_call_at is not None:
-                wait = self._last_call_at + self._min_interval_s - self._clock()
-                if wait > 0:
-                    self._sleep(wait)
-            if abandoned.is_set():  # checked before every attempt, after the wait
-                raise _ReadAbandonedError()
-            self._last_call_at = self._clock()
-            outcome.calls += 1
-            return self._client.get_records(ShardIterator=iterator, Limit=limit)
-
-        return self._call(
-            "GetRecords",
-            request,
-            outcome,
-            passthrough=frozenset({"ExpiredIteratorException"}),
-        )
-
-    # ----------------------------------------------------------------- reading
 
     def read(
         self,
@@ -339,7 +148,7 @@ class ShardReader:
             raise ValueError("max_records must be at least 1")
         self.outcome = None
         outcome = ReadOutcome(
-            shard_id=self._shard_id,
+            shard_id=self._calls.shard_id,
             records_read=0,
             user_records=0,
             last_sequence_number=None,
@@ -363,8 +172,8 @@ class ShardReader:
         last_server_ms: int | None = None
         # A replay must return exactly the pinned range: GetRecords, asked again from the
         # same start, does; a subscription is only for reading ahead.
-        if self._consumer_arn is not None and end is None:
-            pages = _ending_if_gone(self._subscribed_pages(cursor, outcome))
+        if self._subscribed is not None and end is None:
+            pages = self._subscribed.pages(cursor, outcome)
         else:
 
             def reads_past(page: Page) -> bool:
@@ -381,7 +190,7 @@ class ShardReader:
                     epoch_ms(last["ApproximateArrivalTimestamp"]) <= arrival_cutoff_ms
                 )
 
-            pages = _ending_if_gone(self._polled_pages(cursor, outcome, max_records, reads_past))
+            pages = self._polled.pages(cursor, outcome, max_records, reads_past)
         stop = ""
         with closing(pages):
             for page in pages:
@@ -507,7 +316,7 @@ class ShardReader:
                 lost += " and any that arrived after them"
                 outcome.tip_ms = server_now_ms
         else:
-            raise self._error(
+            raise self._calls.error(
                 "GetRecords",
                 outcome.calls,
                 f"pinned range ending at {end_sequence_number} cannot be reproduced: the read "
@@ -517,241 +326,6 @@ class ShardReader:
             f"the batch read up to record {end_sequence_number} was never committed, and "
             f"{lost} expired (retention) before it could be read again"
         )
-
-    def _polled_pages(
-        self,
-        cursor: ReadCursor,
-        outcome: ReadOutcome,
-        max_records: int,
-        reads_past: Callable[[Page], bool],
-    ) -> Generator[Page]:
-        """GetRecords pages, renewing expired iterators, until the caller stops asking.
-
-        While the caller works on a page it will read past (``reads_past``), the next
-        page is already being fetched: the shard's server works while Spark's worker
-        decodes and hands over the previous answer, instead of one waiting for the other.
-        One call is in flight at a time, still spaced by the minimum interval, and a
-        page the caller stops on is not followed by a call it would not use. Errors of
-        the call made ahead surface when the caller asks for its page, so an expired
-        iterator is renewed after the records the caller has taken, as without it.
-        """
-
-        def iterator_at(position: dict[str, Any]) -> str:
-            return self._iterator(outcome, **position)
-
-        iterator = self._open(cursor, outcome, iterator_at, "GetShardIterator")
-        expirations_in_a_row = 0
-        ahead: tuple[int, Future[Mapping[str, Any]]] | None = None  # (Limit, answer)
-        # Set once the caller is gone: a call made ahead then stops before its next
-        # attempt, instead of spending the shard's calls and retries on a page no one takes.
-        abandoned = threading.Event()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as fetcher:
-
-            def fetch(iterator: str, limit: int) -> tuple[int, Future[Mapping[str, Any]]]:
-                return limit, fetcher.submit(self._get_records, iterator, limit, outcome, abandoned)
-
-            while True:
-                if ahead is None:
-                    ahead = fetch(
-                        iterator, min(self._max_per_call, max_records - outcome.records_read)
-                    )
-                (limit, answer), ahead = ahead, None
-                try:
-                    response = answer.result()
-                except ClientError as error:  # ExpiredIteratorException only (passthrough)
-                    expirations_in_a_row += 1
-                    if expirations_in_a_row > self._retry.max_retries:
-                        raise self._error("GetRecords", expirations_in_a_row, str(error)) from error
-                    outcome.iterator_renewals += 1
-                    iterator = self._reopen(cursor, outcome, iterator_at, "GetShardIterator")
-                    continue
-                expirations_in_a_row = 0
-                next_iterator = response.get("NextShardIterator")
-                page = Page(
-                    records=response["Records"],
-                    server_ms=server_ms(response),
-                    shard_ended=next_iterator is None,
-                    millis_behind=response.get("MillisBehindLatest"),
-                    may_be_tip=len(response["Records"]) < limit,
-                    end_needs_empty_page=True,
-                )
-                # What the caller can still take if it takes this whole page: a lower
-                # bound, since it may skip records or stop short.
-                next_limit = min(
-                    self._max_per_call, max_records - outcome.records_read - len(page.records)
-                )
-                if next_iterator is not None and next_limit > 0 and reads_past(page):
-                    ahead = fetch(next_iterator, next_limit)
-                try:
-                    yield page
-                except GeneratorExit:
-                    abandoned.set()
-                    raise
-                if next_iterator is None:
-                    return  # the shard ended: the caller stops on this page
-                iterator = next_iterator
-
-    def _subscribed_pages(self, cursor: ReadCursor, outcome: ReadOutcome) -> Generator[Page]:
-        """Events of SubscribeToShard, subscribing again right after the last record seen
-        when a subscription ends (Kinesis ends each after 5 minutes) or breaks.
-
-        Subscribing again without a new record in between counts against ``maxRetries``:
-        an endpoint that ends or breaks every subscription early would otherwise keep the
-        task subscribing forever.
-        """
-        waits = BusyWaits()
-        subscribe_at = self._subscriptions(outcome, waits)
-        subscription: Subscription = self._open(cursor, outcome, subscribe_at, _SUBSCRIBE)
-        stalled = 0
-        progress_mark = cursor.last_seen
-        why = "it ended"
-        try:
-            while True:
-                try:
-                    event = subscription.next_event()
-                except Exception as error:
-                    if not is_retryable(error):
-                        detail = f"{type(error).__name__}: {error}"
-                        raise self._error(_SUBSCRIBE, stalled + 1, detail) from error
-                    outcome.retries += 1
-                    event, why = None, f"{type(error).__name__}: {error}"
-                if event is not None:
-                    millis_behind = event.get("MillisBehindLatest")
-                    yield Page(
-                        records=event["Records"],
-                        server_ms=subscription.server_ms,
-                        shard_ended=event.get("ContinuationSequenceNumber") is None,
-                        millis_behind=millis_behind,
-                        may_be_tip=millis_behind == 0,
-                        end_needs_empty_page=False,
-                    )
-                    continue
-                if cursor.last_seen == progress_mark:
-                    stalled += 1
-                    if stalled > self._retry.max_retries:
-                        raise self._error(
-                            _SUBSCRIBE,
-                            stalled,
-                            f"{stalled} subscriptions in a row ended or broke before a new "
-                            f"record (the last: {why})",
-                        )
-                    self._sleep(self._retry.delay(stalled - 1, self._rng))
-                else:
-                    stalled, waits.left = 0, BUSY_RETRIES
-                progress_mark, why = cursor.last_seen, "it ended"
-                subscription.close()
-                outcome.iterator_renewals += 1
-                subscription = self._reopen(cursor, outcome, subscribe_at, _SUBSCRIBE)
-        finally:
-            subscription.close()
-
-    def _subscriptions(self, outcome: ReadOutcome, waits: BusyWaits) -> Opener:
-        """Opens SubscribeToShard at a position, with this reader's retries and errors."""
-        assert self._consumer_arn is not None
-        consumer_arn = self._consumer_arn
-
-        def subscribe_at(position: dict[str, Any]) -> Subscription:
-            def count_call() -> None:
-                outcome.calls += 1
-
-            def request() -> Subscription:
-                return open_when_free(
-                    self._client,
-                    consumer_arn,
-                    self._shard_id,
-                    position,
-                    sleep=self._sleep,
-                    rng=self._rng,
-                    on_call=count_call,
-                    waits=waits,
-                )
-
-            return self._call(
-                _SUBSCRIBE,
-                request,
-                outcome,
-                passthrough=_openers_passthrough(position),
-            )
-
-        return subscribe_at
-
-    def _open(
-        self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener, operation: str
-    ) -> Any:
-        """Open a read at ``cursor.start`` with ``opener``.
-
-        AFTER_SEQUENCE_NUMBER S is requested as AT_SEQUENCE_NUMBER S so that the first
-        record proves S is still retained; if S is rejected outright, the read falls back to
-        TRIM_HORIZON and the cursor reports the gap. A shard gone from the stream raises
-        :class:`_ShardGoneError`.
-        """
-        start = cursor.start
-        try:
-            if start.kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
-                try:
-                    return opener(
-                        {
-                            "ShardIteratorType": "AT_SEQUENCE_NUMBER",
-                            "StartingSequenceNumber": start.sequence_number,
-                        }
-                    )
-                except ClientError as error:
-                    message = str(error)
-                    if error_code(error) in _NOT_FOUND:
-                        raise
-                    if start.kind == "AT_SEQUENCE_NUMBER" or any(
-                        m in message for m in _FOREIGN_SEQUENCE_MESSAGES
-                    ):
-                        raise self._error(operation, 1, message) from error
-                    cursor.rejected(operation, message)
-                    return opener({"ShardIteratorType": "TRIM_HORIZON"})
-            return opener(start.iterator_args())
-        except ClientError as error:  # ResourceNotFoundException only (passthrough)
-            raise self._gone(operation, error) from error
-
-    def _gone(self, operation: str, error: ClientError) -> Exception:
-        """What ResourceNotFoundException at the start of a read means: the shard is gone
-        from the stream if ListShards no longer lists it and it can have aged out (a gone
-        stream raises StreamNotFoundError there); else an error of this read (a consumer
-        not found, a shard the stream never had)."""
-        listed = {s.shard_id for s in list_shards(self._client, self._stream_name)}
-        if self._shard_id in listed or not could_have_aged_out(self._shard_id, listed):
-            return self._error(operation, 1, str(error))
-        _log.warning(
-            "shard %s of stream %s is no longer in the stream: read as ended (%s)",
-            self._shard_id,
-            self._stream_name,
-            error,
-        )
-        return _ShardGoneError(f"{operation}: {error}", server_ms(error.response))
-
-    def _reopen(
-        self, cursor: ReadCursor, outcome: ReadOutcome, opener: Opener, operation: str
-    ) -> Any:
-        """Open again after an iterator expired or a subscription ended: right after the
-        last record seen, or at the start.
-
-        A shard gone after this read took records fails the read: what it held after them
-        is unknown, and the retry, reading from the start again, judges that gap.
-        """
-        if cursor.last_seen is None:
-            return self._open(cursor, outcome, opener, operation)
-        try:
-            return opener(
-                {
-                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-                    "StartingSequenceNumber": cursor.last_seen,
-                }
-            )
-        except ClientError as error:  # ResourceNotFoundException only (passthrough)
-            raise self._error(operation, 1, str(error)) from error
-
-
-def _openers_passthrough(position: Mapping[str, Any]) -> frozenset[str]:
-    """Error codes an opener raises as they came, for :meth:`ShardReader._open` to judge."""
-    if position["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
-        return _REJECTABLE | _NOT_FOUND
-    return _NOT_FOUND
 
 
 class ReadCursor:

@@ -27,7 +27,8 @@ from kinesis_lake.kinesis.kinesis_mock import KinesisMockEndpoint
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import ShardReader, ShardReadError
+from kinesis_lake.kinesis.shard_calls import ShardReadError
+from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import describe_stream, ensure_stream, list_shards
 from kinesis_lake.kinesis.subscription import (

@@ -11,11 +11,8 @@ import pytest
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import (
-    ReadOutcome,
-    ShardReader,
-    ShardReadError,
-)
+from kinesis_lake.kinesis.shard_calls import ShardReadError
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import ensure_stream, list_shards, shard_lineage_order
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
