@@ -1,7 +1,10 @@
 """Test helpers of the Kinesis layer: read a whole stream back with the production reader,
-put ordered records, encode KPL protobuf by hand, make up a read's outcome."""
+put ordered records, encode KPL protobuf by hand, make up a read's outcome or just its
+counters (for a page source read alone)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.records import KinesisRecord
@@ -82,3 +85,14 @@ def outcome(
         data_loss=data_loss,
         read_started_ms=started_ms,
     )
+
+
+@dataclass
+class Counts:
+    """The counters of a read's outcome that a page source keeps, and nothing else
+    (``ReadCounts``): for a page source read without the read loop."""
+
+    calls: int = 0
+    retries: int = 0
+    iterator_renewals: int = 0
+    records_read: int = 0

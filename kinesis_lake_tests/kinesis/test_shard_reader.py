@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -155,24 +154,6 @@ def test_at_timestamp_start(client, new_stream) -> None:
     put(client, stream, entries(2, "new"))
     records = read_shard(client, stream, SHARD, start=StartPosition.at_timestamp(start_ms))
     assert [r.data for r in records] == [b"new0", b"new1"]
-
-
-def test_calls_are_spaced_by_the_minimum_interval(client, new_stream) -> None:
-    stream = new_stream(client)
-    put(client, stream, entries(5))
-    sleeps: list[float] = []
-    reader = ShardReader(
-        client,
-        stream,
-        SHARD,
-        max_records_per_call=1,
-        min_call_interval_s=0.2,
-        sleep=sleeps.append,
-        clock=lambda: 100.0,  # time stands still, so every call must wait the full interval
-    )
-    assert len(_read(reader, StartPosition.trim_horizon(), max_records=5)) == 5
-    assert reader.outcome.calls == 5
-    assert sleeps == [pytest.approx(0.2)] * 4
 
 
 def test_throttling_and_server_errors_are_retried(client, new_stream, proxy: FaultProxy) -> None:
@@ -362,32 +343,6 @@ def test_invalid_start_positions_are_rejected(args) -> None:
         StartPosition(*args)
 
 
-def test_the_next_page_is_fetched_while_the_caller_works_on_this_one(client, new_stream) -> None:
-    """The shard's server and the caller (decoding, Arrow, Spark's hand-over) work at the
-    same time: the second GetRecords starts while the first page is still in the
-    caller's hands, and the records come out the same."""
-    stream = new_stream(client)
-    put(client, stream, entries(25))
-    requests = 0
-    second_request = threading.Event()
-
-    def clock() -> float:  # read once by the first request, twice by each later one
-        nonlocal requests
-        requests += 1
-        if requests >= 2:
-            second_request.set()
-        return time.monotonic()
-
-    reader = _reader(client, stream, max_records_per_call=10, clock=clock)
-    pages = reader.read(StartPosition.trim_horizon(), max_records=100)
-    first = next(pages)
-    assert second_request.wait(10), "no GetRecords was made ahead of the caller"
-    records = first + [record for page in pages for record in page]
-    assert [r.data for r in records] == [f"r{i}".encode() for i in range(25)]
-    assert reader.outcome.calls == 3
-    assert reader.outcome.stopped_by == "caught_up"
-
-
 def test_no_page_is_fetched_ahead_of_where_the_read_stops(client, new_stream) -> None:
     """A call made ahead that the read then does not use would spend one of the shard's
     five GetRecords per second for nothing: at the tip, at the record limit, at the end
@@ -414,38 +369,6 @@ def test_no_page_is_fetched_ahead_of_where_the_read_stops(client, new_stream) ->
     assert len(_read(tip, StartPosition.after(sequence_numbers[-1]), max_records=100)) == 10
     assert tip.outcome.stopped_by == "caught_up"
     assert tip.outcome.calls == 1
-
-
-class _CountingClient:
-    """A real client that counts the GetRecords requests it sends."""
-
-    def __init__(self, client) -> None:
-        self._client = client
-        self.get_records_calls = 0
-
-    def __getattr__(self, name: str):
-        return getattr(self._client, name)
-
-    def get_records(self, **kwargs):
-        self.get_records_calls += 1
-        return self._client.get_records(**kwargs)
-
-
-def test_a_call_made_ahead_is_dropped_when_the_caller_stops_before_taking_its_page(
-    client, new_stream
-) -> None:
-    """A caller that stops mid-read (its task failed, say) leaves the call made ahead
-    waiting out the shard's call interval: it must not be sent, nor retried, once the
-    read is closed, for a page no one will take."""
-    stream = new_stream(client)
-    put(client, stream, entries(25))
-    counting = _CountingClient(client)
-    reader = _reader(counting, stream, max_records_per_call=10, min_call_interval_s=1.0)
-    pages = reader.read(StartPosition.trim_horizon(), max_records=100)
-    assert len(next(pages)) == 10
-    pages.close()  # while the second call waits out the interval
-    assert counting.get_records_calls == 1
-    assert reader.outcome is None
 
 
 # ---- retention and replays, on the clock proxy's time (issue 31) ---------------------
