@@ -30,10 +30,12 @@ from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID, committed_positions
+from kinesis_lake.pipeline.earlier_reads import earlier_reads, record_earlier_reads
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.iceberg.sink import SINK_NAME
 from kinesis_lake.spark.kinesis.available_now import AvailableNow
 from kinesis_lake.spark.kinesis.offsets import SourceOffset
+from kinesis_lake.spark.kinesis.options import EarlierReads
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake.spark.kinesis.source import release_consumer
 from kinesis_lake.spark.spark_version import progress_offset
@@ -169,6 +171,9 @@ def start_ingestion_query(
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
         .options(**(bounded.source_options() if bounded is not None else {}))
     )
+    reads = earlier_reads(table)
+    if reads != EarlierReads():
+        reader = reader.option("earlierReads", reads.to_option())
     resume_after = committed_positions(table)
     if resume_after:
         reader = reader.option("startingPosition", json.dumps(resume_after, sort_keys=True))
@@ -265,6 +270,7 @@ def run_ingestion(
             query.stop()
         finally:
             _release_consumer(settings)
+    _record_earlier_reads(settings)
     return _summarise(
         settings, query.recentProgress, time.monotonic() - started, before, status_before
     )
@@ -360,10 +366,14 @@ def run_continuous(
     status_before = _status_before(settings)
     query = start_ingestion_query(spark, settings, processing_time=processing_time)
     follower = _BatchFollower(settings, query, on_batch)
+    recorded = time.monotonic()
     try:
         while not stop.is_set() and query.isActive:
             stop.wait(0.5)
             follower.poll()
+            if time.monotonic() - recorded >= RECORD_READS_EVERY_S:
+                _record_earlier_reads(settings)
+                recorded = time.monotonic()
             if linger is not None and linger.over(started, follower.quiet_since, time.monotonic()):
                 break
         failure = query.exception()
@@ -383,6 +393,7 @@ def run_continuous(
     # The batch that was in flight when ``stop`` was set committed during the graceful
     # stop: it must be reported like every other.
     follower.poll()
+    _record_earlier_reads(settings)
     return _summarise(
         settings,
         query.recentProgress,
@@ -391,6 +402,23 @@ def run_continuous(
         status_before,
         batches=follower.batches,
     )
+
+
+RECORD_READS_EVERY_S = 300
+"""How often a long-running query keeps its reads in the raw table, besides at its end."""
+
+
+def _record_earlier_reads(settings: Settings) -> None:
+    """Keep in the raw table what the source's status says it read (see
+    :mod:`kinesis_lake.pipeline.earlier_reads`). Failing here costs only precision (the
+    next start knows older times, so it is stricter): the run, committed, stands."""
+    status = ShardProgressStore(source_metadata_path(settings)).latest_status()
+    if status is None:
+        return
+    try:
+        record_earlier_reads(open_lake(settings).load_table(settings.raw_table), status)
+    except Exception as error:
+        logger.warning("could not record the source's reads in the raw table: %s", error)
 
 
 def _stop_gracefully(query: StreamingQuery, checkpoint: str, wait_s: float | None) -> None:

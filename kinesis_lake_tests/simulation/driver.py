@@ -42,6 +42,7 @@ from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import list_shards
+from kinesis_lake.pipeline.earlier_reads import earlier_reads
 from kinesis_lake.spark.iceberg.writer import DataFilesWritten
 from kinesis_lake.spark.kinesis.offsets import (
     PlanningInput,
@@ -49,7 +50,7 @@ from kinesis_lake.spark.kinesis.offsets import (
     plan_next_offset,
     resting,
 )
-from kinesis_lake.spark.kinesis.options import KinesisSourceOptions
+from kinesis_lake.spark.kinesis.options import EarlierReads, KinesisSourceOptions
 from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
 from kinesis_lake.spark.kinesis.source import (
     KinesisStreamReader,
@@ -135,6 +136,9 @@ class Query:
         # without checkpoint resumes after them, and a replay of a range they cover
         # reads nothing (Spark ignores startingPosition when a checkpoint exists, but
         # the source still sees the option).
+        reads = earlier_reads(lake.table())
+        if reads != EarlierReads():
+            options["earlierReads"] = reads.to_option()  # as pipeline/ingest.py passes
         resume_after = committed_positions(lake.table())
         options["startingPosition"] = (
             json.dumps(resume_after, sort_keys=True) if resume_after else "trim_horizon"

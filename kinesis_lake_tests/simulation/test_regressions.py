@@ -379,22 +379,18 @@ def test_a_parent_left_unfinished_and_gone_is_reported_after_a_checkpoint_lost(t
     assert "shardId-000000000000" in state.reported
 
 
-@pytest.mark.xfail(
-    strict=True, raises=Violation, reason="open: a start knowing nothing of a shard (issue 31)"
-)
 def test_records_expired_on_a_shard_never_committed_are_reported_by_a_start_knowing_nothing(
     tmp_path: Path,
 ):
-    """Found by the simulation (seed 30023 of a 900 s run, shrunk; fails at f236913 too),
-    analysed: a limit of the product, open. The main query reads the only shard to its tip
-    while it is empty; six records arrive and expire in a 53-hour outage; a second machine
-    then starts with neither a checkpoint nor the deployment's progress records (a lost
-    volume that held both) and reads the shard from its trim horizon: the table has no
-    position on it, nothing it can read says the shard was read before, and it takes the
-    two newer records past the six without a word. The README's checkpoint-less limit
-    covers a shard whose committed record aged out (reported as possible loss), not one
-    that never had a committed record. The fix needs durable state: each shard's last
-    read-to-tip time committed with the table's positions, as the positions are."""
+    """Found by the simulation (seed 30023 of a 900 s run, shrunk; fails at f236913 too).
+    The main query reads the only shard to its tip while it is empty; six records arrive
+    and expire in a 53-hour outage; a second machine then starts with neither a
+    checkpoint nor the deployment's progress records (a lost volume that held both) and
+    read the shard from its trim horizon: the table had no position on it, nothing it
+    could read said the shard was read before, and it took the two newer records past the
+    six without a word. Now each run keeps its reads to the tip and its start in the raw
+    table (pipeline/earlier_reads.py), and the new query's earlierReads option carries
+    them."""
     run_schedule(
         tmp_path,
         [

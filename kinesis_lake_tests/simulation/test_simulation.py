@@ -27,13 +27,7 @@ from kinesis_lake_tests.simulation.schedules import Figures, generate, run, shri
 
 _DAY = 24 * 3_600_000
 
-KNOWN_OPEN: dict[str, str] = {
-    "silent-loss-read-past-by-a-start-knowing-nothing": (
-        "seed 30023: a start with neither checkpoint nor progress records reads a shard "
-        "never committed from its trim horizon, past records expired since an earlier "
-        "read to its tip"
-    ),
-}
+KNOWN_OPEN: dict[str, str] = {}
 """Violation kinds of bugs found and still open, each pinned by an xfail(strict) test of
 test_regressions.py: the bounded run reports them without failing. Remove an entry with
 its fix (the strict xfail then fails until it is removed too)."""

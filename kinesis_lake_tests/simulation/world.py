@@ -26,6 +26,7 @@ from kinesis_lake.iceberg.maintenance import compact, expire_snapshots
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
 from kinesis_lake.kinesis.kpl import aggregate
+from kinesis_lake.pipeline.earlier_reads import record_earlier_reads
 from kinesis_lake.pipeline.ingest import source_metadata_path
 from kinesis_lake.spark.iceberg.writer import OverlappingPositionsError
 from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
@@ -192,7 +193,20 @@ class World:
             self.clock_ms += TRIGGER_MS
             last = index == batches - 1
             if not self._batch(who, crash_at if last else None):
-                return
+                break
+        self._record_reads(who)
+
+    def _record_reads(self, who: str) -> None:
+        """What pipeline/ingest.py does as a run ends (and every few minutes of a long one):
+        keep the source's reads to the tip in the table, for a start knowing nothing else."""
+        query = self.queries[who]
+        status = query.store.latest_status() if query is not None else None
+        if status is None:
+            return
+        try:
+            record_earlier_reads(self.lake.table(), status)
+        except Exception as error:  # the run stands, as in the pipeline
+            self.faults[f"record-reads-failed-{type(error).__name__}"] += 1
 
     def _step_sensor(self) -> None:
         self._sensor_tick()
@@ -221,6 +235,7 @@ class World:
                 invariants.RUN_NEVER_ENDS,
                 f"an availableNow run still planned batches after {MAX_BATCHES_PER_RUN}",
             )
+        self._record_reads("main")
         if self.queries["main"] is query and query.cutoff_ms is not None:  # nothing left
             in_table = self._in_table(self.lake.rows())
             invariants.check_drained(self.kinesis, in_table, query.cutoff_ms)

@@ -16,9 +16,13 @@ layers, each filling only what the one before left unknown:
   the deployment has been answerable for what arrives (its ``started_ms``, carried
   from run to run).
 
+and, from the raw table (the ``earlierReads`` option, which kinesis-lake's ingestion
+fills from what it records after each run: :mod:`kinesis_lake.pipeline.earlier_reads`),
+what a second machine with a folder of its own cannot find in its folder: each shard's
+latest read to the tip and the deployment's start.
+
 A plan or status of a deleted stream of the same name (read before the stream's
-creation) is ignored. What none of them holds (a second machine with a folder of its
-own) stays the README's stated limit.
+creation) is ignored.
 """
 
 from __future__ import annotations
@@ -29,16 +33,19 @@ from dataclasses import replace
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import Shard, shard_lineage_order
 from kinesis_lake.spark.kinesis.offsets import ShardCursor, SourceOffset, inherited_tip
+from kinesis_lake.spark.kinesis.options import EarlierReads, KinesisSourceOptions
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 
 def with_earlier_runs(
     offset: SourceOffset,
     store: ShardProgressStore,
-    per_shard_start: Mapping[str, StartPosition],
+    options: KinesisSourceOptions,
     listed: Sequence[Shard],
 ) -> SourceOffset:
-    """``offset`` (a new query's first) with what earlier runs of ``store`` knew."""
+    """``offset`` (a new query's first) with what earlier runs of ``store`` knew, and
+    what the ``earlierReads`` option says they read."""
+    per_shard_start = options.per_shard_start
     committed = {
         shard_id: start.sequence_number
         for shard_id, start in per_shard_start.items()
@@ -47,7 +54,37 @@ def with_earlier_runs(
     status = store.latest_status() or store.unpublished_status(committed)
     offset = with_gone_unfinished(offset, status, per_shard_start)
     offset = with_earlier_tips(offset, status, listed)
-    return with_earlier_plan(offset, store.latest_plan(), listed)
+    offset = with_earlier_plan(offset, store.latest_plan(), listed)
+    return with_earlier_reads(offset, options.earlier_reads)
+
+
+def with_earlier_reads(offset: SourceOffset, reads: EarlierReads) -> SourceOffset:
+    """``offset`` with what the table records of earlier reads (the ``earlierReads``
+    option): a later read to the tip of a shard not after a committed record, and an
+    earlier start.
+
+    The progress folder lives beside the checkpoint by default, and a volume lost with
+    both left a second machine knowing nothing: a shard read to its tip while empty,
+    records that then expired, and the new query read it from its trim horizon past them
+    without a word (issue 31 simulation, seed 30023). Each read to the tip is a fact of
+    the stream, whichever query made it; the latest is the strictest true one. Times
+    before the stream's creation belong to a deleted stream of the same name.
+    """
+    created = offset.stream_created_ms
+    started_ms = offset.started_ms
+    if reads.since_ms is not None and reads.since_ms >= created:
+        started_ms = reads.since_ms if started_ms is None else min(started_ms, reads.since_ms)
+    shards = dict(offset.shards)
+    for shard_id, cursor in offset.shards.items():
+        tip_ms = reads.tip_ms.get(shard_id)
+        if (
+            tip_ms is not None
+            and tip_ms >= created
+            and cursor.start.kind != "AFTER_SEQUENCE_NUMBER"
+            and (cursor.tip_ms is None or cursor.tip_ms < tip_ms)
+        ):
+            shards[shard_id] = replace(cursor, tip_ms=tip_ms)
+    return replace(offset, shards=shards, started_ms=started_ms)
 
 
 def with_earlier_plan(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinesis_lake.errors import ConfigurationError
@@ -65,6 +65,14 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "one micro-batch: use it with a processing-time trigger and processAllAvailable() "
         "(kinesis_lake.spark.kinesis.available_now does).",
     ),
+    "earlierReads": (
+        None,
+        'JSON {"sinceMs": ms, "tipMs": {shardId: ms}} (server time): since when records '
+        "are this deployment's to read, and when each shard was last read to its tip. A "
+        "query started without checkpoint then reports what expired unread on a shard no "
+        "record of which was committed; kinesis-lake's ingestion passes what its raw "
+        "table records.",
+    ),
     "idleTimeBetweenReadsMs": ("1000", "Pause before re-polling a stream found idle."),
     "minCallIntervalMs": (
         str(MIN_CALL_INTERVAL_MS),
@@ -91,6 +99,36 @@ class KinesisOptionError(ConfigurationError):
 
 
 @dataclass(frozen=True)
+class EarlierReads:
+    """What earlier queries of a deployment read, kept where a lost checkpoint cannot
+    take it (the raw table): since when (``since_ms``) and each shard's last read to its
+    tip (``tip_ms``), server times. See :mod:`kinesis_lake.spark.kinesis.earlier_runs`."""
+
+    since_ms: int | None = None
+    tip_ms: dict[str, int] = field(default_factory=dict)
+
+    def to_option(self) -> str:
+        return json.dumps({"sinceMs": self.since_ms, "tipMs": self.tip_ms}, sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str | None) -> EarlierReads:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+            since = data.get("sinceMs")
+            return cls(
+                since_ms=None if since is None else int(since),
+                tip_ms={str(k): int(v) for k, v in data.get("tipMs", {}).items()},
+            )
+        except (ValueError, TypeError, AttributeError) as error:
+            raise KinesisOptionError(
+                f"Option 'earlierReads'={text!r} is not valid ({error}): expected "
+                '{"sinceMs": <ms>, "tipMs": {"<shardId>": <ms>, ...}}, or leave it unset.'
+            ) from error
+
+
+@dataclass(frozen=True)
 class KinesisSourceOptions:
     """Parsed, checked options. ``starting_position`` of kind LATEST is resolved to a
     timestamp only when the query's initial offset is made (see ``initial_start``)."""
@@ -112,6 +150,7 @@ class KinesisSourceOptions:
     consumer_type: str = "polling"
     consumer_name: str = ""
     consumer_name_defaulted: bool = True
+    earlier_reads: EarlierReads = field(default_factory=EarlierReads)
     available_now: bool = False
 
     @classmethod
@@ -165,6 +204,7 @@ class KinesisSourceOptions:
             consumer_type=consumer_type,
             consumer_name=values["consumerName"] or default_consumer_name(metadata_path),
             consumer_name_defaulted=not values["consumerName"],
+            earlier_reads=EarlierReads.parse(values["earlierReads"]),
             available_now=_boolean("availableNow", values),
         )
 

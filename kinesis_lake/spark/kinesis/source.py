@@ -260,7 +260,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             per_shard_start=self.options.per_shard_start,
             started_ms=stream.server_ms,
         )
-        offset = with_earlier_runs(offset, self._store, self.options.per_shard_start, shards)
+        offset = with_earlier_runs(offset, self._store, self.options, shards)
         return self._record_plan(offset)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -584,6 +584,7 @@ def source_status(
         "skippedRanges": done.skipped_ranges
         + sum(1 for r in records.values() if r.outcome.data_loss),
         "skippedGaps": gaps[-SKIPPED_GAPS_KEPT:],
+        "startedMs": done.started_ms,
         "shards": dict(sorted(shards.items())),
         "finishedShards": sorted(done.finished | ended),
     }

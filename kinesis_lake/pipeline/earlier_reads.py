@@ -1,0 +1,82 @@
+"""What the raw table records of the source's reads, so that a query started with neither
+its checkpoint nor its progress folder still knows what expired unread (issue 31).
+
+The progress folder lives beside the checkpoint by default; a volume lost with both, or
+a second machine with a folder of its own, leaves a new query nothing but the table. Its
+positions say where to resume a shard with a committed record. For a shard without one,
+what tells a quiet shard from records that expired unread is when it was last read to
+its tip, and since when the deployment has been reading the stream (issue 31 simulation,
+seed 30023: a shard read while empty, six records expired, and the second machine read
+the two after them without a word). After each run, the times the source's status holds
+are merged into two table properties, which the next query's ``earlierReads`` option
+carries (:func:`kinesis_lake.spark.kinesis.earlier_runs.with_earlier_reads`).
+
+Kept apart from the data commits on purpose: both are facts of the stream, true whoever
+read it, so a late write or a lost one only makes the next check stricter (older tip
+times), never blind. Tips only move forward and the start only back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+
+from kinesis_lake.spark.kinesis.options import EarlierReads
+
+READ_TO_TIP = "kinesis-lake.read-to-tip"
+"""Table property: JSON {shard id: server time in ms of its latest read to the tip}."""
+
+READING_SINCE = "kinesis-lake.reading-since-ms"
+"""Table property: server time in ms since which the deployment reads the stream."""
+
+ATTEMPTS = 5
+
+
+def earlier_reads(table: Table) -> EarlierReads:
+    """What ``table`` records of earlier reads of its stream."""
+    since = table.properties.get(READING_SINCE)
+    return EarlierReads(
+        since_ms=int(since) if since else None,
+        tip_ms={
+            shard: int(ms)
+            for shard, ms in json.loads(table.properties.get(READ_TO_TIP, "{}")).items()
+        },
+    )
+
+
+def record_earlier_reads(table: Table, status: Mapping[str, Any]) -> None:
+    """Merge the read-to-tip times and start of the source's ``status`` into ``table``."""
+    for attempt in range(1, ATTEMPTS + 1):
+        merged = _merged(earlier_reads(table), status)
+        if merged == earlier_reads(table):
+            return
+        try:
+            with table.transaction() as transaction:
+                transaction.set_properties(
+                    {
+                        READ_TO_TIP: json.dumps(merged.tip_ms, sort_keys=True),
+                        **({READING_SINCE: str(merged.since_ms)} if merged.since_ms else {}),
+                    }
+                )
+            return
+        except CommitFailedException:
+            if attempt == ATTEMPTS:
+                raise
+            table.refresh()
+
+
+def _merged(known: EarlierReads, status: Mapping[str, Any]) -> EarlierReads:
+    tips = dict(known.tip_ms)
+    for shard, entry in status.get("shards", {}).items():
+        tip = entry.get("tip_ms")
+        if tip is not None and int(tip) > tips.get(shard, -1):
+            tips[shard] = int(tip)
+    since = known.since_ms
+    started = status.get("startedMs")
+    if started is not None and (since is None or int(started) < since):
+        since = int(started)
+    return EarlierReads(since_ms=since, tip_ms=tips)
