@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kinesis-lake-installed
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup demo test test-fast dev bench bench-full lint clean fuzz lock simulate simulate-derived package
+.PHONY: setup demo test test-compat test-fast dev bench bench-full lint clean fuzz lock simulate simulate-derived package
 
 setup: $(STAMP)
 
@@ -19,12 +19,29 @@ $(STAMP): pyproject.toml requirements.lock scripts/bootstrap.sh
 demo: setup
 	$(BIN)/kinesis-lake demo
 
+# The Spark compatibility suite (kinesis_lake_tests/spark_compat_suite.txt) on the newest
+# PySpark 4.0.x and 4.1.x (requirements-spark-compat.lock), each in a virtualenv of its own:
+# the main one's packages with only pyspark changed (scripts/spark_compat.sh), built once and
+# again when the lock, the pins or the script change.
+SPARK_COMPAT := $(shell sed -n 's/^pyspark==\([^ ]*\) .*/\1/p' requirements-spark-compat.lock)
+COMPAT_STAMPS := $(SPARK_COMPAT:%=.venv-spark-%/.kinesis-lake-installed)
+
 # Two pytest workers on the 2 cores CI has: much of the suite waits (JVM starts, endpoints,
 # polls), so two files at a time finish sooner. A file's tests stay in one worker, in order.
+# Then the Spark compatibility suite on each older PySpark (test-compat).
 TEST_WORKERS ?= 2
-test: setup
+test: setup $(COMPAT_STAMPS)
 	bash scripts/bootstrap.sh --test-tools
 	$(BIN)/python -m pytest kinesis_lake_tests --durations=30 -n $(TEST_WORKERS) --dist loadfile
+	$(MAKE) --no-print-directory test-compat
+
+.venv-spark-%/.kinesis-lake-installed: $(STAMP) requirements-spark-compat.lock scripts/spark_compat.sh
+	bash scripts/spark_compat.sh venv $*
+
+test-compat: setup $(COMPAT_STAMPS)
+	set -e; for version in $(SPARK_COMPAT); do \
+		TEST_WORKERS=$(TEST_WORKERS) bash scripts/spark_compat.sh test $$version; \
+	done
 
 # The tests that need no JVM and start no process of their own (kinesis_lake_tests/tiers.py
 # finds each test's kind): a few minutes, for while you work. A fast test that starts a

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+KILLS = int(os.environ.get("KINESIS_LAKE_CHAOS_KILLS", "4"))
+"""Seed 5 aims its first two kills at the moments the sink's exactly-once rests on
+(committed but not checkpointed, files written but not committed): the Spark compatibility
+suite runs those two only (scripts/spark_compat.sh), each kill costing a JVM start."""
 
 
 def test_ingestion_killed_repeatedly_loses_and_duplicates_nothing():
@@ -15,7 +20,7 @@ def test_ingestion_killed_repeatedly_loses_and_duplicates_nothing():
             sys.executable,
             str(REPO_ROOT / "scripts" / "chaos.py"),
             "--kills",
-            "4",
+            str(KILLS),
             "--records",
             "1500",
             "--seed",
@@ -33,4 +38,4 @@ def test_ingestion_killed_repeatedly_loses_and_duplicates_nothing():
     kills = sum(
         int(line.split()[2]) for line in output.splitlines() if line.strip().startswith("kills ")
     )
-    assert kills == 4
+    assert kills == KILLS
