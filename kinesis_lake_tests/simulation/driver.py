@@ -40,7 +40,6 @@ import pyarrow as pa
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader
-from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake.pipeline.earlier_reads import earlier_reads
 from kinesis_lake.spark.iceberg.writer import DataFilesWritten
@@ -51,12 +50,11 @@ from kinesis_lake.spark.kinesis.offsets import (
     resting,
 )
 from kinesis_lake.spark.kinesis.options import EarlierReads, KinesisSourceOptions
-from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake.spark.kinesis.source import (
     KinesisStreamReader,
     ShardReadTask,
-    _already_processed,
-    _data_loss,
+    read_task,
     records_to_arrow,
 )
 from kinesis_lake_tests.simulation.kinesis import SimulatedKinesis
@@ -184,7 +182,7 @@ class Query:
         messages = []
         for partition in self.source.partitions(start, end):
             task = cast(ShardReadTask, partition)
-            batches, loss = read_shard(task, self.kinesis, self.store, self.options)
+            batches, loss = read_shard(task, self.kinesis, self.store)
             if loss:
                 # Reported once its progress record is saved (failOnDataLoss=false), from
                 # which the next plan counts it, whether or not this batch commits.
@@ -246,63 +244,38 @@ def read_shard(
     task: ShardReadTask,
     kinesis: SimulatedKinesis,
     store: ShardProgressStore,
-    options: KinesisSourceOptions,
 ) -> tuple[list[pa.RecordBatch], str | None]:
-    """``KinesisStreamReader.read`` for one task, with the simulated client.
+    """The source's executor read of one task (``read_task``), with the simulated client
+    and clock.
 
     Returns the task's Arrow batches and the data loss its read reported (only when
     ``failOnDataLoss=false``; otherwise that raises ``DataLossError`` as the task does).
     """
-    pinned = store.load(task.run_id, task.epoch, task.shard_id)
-    end = pinned.outcome.last_sequence_number if pinned is not None else None
-    if pinned is not None and end is None:
-        return [], None
-    if end is not None and _already_processed(task.processed_through, end):
-        return [], None
-    reader = ShardReader(
-        kinesis,
-        task.stream_name,
-        task.shard_id,
-        retry=RetryPolicy(max_retries=task.max_retries),
-        min_call_interval_s=task.min_call_interval_s,
-        sleep=lambda _seconds: None,
-        clock=lambda: kinesis_seconds(kinesis),
-        **_virtual_read_start(kinesis),
-    )
-    ingested_at = pa.scalar(kinesis.now_ms() * 1000, pa.timestamp("us", tz="UTC"))
-    batches = [
-        # pipeline/ingest.py adds ingested_at (Spark's current_timestamp) to every row.
-        _with_ingested_at(records_to_arrow(task.stream_name, task.shard_id, records), ingested_at)
-        for records in reader.read(
-            StartPosition.from_dict(task.start),
-            max_records=task.limit,
-            end_sequence_number=end,
-            arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
-            quiet_since_ms=task.quiet_since_ms,
-            retention_ms=task.retention_ms,
-            **_pinned_records(pinned),
+
+    def open_reader() -> ShardReader:
+        return ShardReader(
+            kinesis,
+            task.stream_name,
+            task.shard_id,
+            retry=RetryPolicy(max_retries=task.max_retries),
+            min_call_interval_s=task.min_call_interval_s,
+            sleep=lambda _seconds: None,
+            clock=lambda: kinesis_seconds(kinesis),
+            **_virtual_read_start(kinesis),
         )
-    ]
-    outcome = reader.outcome
-    assert outcome is not None
-    if outcome.data_loss and task.fail_on_data_loss:
-        raise _data_loss(task, outcome.data_loss)
-    if pinned is None:
-        store.save(task.run_id, task.epoch, ProgressRecord(outcome, {"simulated": True}))
-    elif outcome.data_loss and hasattr(store, "save_replay_loss"):
-        store.save_replay_loss(task.run_id, task.epoch, outcome)
-    return batches, outcome.data_loss
 
-
-PINNED_RECORDS = "pinned_records" in inspect.signature(ShardReader.read).parameters
-"""Whether a replay tells the reader how many records its range holds (since the fix of
-a replay whose range retention took, issue 31): older code re-checks the resume record."""
-
-
-def _pinned_records(pinned: ProgressRecord | None) -> dict[str, Any]:
-    if not PINNED_RECORDS or pinned is None:
-        return {}
-    return {"pinned_records": pinned.outcome.records_read}
+    # pipeline/ingest.py adds ingested_at (Spark's current_timestamp) to every row.
+    ingested_at = pa.scalar(kinesis.now_ms() * 1000, pa.timestamp("us", tz="UTC"))
+    read = read_task(task, store, open_reader, {"simulated": True})
+    batches = []
+    while True:
+        try:
+            records = next(read)
+        except StopIteration as done:
+            outcome = done.value
+            return batches, outcome.data_loss if outcome is not None else None
+        arrow = records_to_arrow(task.stream_name, task.shard_id, records)
+        batches.append(_with_ingested_at(arrow, ingested_at))
 
 
 def _with_ingested_at(batch: pa.RecordBatch, at: pa.Scalar) -> pa.RecordBatch:

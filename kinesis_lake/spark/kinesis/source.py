@@ -75,8 +75,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyspark
@@ -93,8 +94,9 @@ from kinesis_lake.kinesis.consumers import (
     ensure_consumer,
     find_consumer,
 )
+from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import (
     StreamInfo,
@@ -412,47 +414,68 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         task: ShardReadTask = partition  # type: ignore[assignment]
         freeze_imported_objects()
+
+        def open_reader() -> ShardReader:
+            _wait_until(task.not_before_ms)
+            return ShardReader(
+                kinesis_client(task.endpoint_url, task.region_name, role=task.role),
+                task.stream_name,
+                task.shard_id,
+                retry=RetryPolicy(max_retries=task.max_retries),
+                min_call_interval_s=task.min_call_interval_s,
+                consumer_arn=task.consumer_arn,
+            )
+
         store = ShardProgressStore(task.metadata_path)
-        pinned = store.load(task.run_id, task.epoch, task.shard_id)
-        end = pinned.outcome.last_sequence_number if pinned is not None else None
-        if pinned is not None and end is None:
-            return  # the first attempt found nothing; the replay must find nothing too
-        if end is not None and _already_processed(task.processed_through, end):
-            # A replay of a range the sink already holds: Spark died after the sink's
-            # commit and before its own. The sink skips the batch, so re-reading it is
-            # pointless, and after an outage longer than retention it is impossible.
-            return
-        _wait_until(task.not_before_ms)
-        reader = ShardReader(
-            kinesis_client(task.endpoint_url, task.region_name, role=task.role),
-            task.stream_name,
-            task.shard_id,
-            retry=RetryPolicy(max_retries=task.max_retries),
-            min_call_interval_s=task.min_call_interval_s,
-            consumer_arn=task.consumer_arn,
-        )
-        for records in reader.read(
-            StartPosition.from_dict(task.start),
-            max_records=task.limit,
-            end_sequence_number=end,
-            arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
-            quiet_since_ms=task.quiet_since_ms,
-            retention_ms=task.retention_ms,
-            pinned_records=pinned.outcome.records_read if pinned is not None else None,
-        ):
+        for records in read_task(task, store, open_reader, _reader_identity()):
             yield records_to_arrow(task.stream_name, task.shard_id, records)
-        outcome = reader.outcome
-        assert outcome is not None  # set once the generator is exhausted
-        # Failing here fails the task, and with it the micro-batch: rows already yielded
-        # by this attempt are never committed.
-        if outcome.data_loss and task.fail_on_data_loss:
-            raise _data_loss(task, outcome.data_loss)
-        if pinned is None:
-            store.save(task.run_id, task.epoch, ProgressRecord(outcome, _reader_identity()))
-        elif outcome.data_loss:
-            # A replay that lost part of its range (skipped, failOnDataLoss=false): the
-            # first attempt's record stands; the loss is recorded beside it, to be counted.
-            store.save_replay_loss(task.run_id, task.epoch, outcome)
+
+
+def read_task(
+    task: ShardReadTask,
+    store: ShardProgressStore,
+    open_reader: Callable[[], ShardReader],
+    reader_identity: Mapping[str, Any],
+) -> Generator[list[KinesisRecord], None, ReadOutcome | None]:
+    """One task's read, the executor half of the protocol; returns its outcome (None when
+    there was nothing to read). ``open_reader`` builds the reader (an executor's boto3
+    client and clock; the simulator's) once the read is due.
+
+    A retried or replayed task reads exactly the range its first attempt recorded; the
+    first attempt records what it read once it has read it all.
+    """
+    pinned = store.load(task.run_id, task.epoch, task.shard_id)
+    end = pinned.outcome.last_sequence_number if pinned is not None else None
+    if pinned is not None and end is None:
+        return None  # the first attempt found nothing; the replay must find nothing too
+    if end is not None and _already_processed(task.processed_through, end):
+        # A replay of a range the sink already holds: Spark died after the sink's
+        # commit and before its own. The sink skips the batch, so re-reading it is
+        # pointless, and after an outage longer than retention it is impossible.
+        return None
+    reader = open_reader()
+    yield from reader.read(
+        StartPosition.from_dict(task.start),
+        max_records=task.limit,
+        end_sequence_number=end,
+        arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
+        quiet_since_ms=task.quiet_since_ms,
+        retention_ms=task.retention_ms,
+        pinned_records=pinned.outcome.records_read if pinned is not None else None,
+    )
+    outcome = reader.outcome
+    assert outcome is not None  # set once the generator is exhausted
+    # Failing here fails the task, and with it the micro-batch: rows already yielded
+    # by this attempt are never committed.
+    if outcome.data_loss and task.fail_on_data_loss:
+        raise _data_loss(task, outcome.data_loss)
+    if pinned is None:
+        store.save(task.run_id, task.epoch, ProgressRecord(outcome, dict(reader_identity)))
+    elif outcome.data_loss:
+        # A replay that lost part of its range (skipped, failOnDataLoss=false): the
+        # first attempt's record stands; the loss is recorded beside it, to be counted.
+        store.save_replay_loss(task.run_id, task.epoch, outcome)
+    return outcome
 
 
 def release_consumer(options: Mapping[str, str]) -> None:
