@@ -77,8 +77,9 @@ def adopt_cluster() -> None:
     when set, still wins: the tests keep everything on loopback)."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
         return
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    SparkContext._ensure_initialized()  # attach to spark-submit's JVM: its conf, not {}
     conf = SparkConf()
     os.environ["SPARK_MASTER"] = conf.get("spark.master", os.environ.get("SPARK_MASTER", ""))
     if "SPARK_LOCAL_IP" not in os.environ:

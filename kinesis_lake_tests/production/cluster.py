@@ -57,6 +57,8 @@ class SparkStandaloneCluster:
     worker_memory: str = "1g"
     env: dict[str, str] = field(default_factory=dict)
     """Extra variables for the daemons; executors inherit their worker's environment."""
+    spark_home: Path = SPARK_HOME
+    """The Spark distribution: the locked pyspark's by default, or another pip pyspark's."""
     master_port: int = field(default_factory=free_port)
     master_webui_port: int = field(default_factory=free_port)
     _ident: str = field(default_factory=lambda: f"kinesis-lake-{uuid.uuid4().hex[:8]}")
@@ -78,7 +80,7 @@ class SparkStandaloneCluster:
         conf_dir = self.root / "conf"
         conf_dir.mkdir(parents=True, exist_ok=True)
         env.update(
-            SPARK_HOME=str(SPARK_HOME),
+            SPARK_HOME=str(self.spark_home),
             SPARK_CONF_DIR=str(conf_dir),
             SPARK_MASTER_HOST=LOOPBACK,
             SPARK_LOCAL_IP=LOOPBACK,
@@ -98,7 +100,7 @@ class SparkStandaloneCluster:
         completed = subprocess.run(
             [
                 "bash",
-                str(SPARK_HOME / "sbin" / "spark-daemon.sh"),
+                str(self.spark_home / "sbin" / "spark-daemon.sh"),
                 action,
                 daemon_class,
                 str(instance),
