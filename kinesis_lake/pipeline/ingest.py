@@ -457,7 +457,7 @@ def _planned_batch_uncommitted(checkpoint: str) -> bool:
 
 
 def read_source_status(settings: Settings, progress: dict) -> dict:
-    """The status the source published (:func:`~kinesis_lake.spark.kinesis.source.source_status`)
+    """The status the source published (:func:`~kinesis_lake.spark.kinesis.progress.source_status`)
     for the epoch that ended ``progress``'s batch; {} before it published one."""
     end_offset = progress["sources"][0].get("endOffset") if progress.get("sources") else None
     if not end_offset:

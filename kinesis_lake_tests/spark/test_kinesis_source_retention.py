@@ -246,8 +246,8 @@ def test_a_child_never_read_takes_its_open_parents_tip_time():
     child and expired are reported; not when the parent's read ended it or finished it (a
     drained closed shard on kinesalite), nor when the child has an entry of its own."""
     from kinesis_lake.kinesis.start_positions import StartPosition
-    from kinesis_lake.spark.kinesis.offsets import SourceOffset
     from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_tips
+    from kinesis_lake.spark.kinesis.offsets import SourceOffset
 
     child, other = "shardId-000000000001", "shardId-000000000002"
     listed = [Shard(sid, PARENT, None, "1", None) for sid in (child, other)]
@@ -327,8 +327,8 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     finished it (its first plan then reports it gone before its end); not when it had,
     nor when nothing is known of it (the table names a gone shard for ever)."""
     from kinesis_lake.kinesis.start_positions import StartPosition
-    from kinesis_lake.spark.kinesis.offsets import PlanningInput, SourceOffset, plan_next_offset
     from kinesis_lake.spark.kinesis.earlier_runs import with_gone_unfinished
+    from kinesis_lake.spark.kinesis.offsets import PlanningInput, SourceOffset, plan_next_offset
 
     children = [Shard(f"shardId-00000000000{i}", PARENT, None, "1", None) for i in (1, 2)]
     committed = {PARENT: StartPosition.after("49")}
@@ -398,7 +398,7 @@ def test_the_status_names_the_shards_a_plan_skipped_as_gone():
 
     from kinesis_lake.kinesis.start_positions import StartPosition
     from kinesis_lake.spark.kinesis.offsets import SourceOffset
-    from kinesis_lake.spark.kinesis.source import source_status
+    from kinesis_lake.spark.kinesis.progress import source_status
 
     offset = SourceOffset.initial(
         stream_created_ms=1,

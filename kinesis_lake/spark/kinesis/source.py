@@ -65,8 +65,8 @@ Stream identity: the initial offset stores the stream's creation time; a checkpo
 from a stream that was since deleted and re-created under the same name is refused.
 
 Observability: once an epoch's batch has committed, the driver writes ``status.json``
-beside the progress records (see :func:`source_status`): the batch's records, every
-shard's ``MillisBehindLatest`` and reader, data-loss ranges skipped, finished shards.
+beside the progress records (see :func:`.progress.source_status`): the batch's records,
+every shard's ``MillisBehindLatest`` and reader, data-loss ranges skipped, finished shards.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ from kinesis_lake.spark.kinesis.options import (
     KinesisSourceOptions,
     check_against_stream,
 )
-from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore
+from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore, source_status
 from kinesis_lake.spark.spark_version import require_spark
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
@@ -539,78 +539,6 @@ def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
         "too); the no_data_loss check counts them, and kinesis-lake acknowledge-loss "
         "clears it."
     )
-
-
-SKIPPED_GAPS_KEPT = 100
-"""Skipped gaps a status keeps by name. Each run reports those of its own epochs
-(:mod:`kinesis_lake.pipeline.ingest`), so a gap's name only has to outlive the run that
-skipped it; the count, ``skippedRanges``, is kept whole for the no_data_loss check."""
-
-
-GONE_UNREAD = (
-    "no longer in the stream before it was read to its end: its remaining records "
-    "expired (retention) unread"
-)
-"""The cause of a gap the plan skipped (a shard gone, not a read's finding)."""
-
-
-def source_status(
-    done: SourceOffset, records: Mapping[str, ProgressRecord], previous: Mapping | None
-) -> dict:
-    """What dashboards plot after epoch ``done``: its numbers and every live shard's lag.
-
-    ``recordsRead`` / ``userRecords`` / ``shardsRead`` are this epoch's (Kinesis records,
-    records after de-aggregation). ``shards`` holds, per shard still being read, the
-    latest read's outcome (``millis_behind_latest`` included) with its epoch and reader:
-    shards that sat this epoch out keep their last known state, finished shards drop out.
-    ``skippedRanges`` counts data-loss gaps so far (failOnDataLoss=false), and
-    ``skippedGaps`` names the latest of the gaps reads skipped (shard, epoch, cause). The
-    error of a run that fails on data loss names only the shard whose task failed first,
-    at random when several lost records in one batch; the run that skips the gaps is the
-    one that can name each, and an operator has to know every shard to re-send its
-    records.
-    """
-    ended = {sid for sid, r in records.items() if r.outcome.shard_ended}
-    shards = {
-        sid: entry
-        for sid, entry in (previous or {}).get("shards", {}).items()
-        if sid in done.shards and sid not in ended
-    }
-    shards.update(
-        {
-            sid: {**r.outcome.to_dict(), "epoch": done.epoch, "reader": r.reader}
-            for sid, r in records.items()
-            if sid not in ended
-        }
-    )
-    lags = [int(e["millis_behind_latest"] or 0) for e in shards.values()]
-    gaps = [
-        *(previous or {}).get("skippedGaps", []),
-        *(
-            {"shard": sid, "epoch": done.epoch, "detail": GONE_UNREAD}
-            for sid in sorted(done.gone_unread)
-        ),
-        *(
-            {"shard": sid, "epoch": done.epoch, "detail": r.outcome.data_loss}
-            for sid, r in sorted(records.items())
-            if r.outcome.data_loss
-        ),
-    ]
-    return {
-        "runId": done.run_id,
-        "epoch": done.epoch,
-        "writtenAtMs": _now_ms(),
-        "recordsRead": sum(r.outcome.records_read for r in records.values()),
-        "userRecords": sum(r.outcome.user_records for r in records.values()),
-        "shardsRead": sorted(records),
-        "maxMillisBehindLatest": max(lags, default=0),
-        "skippedRanges": done.skipped_ranges
-        + sum(1 for r in records.values() if r.outcome.data_loss),
-        "skippedGaps": gaps[-SKIPPED_GAPS_KEPT:],
-        "startedMs": done.started_ms,
-        "shards": dict(sorted(shards.items())),
-        "finishedShards": sorted(done.finished | ended),
-    }
 
 
 def _now_ms() -> int:
