@@ -19,13 +19,12 @@ times), never blind. Tips only move forward and the start only back.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
+from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.spark.kinesis.options import EarlierReads
+from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 READ_TO_TIP = "kinesis-lake.read-to-tip"
 """Table property: JSON {shard id: server time in ms of its latest read to the tip}."""
@@ -48,11 +47,30 @@ def earlier_reads(table: Table) -> EarlierReads:
     )
 
 
-def record_earlier_reads(table: Table, status: Mapping[str, Any]) -> None:
-    """Merge the read-to-tip times and start of the source's ``status`` into ``table``."""
+def record_earlier_reads(table: Table, store: ShardProgressStore) -> None:
+    """Merge into ``table`` what the runs of ``store`` (a source's metadataPath) read.
+
+    The latest status, or, if no epoch completed, the reads to the tip of a first batch
+    that failed (a failed run records too: seed 90006 of the simulation, a second
+    machine's first commit failed ambiguously); the start is the latest plan's, which
+    carries the first run's. A commit that fails, even ambiguously, is tried again: the
+    merge is idempotent.
+    """
+    status = store.latest_status() or store.unpublished_status(committed_positions(table)) or {}
+    plan = store.latest_plan()
+    starts = [int(t) for t in (status.get("startedMs"), plan and plan.started_ms) if t]
+    found = EarlierReads(
+        since_ms=min(starts, default=None),
+        tip_ms={
+            shard: int(entry["tip_ms"])
+            for shard, entry in status.get("shards", {}).items()
+            if entry.get("tip_ms") is not None
+        },
+    )
     for attempt in range(1, ATTEMPTS + 1):
-        merged = _merged(earlier_reads(table), status)
-        if merged == earlier_reads(table):
+        known = earlier_reads(table)
+        merged = _merged(known, found)
+        if merged == known:
             return
         try:
             with table.transaction() as transaction:
@@ -63,20 +81,15 @@ def record_earlier_reads(table: Table, status: Mapping[str, Any]) -> None:
                     }
                 )
             return
-        except CommitFailedException:
+        except Exception:
             if attempt == ATTEMPTS:
                 raise
             table.refresh()
 
 
-def _merged(known: EarlierReads, status: Mapping[str, Any]) -> EarlierReads:
+def _merged(known: EarlierReads, found: EarlierReads) -> EarlierReads:
     tips = dict(known.tip_ms)
-    for shard, entry in status.get("shards", {}).items():
-        tip = entry.get("tip_ms")
-        if tip is not None and int(tip) > tips.get(shard, -1):
-            tips[shard] = int(tip)
-    since = known.since_ms
-    started = status.get("startedMs")
-    if started is not None and (since is None or int(started) < since):
-        since = int(started)
-    return EarlierReads(since_ms=since, tip_ms=tips)
+    for shard, tip in found.tip_ms.items():
+        tips[shard] = max(tip, tips.get(shard, tip))
+    starts = [t for t in (known.since_ms, found.since_ms) if t is not None]
+    return EarlierReads(since_ms=min(starts, default=None), tip_ms=tips)

@@ -269,8 +269,10 @@ def run_ingestion(
         try:
             query.stop()
         finally:
-            _release_consumer(settings)
-    _record_earlier_reads(settings)
+            try:
+                _release_consumer(settings)
+            finally:
+                _record_earlier_reads(settings)
     return _summarise(
         settings, query.recentProgress, time.monotonic() - started, before, status_before
     )
@@ -389,11 +391,13 @@ def run_continuous(
                 query, checkpoint_location(settings), wait_s=None if linger is not None else 120
             )
         finally:
-            _release_consumer(settings)
+            try:
+                _release_consumer(settings)
+            finally:
+                _record_earlier_reads(settings)
     # The batch that was in flight when ``stop`` was set committed during the graceful
     # stop: it must be reported like every other.
     follower.poll()
-    _record_earlier_reads(settings)
     return _summarise(
         settings,
         query.recentProgress,
@@ -409,14 +413,13 @@ RECORD_READS_EVERY_S = 300
 
 
 def _record_earlier_reads(settings: Settings) -> None:
-    """Keep in the raw table what the source's status says it read (see
-    :mod:`kinesis_lake.pipeline.earlier_reads`). Failing here costs only precision (the
-    next start knows older times, so it is stricter): the run, committed, stands."""
-    status = ShardProgressStore(source_metadata_path(settings)).latest_status()
-    if status is None:
-        return
+    """Keep in the raw table what the source's runs read (see
+    :mod:`kinesis_lake.pipeline.earlier_reads`), whether or not the run failed. Failing
+    here costs only precision (the next start knows older times, so it is stricter): the
+    run, committed, stands."""
+    store = ShardProgressStore(source_metadata_path(settings))
     try:
-        record_earlier_reads(open_lake(settings).load_table(settings.raw_table), status)
+        record_earlier_reads(open_lake(settings).load_table(settings.raw_table), store)
     except Exception as error:
         logger.warning("could not record the source's reads in the raw table: %s", error)
 

@@ -714,3 +714,30 @@ def test_a_checkpoint_less_start_stays_blind_to_a_shard_it_has_not_read_to_its_t
         ],
         shards=3,
     )
+
+
+def test_a_run_whose_first_commit_failed_still_leaves_its_reads_for_a_start_knowing_nothing(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 90006 of a 900 s run from seed 90000, shrunk). A
+    second machine's run reads both shards to their tip while empty, and its commits fail
+    ambiguously; eight records arrive on shard 1 and expire in a 26-hour outage; the main
+    query then starts with neither checkpoint nor progress records of its own. The run
+    that failed recorded nothing in the table (only a run that ended well did, and only
+    a published status), so the main query read the shard from its trim horizon past the
+    eight. Now every run records, failed or not, its first batch's empty reads and its
+    plan's start included."""
+    run_schedule(
+        tmp_path,
+        [
+            ("second_writer", True),
+            ("catalog_fault", True, "unknown"),
+            ("run", "second", 3, None),
+            ("put", 5, 8, False),
+            ("outage", 94591216),
+            ("put", 5, 8, False),
+            ("run", "main", 3, None),
+        ],
+        shards=2,
+        trimmed_position=REFUSE,
+    )

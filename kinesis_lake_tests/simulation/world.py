@@ -79,6 +79,8 @@ class World:
         )
         self.checkpoints: dict[str, Checkpoint | None] = {"main": None, "second": None}
         self.queries: dict[str, Query | None] = {"main": None, "second": None}
+        self.progress_dirs: dict[str, Path] = {}
+        """Each query's source metadataPath, as its last run used it."""
         self.saved: Checkpoint | None = None
         self.active = {"main"}
         self.unobserved = False
@@ -197,14 +199,14 @@ class World:
         self._record_reads(who)
 
     def _record_reads(self, who: str) -> None:
-        """What pipeline/ingest.py does as a run ends (and every few minutes of a long one):
-        keep the source's reads to the tip in the table, for a start knowing nothing else."""
-        query = self.queries[who]
-        status = query.store.latest_status() if query is not None else None
-        if status is None:
+        """What pipeline/ingest.py does as a run ends, failed or not (and every few
+        minutes of a long one): keep what the run's source read in the table, for a start
+        knowing nothing else."""
+        progress = self.progress_dirs.get(who)
+        if progress is None:
             return
         try:
-            record_earlier_reads(self.lake.table(), status)
+            record_earlier_reads(self.lake.table(), ShardProgressStore(str(progress)))
         except Exception as error:  # the run stands, as in the pipeline
             self.faults[f"record-reads-failed-{type(error).__name__}"] += 1
 
@@ -394,6 +396,7 @@ class World:
             )
             self.checkpoints[who] = query.checkpoint
             self.queries[who] = query
+            self.progress_dirs[who] = query.checkpoint.progress
         return self.queries[who]
 
     def _read_to_tip(self, who: str) -> set[str]:
