@@ -5,6 +5,8 @@
 * ``assets``: raw_events (one raw table per stream), the derived tables.
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``:
   ``raw_checks`` of each raw table, ``table_checks`` of the tables they feed.
+* ``follow``: a lingering ingestion run's thread that checks each raw commit and brings
+  the downstream tables along.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
 * ``jobs``: the named jobs; ``maintenance``: the upkeep job (ops, not assets) and its
   schedule (``KINESIS_LAKE_MAINTENANCE_CRON``).

@@ -21,24 +21,35 @@ Who runs what:
   metadata keys (``raw_batch_materialization``).
 * the declared tables (one asset each, from the declaration file), ``events_quarantine`` and
   ``event_counts_per_minute``: declarative automation, eagerly after every raw update,
-  unless a blocking check of raw failed (duplicates).
+  unless a blocking check of raw failed (duplicates). With lingering runs, the ingestion
+  run itself after each raw commit, once that check passed on it (``follow.py``).
+* every materialization is one commit of its table, recorded when it lands.
 * upkeep is not an asset: the ``iceberg_maintenance`` job (``maintenance.py``) records it
   on each table as an observation.
 """
 
+import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, INGESTION_GROUP, OWNERS, StreamKeys
+from kinesis_lake.defs.tables import (
+    DERIVE_POOL,
+    EVENT_COUNTS_PER_MINUTE,
+    EVENTS_QUARANTINE,
+    rate,
+    refresh_materialization,
+    table_column_schema,
+    table_metadata,
+)
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
     QUARANTINE_TABLE,
@@ -51,49 +62,18 @@ from kinesis_lake.events.tables import (
     parsed_table_schema,
     quarantine_table_schema,
 )
-from kinesis_lake.iceberg.tables import type_text
-from kinesis_lake.pipeline.lake import open_lake, table_stats
+from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
 if TYPE_CHECKING:
     # Type only: loading the definitions must not import PySpark.
+    from kinesis_lake.pipeline.derive import DeriveResult
     from kinesis_lake.pipeline.ingest import BatchReport, IngestResult
+    from kinesis_lake.pipeline.refresh import TableRefresh
 
 DERIVED_GROUP = "derived"
 
-DERIVE_POOL = "kinesis_lake_derive"
-
 RAW_EVENTS = DEFAULT_STREAM.raw_asset
-EVENTS_QUARANTINE = dg.AssetKey(QUARANTINE_TABLE)
-EVENT_COUNTS_PER_MINUTE = dg.AssetKey(AGGREGATE_TABLE)
-
-
-def table_column_schema(schema: Schema) -> dg.TableSchema:
-    """The Iceberg schema as Dagster's column schema (names, types, nullability, docs)."""
-    return dg.TableSchema(
-        columns=[
-            dg.TableColumn(
-                name=f.name,
-                type=type_text(f.field_type),
-                description=f.doc,
-                constraints=dg.TableColumnConstraints(nullable=not f.required),
-            )
-            for f in schema.fields
-        ]
-    )
-
-
-def _table_metadata(identifier: str, table: Table) -> dict[str, Any]:
-    stats = table_stats(table)
-    metadata: dict[str, Any] = {
-        "dagster/table_name": identifier,
-        "dagster/row_count": stats.rows,
-        "dagster/column_schema": table_column_schema(table.schema()),
-        "data_files": stats.data_files,
-    }
-    if stats.snapshot_id is not None:
-        metadata["snapshot_id"] = stats.snapshot_id
-    return metadata
 
 
 def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
@@ -106,12 +86,15 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         kinds={"spark", "iceberg"},
         owners=OWNERS,
         pool=keys.ingestion_pool,
+        # A lingering run records each commit as it lands and nothing more at its end.
+        output_required=False,
         description=(
             "Every Kinesis user record exactly once, payload bytes untouched. A run drains "
             "what the stream holds when it starts (Spark availableNow; with "
-            "KINESIS_LAKE_RUN_LINGER_SECONDS it goes on while records keep arriving) and "
-            "commits each micro-batch with its shard positions; replays are skipped by "
-            "batch id."
+            "KINESIS_LAKE_RUN_LINGER_SECONDS it goes on while records keep arriving, records "
+            "each commit as a materialization as it lands, and brings the downstream tables "
+            "along after each) and commits each micro-batch with its shard positions; "
+            "replays are skipped by batch id."
         ),
     )
     def raw(
@@ -119,22 +102,18 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         settings: PipelineSettingsResource,
         kinesis: KinesisResource,
         spark: SparkResource,
-    ) -> dg.MaterializeResult:
+    ) -> Iterator[dg.MaterializeResult]:
         lake = keys.lake(settings, kinesis)
         from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
 
         preflight(lake, event_schema=False)  # before the JVM starts, in one line
-        result = run_ingestion(
-            spark.session,
-            lake,
-            # A lingering run (KINESIS_LAKE_RUN_LINGER_SECONDS) can go on for minutes: the
-            # UI follows its batches as they commit, not only the run's total at the end.
-            on_batch=(
-                (lambda batch: context.log_event(raw_batch_materialization(lake, batch)))
-                if lake.run_linger_seconds
-                else None
-            ),
-        )
+        if lake.run_linger_seconds:
+            # A lingering run can go on for minutes: each commit is a materialization as it
+            # lands (one per commit: the run adds no total of its own at the end), and the
+            # downstream tables follow each (defs/follow.py), checks first.
+            _linger(context, lake, keys, spark, {"settings": settings, "kinesis": kinesis})
+            return
+        result = run_ingestion(spark.session, lake)
         context.log.info(
             f"Ingested {result.rows} rows in {result.batches} micro-batches from "
             f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "
@@ -142,7 +121,7 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         )
         table = open_lake(lake).load_table(lake.raw_table)
         metadata = {
-            **_table_metadata(lake.raw_table, table),
+            **table_metadata(lake.raw_table, table),
             "dagster/row_count": result.raw_rows_total,
             "rows_added": result.rows,
             "batches": result.batches,
@@ -154,9 +133,47 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         }
         if result.snapshot_id is not None:
             metadata["snapshot_id"] = int(result.snapshot_id)
-        return dg.MaterializeResult(metadata=metadata)
+        yield dg.MaterializeResult(metadata=metadata)
 
     return raw
+
+
+def _linger(
+    context: dg.AssetExecutionContext,
+    lake: Settings,
+    keys: StreamKeys,
+    spark: SparkResource,
+    check_resources: dict[str, Any],
+) -> None:
+    """A lingering run: ingest, recording each commit, with the downstream follower beside."""
+    from kinesis_lake.defs.follow import DownstreamFollower  # it imports the checks
+    from kinesis_lake.pipeline.ingest import run_ingestion
+
+    session = spark.session
+    follower: DownstreamFollower | None = None
+    try:
+        check_event_schema(lake)
+        follower = DownstreamFollower(context, lake, keys, session, check_resources).start()
+    except Exception as error:  # ingestion goes on; the automation derives after the run
+        context.log.error(f"The downstream tables will not follow this run: {error}")
+
+    def on_batch(batch: "BatchReport") -> None:
+        context.log_event(raw_batch_materialization(lake, batch))
+        if follower is not None:
+            follower.raw_committed()
+
+    try:
+        result = run_ingestion(
+            session, lake, on_batch=on_batch, busy=follower.busy if follower else None
+        )
+    finally:
+        if follower is not None:
+            follower.finish()
+    context.log.info(
+        f"Ingested {result.rows} rows in {result.batches} commits from {result.shards_read} "
+        f"shards in {result.seconds:.0f} s, lingering included; skipped ranges: "
+        f"{result.skipped_ranges}"
+    )
 
 
 raw_events = raw_asset(DEFAULT_STREAM)
@@ -182,6 +199,7 @@ def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.As
         "rows_added": batch.rows,
         "batch_id": batch.batch_id,
         "seconds": round(batch.seconds, 3),
+        "rows_per_second": rate(batch.rows, batch.seconds),
         "skipped_ranges": batch.skipped_ranges,
         **_lag_metadata(batch.max_millis_behind_latest, batch.millis_behind_latest),
     }
@@ -392,9 +410,11 @@ def derived_tables_asset(
     """The declared tables, quarantine and aggregate, refreshed together: one routing pass
     over the raw files appended since the last refresh feeds them all."""
 
+    specs = derived_specs(declaration, namespace, streams)
+
     @dg.multi_asset(
         name="derived_tables",
-        specs=derived_specs(declaration, namespace, streams),
+        specs=specs,
         pool=DERIVE_POOL,
         description=(
             "One incremental refresh of the derived tables: the raw files appended since the "
@@ -405,41 +425,78 @@ def derived_tables_asset(
     )
     def derived_tables(
         context: dg.AssetExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
-    ):
+    ) -> Iterator[dg.MaterializeResult]:
         lake = settings.settings()
-        started = time.monotonic()
-        from kinesis_lake.pipeline.derive import (
-            refresh_downstream,  # PySpark: only when a step runs
-        )
-
         check_event_schema(lake)
-        result = refresh_downstream(spark.session, lake)
-        seconds = round(time.monotonic() - started, 3)
-        written = ", ".join(f"{r.rows_written} to {n}" for n, r in result.tables.items())
-        context.log.info(
-            f"Wrote {written}, quarantined {result.quarantine.rows_written}, recomputed "
-            f"{result.windows_recomputed} aggregate windows in {seconds} s"
-        )
+        session = spark.session
         catalog = open_lake(lake)
-        refreshes = [
-            *((dg.AssetKey(name), refresh) for name, refresh in result.tables.items()),
-            (EVENTS_QUARANTINE, result.quarantine),
-            (EVENT_COUNTS_PER_MINUTE, result.aggregate),
-            *((dg.AssetKey(name), refresh) for name, refresh in result.derived.items()),
-        ]
-        for key, refresh in refreshes:
-            metadata = {
-                **_table_metadata(refresh.table, catalog.load_table(refresh.table)),
-                "rows_added": refresh.rows_written,
-                "source_files_read": refresh.source_files_read,
-                "source_rows_read": refresh.source_rows_read,
-                "committed": refresh.committed,
-                "seconds": seconds,
-            }
-            if refresh.source_snapshot_id is not None:
-                metadata["source_snapshot_id"] = int(refresh.source_snapshot_id)
-            if key == EVENT_COUNTS_PER_MINUTE:
-                metadata["windows_recomputed"] = result.windows_recomputed
-            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+        reported: set[str] = set()
+        for name, refresh, numbers, seconds in _refresh_as_commits_land(session, lake):
+            reported.add(name)
+            yield _as_result(refresh_materialization(catalog, name, refresh, seconds, numbers))
+        # A table with nothing new committed nothing; the step still owes it an output
+        # (its checks run on it), which says so.
+        for name in [spec.key.to_user_string() for spec in specs]:
+            if name not in reported:
+                identifier = lake.table_identifier(name)
+                yield dg.MaterializeResult(
+                    asset_key=dg.AssetKey(name),
+                    metadata={
+                        **table_metadata(identifier, catalog.load_table(identifier)),
+                        "rows_added": 0,
+                        "committed": False,
+                    },
+                )
 
     return derived_tables
+
+
+def _as_result(materialization: dg.AssetMaterialization) -> dg.MaterializeResult:
+    return dg.MaterializeResult(
+        asset_key=materialization.asset_key, metadata=materialization.metadata
+    )
+
+
+_DONE = object()
+
+
+def _refresh_as_commits_land(
+    session: Any, lake: Settings
+) -> Iterator[tuple[str, "TableRefresh", dict[str, int], float]]:
+    """Run one downstream refresh in a thread and hand out each table's commit as it lands
+    (name, refresh, its numbers, seconds since the previous commit), so a step yields it
+    then."""
+    from kinesis_lake.pipeline.derive import refresh_downstream  # PySpark: only in a step
+    from kinesis_lake.pipeline.session_thread import session_thread
+
+    commits: queue.Queue[Any] = queue.Queue()
+    outcome: dict[str, Any] = {}
+    last = [time.monotonic()]
+
+    def on_commit(name: str, refresh: "TableRefresh", numbers: dict[str, int]) -> None:
+        now = time.monotonic()
+        commits.put((name, refresh, numbers, now - last[0]))
+        last[0] = now
+
+    def work() -> None:
+        try:
+            outcome["result"] = refresh_downstream(session, lake, on_commit=on_commit)
+        except BaseException as error:  # re-raised in the step's thread
+            outcome["error"] = error
+        finally:
+            commits.put(_DONE)
+
+    worker = session_thread(session, work, "downstream-refresh")
+    worker.start()
+    while (item := commits.get()) is not _DONE:
+        yield item
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    result: DeriveResult = outcome["result"]
+    logger = dg.get_dagster_logger()
+    written = ", ".join(f"{r.rows_written} to {n}" for n, r in result.tables.items())
+    logger.info(
+        f"Wrote {written}, quarantined {result.quarantine.rows_written}, recomputed "
+        f"{result.windows_recomputed} aggregate windows"
+    )

@@ -26,7 +26,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     declaration = load_declaration(settings.event_schema_path)
     streams = stream_keys(settings, declaration)
     upkeep = maintenance_job(declaration, settings.raw_table_name)
-    jobs = lake_jobs(streams, upkeep)
+    jobs = lake_jobs(streams, upkeep, lingering=bool(settings.run_linger_seconds))
     return dg.Definitions(
         assets=[
             *(stream_asset(keys) for keys in streams),

@@ -20,14 +20,14 @@ if TYPE_CHECKING:  # the type define_asset_job returns; dagster does not export 
         UnresolvedAssetJobDefinition,
     )
 
-from kinesis_lake.defs.assets import (
+from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
+from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
+from kinesis_lake.defs.tables import (
     DERIVE_POOL,
     EVENT_COUNTS_PER_MINUTE,
     EVENTS_QUARANTINE,
-    _table_metadata,
+    table_metadata,
 )
-from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
-from kinesis_lake.defs.streams import DEFAULT_STREAM, StreamKeys
 
 FULL_JOB_NAME = "kinesis_lake_full"
 REPLAY_JOB_NAME = "replay_quarantine"
@@ -39,14 +39,23 @@ automation requests assets, not a job, so Dagster lists those runs under its hid
 ``__ASSET_JOB``; the tag names them in the Runs list, where it also filters them."""
 
 
-def ingest_job_for(keys: StreamKeys) -> "UnresolvedAssetJobDefinition":
+def ingest_job_for(keys: StreamKeys, *, lingering: bool = False) -> "UnresolvedAssetJobDefinition":
     """What a stream's backlog sensor launches: an observation of the stream, its raw
-    table and that table's checks."""
+    table and that table's checks.
+
+    A lingering run (``lingering``) evaluates the checks itself, after the commits they
+    judge (``defs/follow.py``): as steps of the run they would be planned when it starts,
+    minutes before the commits, and be skipped, since such a run ends without a result of
+    its own."""
+    selection = dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset)
     return dg.define_asset_job(
         keys.ingest_job_name,
-        selection=dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset),
+        selection=selection.without_checks() if lingering else selection,
         description=(
             f"Observe the stream, drain its backlog into {keys.raw_table}, then run its checks."
+            if not lingering
+            else f"Observe the stream and drain it into {keys.raw_table} while records keep "
+            "arriving; after each commit, check it and bring the downstream tables along."
         ),
     )
 
@@ -96,7 +105,7 @@ def replay_quarantined_records(
                 "that no refresh had written yet (a new table's backfill, or raw's newest)."
             ),
             metadata={
-                **_table_metadata(identifier, catalog.load_table(identifier)),
+                **table_metadata(identifier, catalog.load_table(identifier)),
                 "rows_added": replayed + caught_up,
                 "replayed_rows": replayed,
                 "caught_up_rows": caught_up,
@@ -129,10 +138,12 @@ def replay_job() -> None:
     replay_quarantined_records()
 
 
-def lake_jobs(streams: list[StreamKeys], maintenance: dg.JobDefinition) -> dict[str, Any]:
+def lake_jobs(
+    streams: list[StreamKeys], maintenance: dg.JobDefinition, *, lingering: bool = False
+) -> dict[str, Any]:
     """Every job by name: an ingest job per stream, and the lake's own."""
     jobs: list[Any] = [
-        *(ingest_job_for(keys) for keys in streams),
+        *(ingest_job_for(keys, lingering=lingering) for keys in streams),
         full_job,
         maintenance,
         replay_job,

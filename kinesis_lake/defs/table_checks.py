@@ -13,9 +13,9 @@ import dagster as dg
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.defs.resources import PipelineSettingsResource
 from kinesis_lake.defs.streams import StreamKeys
+from kinesis_lake.defs.tables import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.events.declaration import (
     QUARANTINE_TABLE,

@@ -23,7 +23,7 @@ committed is skipped by the same idempotent commit that protects ingestion.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
@@ -44,7 +44,12 @@ from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import AGGREGATE_TABLE, LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import (
+    AGGREGATE_TABLE,
+    QUARANTINE_TABLE,
+    LakeDeclaration,
+    load_declaration,
+)
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
@@ -89,6 +94,16 @@ from kinesis_lake.spark.routing import (
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNKNOWN_EVENT_TYPE = "unknown"
+
+OnCommit = Callable[[str, TableRefresh, dict[str, int]], None]
+"""Told each table's refresh (by the table's short name, with numbers of its own such as
+the aggregate's ``windows_recomputed``) as soon as its commit has landed, before the next
+table's work starts: a caller shows each table fresh when it is, not when the slowest
+table of the refresh is."""
+
+
+def _no_report(name: str, refresh: TableRefresh, numbers: dict[str, int]) -> None:
+    """The default ``OnCommit``: nobody is watching."""
 
 
 @dataclass
@@ -146,9 +161,12 @@ def ensure_downstream_tables(settings: Settings, declaration: LakeDeclaration) -
     )
 
 
-def refresh_downstream(spark: SparkSession, settings: Settings) -> DeriveResult:
+def refresh_downstream(
+    spark: SparkSession, settings: Settings, *, on_commit: OnCommit = _no_report
+) -> DeriveResult:
     """Bring every downstream table up to date with raw: the routed tables, the quarantine
-    and the aggregate, then the derived tables."""
+    and the aggregate, then the derived tables; ``on_commit`` hears of each commit as it
+    lands (a table with nothing new commits nothing and is not reported)."""
     declaration = load_declaration(settings.event_schema_path)
     tables = ensure_downstream_tables(settings, declaration)
     routed: dict[str, TableRefresh] = {}
@@ -158,7 +176,9 @@ def refresh_downstream(spark: SparkSession, settings: Settings) -> DeriveResult:
         part = declaration.for_stream(declared_stream(stream, declaration))
         if raw is None:  # a stream not ingested yet: its tables wait
             continue
-        written, quarantine_part = refresh_routed(spark, stream, part, raw, tables)
+        written, quarantine_part = refresh_routed(
+            spark, stream, part, raw, tables, on_commit=on_commit
+        )
         routed.update(written)
         quarantined.append(quarantine_part)
     for name in declaration.names:
@@ -169,14 +189,21 @@ def refresh_downstream(spark: SparkSession, settings: Settings) -> DeriveResult:
     aggregate, windows = refresh_aggregate(
         spark, declaration.table(declaration.aggregate_source).schema, source, tables.aggregate
     )
-    derived = refresh_derived_tables(spark, settings, declaration, tables)
+    if aggregate.committed:
+        on_commit(AGGREGATE_TABLE, aggregate, {"windows_recomputed": windows})
+    derived = refresh_derived_tables(spark, settings, declaration, tables, on_commit=on_commit)
     return DeriveResult(
         {name: routed[name] for name in declaration.names}, quarantine, aggregate, windows, derived
     )
 
 
 def refresh_derived_tables(
-    spark: SparkSession, settings: Settings, declaration: LakeDeclaration, tables: DownstreamTables
+    spark: SparkSession,
+    settings: Settings,
+    declaration: LakeDeclaration,
+    tables: DownstreamTables,
+    *,
+    on_commit: OnCommit = _no_report,
 ) -> dict[str, TableRefresh]:
     """Refresh the ``derived:`` tables in declared order, each after the ones it reads."""
     catalog = open_lake(settings)
@@ -193,6 +220,8 @@ def refresh_derived_tables(
         else:
             inputs = {name: readable[name] for name in spec.inputs}
             results[spec.name] = refresh_sql(spark, catalog, settings, spec, inputs)
+        if results[spec.name].committed:
+            on_commit(spec.name, results[spec.name], {})
     return results
 
 
@@ -214,8 +243,11 @@ def refresh_routed(
     declaration: LakeDeclaration,
     raw: Table,
     tables: DownstreamTables,
+    *,
+    on_commit: OnCommit = _no_report,
 ) -> tuple[dict[str, TableRefresh], TableRefresh]:
-    """Route and parse the raw files each target has not seen, and append them to it.
+    """Route and parse the raw files each target has not seen, and append them to it;
+    ``on_commit`` hears of each target's commit as it lands.
 
     Every target (each routed table and the quarantine) keeps its own place in raw, so a
     crash between two targets' commits is repaired by the next refresh writing only the ones
@@ -242,6 +274,8 @@ def refresh_routed(
     stream_rows = EqualTo(C.STREAM_NAME, settings.stream_name)
     rebuild_if_source_moved_back(raw, tables.quarantine, rows=stream_rows)
     backfilled = _backfill_to_quarantine(spark, settings, declaration, raw, tables)
+    for name, earlier in backfilled.items():
+        on_commit(name, earlier, {})
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, piece in slices.items():
@@ -265,6 +299,7 @@ def refresh_routed(
                     identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
                 )
                 targets[name].refresh()  # committed through Spark: the next pass reads it
+                on_commit(QUARANTINE_TABLE if name == QUARANTINE else name, results[name], {})
         finally:
             routed.unpersist()
     for name, earlier in backfilled.items():

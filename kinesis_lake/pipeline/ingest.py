@@ -232,13 +232,15 @@ def run_ingestion(
     settings: Settings,
     *,
     on_batch: Callable[[BatchReport], None] | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> IngestResult:
     """Drain what the stream holds now into the raw table, then stop; ``on_batch`` sees
     each committed micro-batch that moved rows (a progress display, say). An ``on_batch``
     that raises is logged with its traceback and ingestion goes on: the batch is committed.
 
     With ``settings.run_linger_seconds`` the run goes on after the drain, on a short
-    processing-time trigger, until no record arrived for that long or
+    processing-time trigger, until no record arrived for that long (nor was ``busy``, the
+    work that follows the commits, such as a Dagster run's downstream refresh) or
     ``settings.run_max_seconds`` passed. Under a steady stream a record put meanwhile then
     waits for the next trigger of a running query, not for the next run (a new process, a
     new query, and in Dagster the sensor's next tick).
@@ -251,6 +253,7 @@ def run_ingestion(
             processing_time=LINGER_TRIGGER,
             on_batch=on_batch,
             linger=Linger(settings.run_linger_seconds, settings.run_max_seconds),
+            busy=busy,
         )
     started = time.monotonic()
     before = _raw_rows(settings)
@@ -355,9 +358,11 @@ def run_continuous(
     processing_time: str = "5 seconds",
     on_batch: Callable[[BatchReport], None] | None = None,
     linger: Linger | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> IngestResult:
     """Ingest until ``stop`` is set (or ``linger`` is over); report each committed batch
-    that moved rows.
+    that moved rows. While ``busy()`` says the work that follows the commits is still
+    going, the run is not idle: ``linger`` counts from when it stops.
 
     Stopping waits for the batch in flight (Spark itself has no graceful stop: ``stop()``
     interrupts), so it commits and is reported before this returns. Only a trigger that
@@ -373,6 +378,8 @@ def run_continuous(
         while not stop.is_set() and query.isActive:
             stop.wait(0.5)
             follower.poll()
+            if busy is not None and follower.quiet_since is not None and busy():
+                follower.quiet_since = time.monotonic()
             if time.monotonic() - recorded >= RECORD_READS_EVERY_S:
                 _record_earlier_reads(settings)
                 recorded = time.monotonic()

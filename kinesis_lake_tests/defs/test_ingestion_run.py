@@ -74,12 +74,13 @@ def test_a_lingering_run_records_each_micro_batch_as_it_commits(
     result = _ingestion_run(lake)
     producer.join(5)
 
-    materialized = [
-        event.materialization.metadata for event in result.get_asset_materialization_events()
+    batches = [
+        event.materialization.metadata
+        for event in result.get_asset_materialization_events()
+        if event.asset_key == RAW_EVENTS
     ]
-    *batches, whole_run = materialized
+    # One materialization per commit: the run adds no total of its own at its end
+    # (test_lingering_run_truth.py holds the rest of what a lingering run shows).
     assert len(batches) >= 2
     assert sum(batch["rows_added"].value for batch in batches) == 55
     assert [batch["dagster/row_count"].value for batch in batches][-1] == 55
-    assert whole_run["rows_added"].value == 55
-    assert whole_run["batches"].value == len(batches)

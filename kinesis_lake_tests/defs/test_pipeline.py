@@ -196,6 +196,32 @@ def test_derived_tables_report_rows_and_sources(pipeline):
         assert {"dagster/table_name", "dagster/column_schema", "data_files"} <= set(table)
 
 
+def test_each_derived_table_is_materialized_when_its_own_commit_lands(pipeline):
+    """The derive step reported every table when all were done: the first table's
+    materialization came after the last table's commit, and each table carried the whole
+    step's seconds, so its rows_per_second was not its own."""
+    run_id = pipeline.first_run.run_id
+    catalog = open_lake(pipeline.lake.settings)
+    landed, reported, seconds = [], [], 0.0
+    for key in (EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE):
+        records = pipeline.instance.fetch_materializations(key, limit=100).records
+        (record,) = [r for r in records if r.run_id == run_id]
+        metadata = record.asset_materialization.metadata
+        identifier = pipeline.lake.settings.table_identifier(key.path[-1])
+        snapshot = catalog.load_table(identifier).snapshot_by_id(metadata["snapshot_id"].value)
+        landed.append(snapshot.timestamp_ms / 1000)
+        reported.append(record.timestamp)
+        assert reported[-1] >= landed[-1]
+        seconds += metadata["seconds"].value
+        rows = metadata["rows_added"].value
+        assert metadata["rows_per_second"].value == round(rows / metadata["seconds"].value, 1)
+    assert min(reported) < max(landed)
+    (step,) = [
+        s for s in pipeline.instance.get_run_step_stats(run_id) if s.step_key == "derived_tables"
+    ]
+    assert seconds <= step.end_time - step.start_time
+
+
 def test_check_metadata_is_numeric(pipeline):
     found = evaluations(pipeline.first_run)
     reconciliation = found["events_quarantine:reconciles_with_raw"].metadata
