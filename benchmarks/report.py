@@ -37,6 +37,7 @@ ORDER = (
     ("dagster_mode", "10. Dagster mode latency"),
     ("jvm_start", "11. Driver JVM start"),
     ("python_start", "12. Python start: compiled PySpark archive"),
+    ("dagster_burst", "13. Burst in the Dagster mode"),
 )
 
 
@@ -248,6 +249,12 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             measured = "; ".join(
                 f"{label}: p50 {_fmt(v['p50_s'])} s, p99 {_fmt(v['p99_s'])} s"
                 for label, v in result["variants"].items()
+            )
+        if name == "dagster_burst":
+            raw, derived = result["raw_latency_s"], result["derived_latency_s"]
+            measured = (
+                f"raw p50 {_fmt(raw['p50'])} s, p99 {_fmt(raw['p99'])} s; derived p50 "
+                f"{_fmt(derived['p50'])} s, p99 {_fmt(derived['p99'])} s"
             )
         if name == "freshness":
             measured = (
@@ -666,6 +673,25 @@ def _dagster_mode_section(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _dagster_burst_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| burst | put | raw | last downstream table | slowest table |",
+        "|---|---|---|---|---|",
+    ]
+    for burst in result["bursts"]:
+        tables = burst["tables_s"]
+        slowest = max(tables, key=tables.get) if tables else "n/a"
+        lines.append(
+            f"| {burst['burst']} | {_fmt(burst['put_s'])} s | {_fmt(burst['raw_s'])} s | "
+            f"{_fmt(burst['derived_s'])} s | {slowest} |"
+        )
+    runs = ", ".join(
+        f"{job} {count} (median {_fmt(result['run_seconds_median'].get(job))} s)"
+        for job, count in result["runs"].items()
+    )
+    return [*lines, "", f"Runs: {runs}.", "", result["notes"], ""]
+
+
 def _jvm_start_section(result: dict[str, Any]) -> list[str]:
     lines = [
         "| driver JVM | session start | first query | JVM CPU s | JVM memory (PSS) |",
@@ -714,6 +740,7 @@ _SECTIONS = {
     "python_start": _python_start_section,
     "jvm_start": _jvm_start_section,
     "dagster_mode": _dagster_mode_section,
+    "dagster_burst": _dagster_burst_section,
     "many_shards": _many_shards_section,
     "ingest_vs_read_ceiling": _ingest_section,
     "ingest_vs_hand_written": _hand_written_section,

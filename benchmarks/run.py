@@ -46,6 +46,7 @@ BENCHMARKS = (
     "memory",
     "commit_cost",
     "dagster_mode",
+    "dagster_burst",
     "jvm_start",
     "python_start",
 )
