@@ -59,8 +59,9 @@ def evaluate_check(
     resources: dict[str, Any],
     instance: dg.DagsterInstance,
 ) -> dg.AssetCheckEvaluation:
-    """Run one check in this process and record its verdict on the check's asset's latest
-    materialization, as a runless evaluation (its own execution, dated now)."""
+    """Run one check in this process: its verdict on the check's asset's latest
+    materialization, to be recorded with ``report_runless_asset_event`` (its own
+    execution, dated when recorded)."""
     key = check.check_key
     latest = instance.fetch_materializations(key.asset_key, limit=1).records
     target = (
@@ -91,7 +92,6 @@ def evaluate_check(
         target_materialization_data=target,
         blocking=blocking,
     )
-    instance.report_runless_asset_event(evaluation)
     return evaluation
 
 
@@ -180,7 +180,16 @@ class DownstreamFollower:
         if latest is None or latest == self._followed:
             return
         self._followed = latest
+        # Recorded once the refresh is done: a passed blocking check on raw's newest commit
+        # is what the automation sensor waits for, and seen while the downstream tables are
+        # still behind it would launch a derive run of its own that finds nothing to do.
         verdicts = self._evaluate(self._blocking)
+        try:
+            self._follow_checked(verdicts)
+        finally:
+            self._record(verdicts)
+
+    def _follow_checked(self, verdicts: list[dg.AssetCheckEvaluation]) -> None:
         if not all(v.passed for v in verdicts):
             failed = ", ".join(v.check_name for v in verdicts if not v.passed)
             self._context.log.warning(
@@ -222,7 +231,11 @@ class DownstreamFollower:
     ) -> list[dg.AssetCheckEvaluation]:
         return [evaluate_check(check, self._resources, self._instance) for check in checks]
 
+    def _record(self, verdicts: list[dg.AssetCheckEvaluation]) -> None:
+        for verdict in verdicts:
+            self._instance.report_runless_asset_event(verdict)
+
     def _evaluate_all(self) -> None:
         if self._followed is None:
             return  # no commit in this run: nothing new to check
-        self._evaluate(self._others)
+        self._record(self._evaluate(self._others))
