@@ -26,6 +26,7 @@ import tarfile
 from pathlib import Path
 
 import pyspark
+import pytest
 from dagster_pipes import encode_param
 
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
@@ -85,6 +86,7 @@ def pipes_context(folder: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.timeout(1800)  # the package, a cluster and two JVMs: minutes on 2 busy cores
 def test_spark_submit_of_the_package_ingests_every_record_once_and_reports_it(
     kinesalite_endpoint, tmp_path: Path
 ) -> None:
