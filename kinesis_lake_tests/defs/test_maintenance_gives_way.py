@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster._core.utils import make_new_run_id
 
 from kinesis_lake.defs import maintenance
@@ -21,6 +22,9 @@ from kinesis_lake.events.declaration import load_declaration
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = maintenance_job(load_declaration(REPO_ROOT / "schemas" / "events.yaml"))
 SCHEDULE = maintenance_schedule(JOB, "*/10 * * * *")
+
+# Executing the maintenance job in process still tails its compute log in a process.
+pytestmark = pytest.mark.processes
 
 
 def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatus) -> None:
