@@ -21,8 +21,6 @@ p50 <= 15 s, derived p50 <= 30 s, derived p99 <= 60 s.
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 from statistics import median
@@ -31,7 +29,7 @@ from typing import Any
 from benchmarks.context import BenchContext
 from benchmarks.freshness import stats
 from benchmarks.machine import load_now
-from benchmarks.sandbox import REGION, REPO_ROOT
+from benchmarks.sandbox import REGION, REPO_ROOT, dagster_deployment_env
 from benchmarks.stats import verdict
 from benchmarks.streams import SHARDS
 
@@ -107,19 +105,14 @@ def _measure(ctx: BenchContext, extra_env: dict[str, str]) -> dict[str, Any]:
     from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
 
     data_dir = ctx.scratch("dagster-burst")
-    home = data_dir / "dagster_home"
-    home.mkdir(exist_ok=True)
-    shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "KINESIS_ENDPOINT_URL": ctx.endpoint_url,
-        "KINESIS_LAKE_DATA_DIR": str(data_dir),
-        "KINESIS_SHARD_COUNT": str(SHARDS),
-        "KINESIS_LAKE_EVENT_SCHEMA": str(DECLARATION),
-        "AWS_REGION": REGION,
-        "KINESIS_STREAM_NAME": "dagster-burst",
+    home, env = dagster_deployment_env(
+        data_dir,
+        ctx.endpoint_url,
+        "dagster-burst",
+        SHARDS,
+        KINESIS_LAKE_EVENT_SCHEMA=str(DECLARATION),
         **extra_env,
-    }
+    )
     settings = Settings.from_env(env)
     client = kinesis_client(ctx.endpoint_url, REGION)
     ensure_stream(client, settings.stream_name, SHARDS)

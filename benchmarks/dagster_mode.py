@@ -22,8 +22,6 @@ deployment the README recommends for seconds from put to table.
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 from statistics import median
@@ -32,7 +30,7 @@ from typing import Any
 from benchmarks.context import BenchContext
 from benchmarks.freshness import Poller, Producer, stats, visibility
 from benchmarks.machine import load_now
-from benchmarks.sandbox import REGION, REPO_ROOT
+from benchmarks.sandbox import REGION, dagster_deployment_env
 from benchmarks.stats import verdict
 from benchmarks.streams import SHARDS
 
@@ -129,19 +127,14 @@ def _measure(ctx: BenchContext, label: str, extra_env: dict[str, str]) -> dict[s
     from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
 
     data_dir = ctx.scratch(f"dagster-mode-{label}")
-    home = data_dir / "dagster_home"
-    home.mkdir(exist_ok=True)
-    shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "KINESIS_ENDPOINT_URL": ctx.endpoint_url,
-        "KINESIS_LAKE_DATA_DIR": str(data_dir),
-        "KINESIS_SHARD_COUNT": str(SHARDS),
-        "AWS_REGION": REGION,
+    home, env = dagster_deployment_env(
+        data_dir,
+        ctx.endpoint_url,
         # A stream per variant: the second must not ingest the first one's records.
-        "KINESIS_STREAM_NAME": f"dagster-mode-{label.replace('_', '-')}",
+        f"dagster-mode-{label.replace('_', '-')}",
+        SHARDS,
         **extra_env,
-    }
+    )
     settings = Settings.from_env(env)
     ensure_stream(kinesis_client(ctx.endpoint_url, REGION), settings.stream_name, SHARDS)
     producer = Producer(ctx.endpoint_url, settings.stream_name, RATE, ctx.sizes.dagster_seconds)

@@ -8,6 +8,7 @@ lookups are disabled, so nothing a benchmark starts can reach AWS or leave loopb
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -47,3 +48,23 @@ def new_work_dir() -> Path:
     """A fresh scratch directory for one run, under the git-ignored ``WORK_ROOT``."""
     WORK_ROOT.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="run-", dir=WORK_ROOT))
+
+
+def dagster_deployment_env(
+    data_dir: Path, endpoint_url: str, stream_name: str, shards: int, **settings: str
+) -> tuple[Path, dict[str, str]]:
+    """A ``make dev``-like deployment in ``data_dir``: its DAGSTER_HOME (holding the
+    repository's dagster.yaml) and the environment its ``dagster dev`` runs with."""
+    home = data_dir / "dagster_home"
+    home.mkdir(exist_ok=True)
+    shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {
+        **os.environ,
+        "KINESIS_ENDPOINT_URL": endpoint_url,
+        "KINESIS_LAKE_DATA_DIR": str(data_dir),
+        "KINESIS_SHARD_COUNT": str(shards),
+        "AWS_REGION": REGION,
+        "KINESIS_STREAM_NAME": stream_name,
+        **settings,
+    }
+    return home, env
