@@ -103,7 +103,7 @@ def run_command(command: Sequence[str]) -> None:
         result = refresh_downstream(spark, settings)
     finally:
         spark.stop()
-    print(f"derived: {sum(r.rows_written for r in result.tables.values())} rows routed")
+    print(f"derived: {result.rows_written} rows routed")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
