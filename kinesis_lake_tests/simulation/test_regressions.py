@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from kinesis_lake_tests.simulation.invariants import Violation
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
@@ -739,5 +742,32 @@ def test_a_run_whose_first_commit_failed_still_leaves_its_reads_for_a_start_know
             ("run", "main", 3, None),
         ],
         shards=2,
+        trimmed_position=REFUSE,
+    )
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a false loss (issue 31)")
+def test_a_child_created_before_the_first_run_is_not_reported_after_a_checkpoint_lost(
+    tmp_path: Path,
+):
+    """Found by the simulation (seed 110139 of a 300 s run from 110000, at 8a45ded),
+    not yet analysed: open. Records expire before ingestion ever starts; a merge and a
+    split follow; the first run reads, its checkpoint is lost, and the next run reports
+    possible loss on shard 3 with a read-to-tip time from before the first run started,
+    though nothing was lost once ingestion started. Suspect: the time a start without
+    checkpoint now takes from the earlier run's plan (2f267ab, 93f88fc)."""
+    run_schedule(
+        tmp_path,
+        [
+            ("put", 1, 6, False),
+            ("advance", 309162008),
+            ("merge", 3),
+            ("split", 1),
+            ("run", "main", 4, None),
+            ("lose_checkpoint",),
+            ("run", "main", 2, None),
+            ("run", "main", 3, None),
+        ],
+        shards=3,
         trimmed_position=REFUSE,
     )
