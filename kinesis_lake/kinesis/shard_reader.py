@@ -377,7 +377,7 @@ class ReadCursor:
     def skip(self, sequence_number: str, server_ms: int | None) -> bool:
         """True for records at or before the resume point; detects a gap after it."""
         if self._resume_after is None:
-            self._settle_start(server_ms, f"before record {sequence_number}")
+            self._settle_start(server_ms, f" and before record {sequence_number}")
             return False
         value = int(sequence_number)
         if value <= self._resume_after:
@@ -414,7 +414,7 @@ class ReadCursor:
         the lost records for a quiet shard.
         """
         if self._resume_after is None:
-            self._settle_start(server_ms, "and the shard holds none now")
+            self._settle_start(server_ms, " (the shard holds none now)")
             return
         if self._found_resume_record or not self._check_gap:
             self._resume_after = None
@@ -450,7 +450,7 @@ class ReadCursor:
         self.data_loss = (
             f"the shard was last read to its tip at {self._quiet_since_ms} ms (server time), "
             f"before the current trim horizon, holding no record after its start "
-            f"({self.start.kind}): records that arrived after that read and {seen} may have "
+            f"({self.start.kind}): records that arrived after that read{seen} may have "
             "expired unread"
         )
 

@@ -23,6 +23,7 @@ import json
 from pyiceberg.table import Table
 
 from kinesis_lake.iceberg.summary import committed_positions
+from kinesis_lake.spark.kinesis.earlier_runs import finished_tips
 from kinesis_lake.spark.kinesis.options import EarlierReads
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
@@ -52,21 +53,21 @@ def record_earlier_reads(table: Table, store: ShardProgressStore) -> None:
 
     The latest status, or, if no epoch completed, the reads to the tip of a first batch
     that failed (a failed run records too: seed 90006 of the simulation, a second
-    machine's first commit failed ambiguously); the start is the latest plan's, which
-    carries the first run's. A commit that fails, even ambiguously, is tried again: the
-    merge is idempotent.
+    machine's first commit failed ambiguously), and the shards the latest plan finished;
+    the start is the latest plan's, which carries the first run's. A commit that fails,
+    even ambiguously, is tried again: the merge is idempotent.
     """
     status = store.latest_status() or store.unpublished_status(committed_positions(table)) or {}
     plan = store.latest_plan()
     starts = [int(t) for t in (status.get("startedMs"), plan and plan.started_ms) if t]
-    found = EarlierReads(
-        since_ms=min(starts, default=None),
-        tip_ms={
-            shard: int(entry["tip_ms"])
-            for shard, entry in status.get("shards", {}).items()
-            if entry.get("tip_ms") is not None
-        },
-    )
+    tips = {
+        shard: int(entry["tip_ms"])
+        for shard, entry in status.get("shards", {}).items()
+        if entry.get("tip_ms") is not None
+    }
+    if plan is not None:  # the shards it finished: read to their end (seed 110139)
+        tips.update(finished_tips(plan))
+    found = EarlierReads(since_ms=min(starts, default=None), tip_ms=tips)
     for attempt in range(1, ATTEMPTS + 1):
         known = earlier_reads(table)
         merged = _merged(known, found)

@@ -11,7 +11,7 @@ from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_calls import ShardReadError
-from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
+from kinesis_lake.kinesis.shard_reader import ReadCursor, ReadOutcome, ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import ensure_stream, list_shards, shard_lineage_order
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
@@ -518,3 +518,22 @@ def test_a_shard_gone_from_the_stream_ends_the_read_and_only_a_possible_gap_is_l
         StartPosition.trim_horizon(), end_sequence_number=last, pinned_records=len(first)
     )
     assert "all 3 of its records" in (replayed.data_loss or "")
+
+
+@pytest.mark.parametrize(
+    ("first_record", "says"),
+    [("49", "arrived after that read and before record 49 may"), (None, "now) may")],
+)
+def test_a_possible_loss_after_an_old_read_to_the_tip_reads_as_one_sentence(
+    first_record: str | None, says: str
+) -> None:
+    """The operator acts on this message: it names the read, the start and what was
+    seen (it once read 'after that read and and the shard holds none now')."""
+    cursor = ReadCursor(StartPosition.trim_horizon(), quiet_since_ms=1_000, retention_ms=2_000)
+    if first_record is None:
+        cursor.nothing_after(server_ms=9_000)
+    else:
+        assert not cursor.skip(first_record, server_ms=9_000)
+    assert cursor.data_loss is not None
+    assert "at 1000 ms (server time)" in cursor.data_loss and says in cursor.data_loss
+    assert "and and" not in cursor.data_loss

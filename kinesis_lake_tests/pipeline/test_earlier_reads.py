@@ -63,6 +63,26 @@ def test_a_run_whose_first_batch_failed_records_its_start_and_empty_reads(tmp_pa
     assert earlier_reads(catalog.load_table("lake.raw")) == EarlierReads(4_000, {"a": 4_500})
 
 
+def test_a_shard_the_latest_plan_finished_counts_as_read_to_the_tip_at_its_listing(
+    tmp_path: Path,
+):
+    """A closed shard read to its end has no read to the tip of its own: the plan that
+    finished it listed the stream after that read, and nothing arrives on it after
+    (seed 110139 of the simulation, on a second machine)."""
+    catalog, table = raw_table(tmp_path)
+    store = ShardProgressStore(str(tmp_path / "progress"))
+    published(store, "run-1", 1_000, b=8_000)
+    plan = replace(initial(shard("b")), started_ms=1_000, listed_ms=9_000)
+    plan = replace(plan, finished=frozenset({"a"}), epoch=3, planned_ms=9_000)
+    store.write_plan(plan.run_id, plan.to_dict())
+
+    record_earlier_reads(table, store)
+
+    assert earlier_reads(catalog.load_table("lake.raw")) == EarlierReads(
+        1_000, {"a": 9_000, "b": 8_000}
+    )
+
+
 def test_a_start_takes_the_tables_later_tip_and_earlier_start():
     offset = initial(shard("a"), shard("b"))
     reads = EarlierReads(since_ms=5, tip_ms={"a": 9, "gone": 3})

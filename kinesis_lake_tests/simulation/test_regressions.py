@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from kinesis_lake_tests.simulation.invariants import Violation
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
@@ -746,16 +743,16 @@ def test_a_run_whose_first_commit_failed_still_leaves_its_reads_for_a_start_know
     )
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a false loss (issue 31)")
-def test_a_child_created_before_the_first_run_is_not_reported_after_a_checkpoint_lost(
-    tmp_path: Path,
-):
-    """Found by the simulation (seed 110139 of a 300 s run from 110000, at 8a45ded),
-    not yet analysed: open. Records expire before ingestion ever starts; a merge and a
-    split follow; the first run reads, its checkpoint is lost, and the next run reports
-    possible loss on shard 3 with a read-to-tip time from before the first run started,
-    though nothing was lost once ingestion started. Suspect: the time a start without
-    checkpoint now takes from the earlier run's plan (2f267ab, 93f88fc)."""
+def test_a_child_read_to_its_end_is_not_reported_after_a_checkpoint_lost(tmp_path: Path):
+    """Found by the simulation (seed 110139 of a 300 s run from 110000, at 8a45ded). The
+    sensor's first run ingests six records, its quiet runs read every shard to the tip for
+    days; a merge and a split follow, and the next run reads the merge's child to its end
+    (finished: a closed shard has no read to the tip of its own). Its checkpoint lost, a
+    new query re-read the child from its trim horizon, found nothing, and could only take
+    it for quiet since the first run's start, days before the child existed: possible loss
+    reported, none happened. A shard the earlier plan finished now counts as read to the
+    tip when that plan listed the stream (``finished_tips``), in the plan and in the
+    table's ``read-to-tip`` property alike."""
     run_schedule(
         tmp_path,
         [

@@ -80,3 +80,22 @@ def test_the_latest_plan_is_the_one_made_last_whichever_run_made_it(tmp_path: Pa
 
     assert store.latest_plan() == second_run
     assert not store.has_progress()  # a plan is not a read: the no_data_loss check waits
+
+
+def test_a_shard_the_earlier_plan_finished_was_read_to_its_end_before_that_listing():
+    """Seed 110139 of the simulation: a merge's child read to its end by a run whose
+    checkpoint was then lost, re-read from its trim horizon holding nothing, was taken
+    for quiet only since the first run's start (days before it existed): a false loss.
+    Read to its end, a closed shard holds nothing the earlier run did not read, and the
+    plan that finished it listed the stream after that read."""
+    earlier = started(initial(shard("2")), 9_000)
+    earlier = replace(earlier, started_ms=1_000, finished=frozenset({"0", "1"}))
+    listed = [shard("0", closed=True), shard("1", "0", closed=True), shard("2", "1")]
+    now = started(initial(*listed), 50_000)
+
+    learned = with_earlier_plan(now, earlier, listed)
+
+    assert learned.started_ms == 1_000
+    assert learned.shards["0"].tip_ms == 9_000
+    assert learned.shards["1"].tip_ms == 9_000
+    assert learned.quiet_since("1") == 9_000

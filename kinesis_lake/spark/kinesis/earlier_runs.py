@@ -96,7 +96,8 @@ def with_earlier_plan(
     A shard the plan read takes the plan's tip; one it never saw takes the time its
     parents were last read to the tip or the plan's listing time, the earlier
     (:func:`~kinesis_lake.spark.kinesis.offsets.inherited_tip`: the child was created
-    after that listing). The plan's start (the first run's, carried on) is when the
+    after that listing). A shard the plan finished takes its listing time too
+    (:func:`finished_tips`). The plan's start (the first run's, carried on) is when the
     deployment became answerable for every record that arrives: a first batch that failed
     before reading anything, then an outage longer than retention, lost records all the
     same (issue 31 simulation, seed 40299).
@@ -108,6 +109,7 @@ def with_earlier_plan(
         started_ms = plan.started_ms
     known = set(plan.shards) | set(plan.finished)
     tips = {shard_id: cursor.tip_ms for shard_id, cursor in plan.shards.items()}
+    tips.update(finished_tips(plan))
     shards = dict(offset.shards)
     for shard in shard_lineage_order(list(listed)):
         if shard.shard_id not in known:
@@ -122,6 +124,23 @@ def with_earlier_plan(
         ):
             shards[shard.shard_id] = replace(cursor, tip_ms=tip_ms)
     return replace(offset, shards=shards, started_ms=started_ms)
+
+
+def finished_tips(plan: SourceOffset) -> dict[str, int]:
+    """A read-to-tip time for each shard ``plan`` finished: the time it listed the stream.
+
+    A closed shard read to its end has no read to the tip of its own (the read ended the
+    shard), yet it is the strongest proof there is: every record the shard will ever hold
+    was read, and the plan that finished it listed the stream after that read. Without a
+    time, a query that lost its checkpoint re-reads the shard from its trim horizon,
+    finds nothing, and can only take it for quiet since the deployment's start, days
+    before the shard existed: a false loss (issue 31 simulation, seed 110139). A shard
+    still listed closed less than retention ago, and so after that listing's read: the
+    time never makes a check report what did not happen.
+    """
+    if plan.listed_ms is None:
+        return {}
+    return dict.fromkeys(plan.finished, plan.listed_ms)
 
 
 def with_gone_unfinished(
