@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_lake_tests import tiers
+from kinesis_lake_tests import scheduling, tiers
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 from kinesis_lake_tests.lake_settings import make_settings
 
@@ -150,5 +150,12 @@ def streamless_settings(tmp_path: Path):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The kinds of test (fast, spark, processes, system): kinesis_lake_tests/tiers.py."""
+    """The kinds of test (fast, spark, processes, system): kinesis_lake_tests/tiers.py;
+    files run heaviest first: kinesis_lake_tests/scheduling.py."""
     tiers.register(config)
+    scheduling.use_our_order(config)
+
+
+@pytest.hookimpl(trylast=True)  # after tiers.py has given every test its kind
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    scheduling.heaviest_files_first(items)
