@@ -22,8 +22,9 @@ Accepted JSON values per type (anything else is a "wrong type" error):
   than a quarantined record. Times must lie in 0001-01-01 .. 9999-12-30 UTC: the last day of
   year 9999 is refused because the derived tables bound every event by the end of its day and
   minute, which do not exist for it.
-- date: an ISO-8601 date string. decimal(p,s): a number or numeric string with at most ``s``
-  fraction digits and ``p - s`` integer digits (never rounded).
+  An aware ``datetime`` (what an Avro timestamp decodes to, ``payloads.py``) is taken as it is.
+- date: an ISO-8601 date string (or a ``date``, an Avro date). decimal(p,s): a number or
+  numeric string with at most ``s`` fraction digits and ``p - s`` integer digits (never rounded).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def parse_json_float(text: str) -> float:
 
 
 _NUMBER = frozenset({int, float, Decimal, HugeNumber})
-_TIMESTAMP = frozenset({str, int, float, Decimal, HugeNumber})
+_TIMESTAMP = frozenset({str, int, float, Decimal, HugeNumber, datetime})
+_DATE = frozenset({str, date})
 _DECIMAL = frozenset({int, Decimal, str})
 
 
@@ -334,8 +336,12 @@ class _AmbiguousEpochError(ValueError):
 _DIGITS = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?")
 
 
-def _to_datetime(value: str | int | float | Decimal) -> datetime:
+def _to_datetime(value: str | int | float | Decimal | datetime) -> datetime:
     if not isinstance(value, str):
+        if isinstance(value, datetime):  # decoded from Avro, already a moment (or naive)
+            if value.tzinfo is None:
+                raise ValueError("no UTC offset (an Avro local-timestamp has no zone)")
+            return value
         if -AMBIGUOUS_EPOCH_BELOW < value < AMBIGUOUS_EPOCH_BELOW:
             raise _AmbiguousEpochError
         return _EPOCH + timedelta(milliseconds=value if type(value) is int else float(value))
@@ -371,9 +377,14 @@ def _bad_timestamp(field: EventField, value: Any, exc: Exception) -> str:
 
 
 def _dates(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
-    _screen(values, _STRING, field, errors)
-    parsed = _parse_each(values, date.fromisoformat, field, errors, _bad_date)
+    _screen(values, _DATE, field, errors)
+    parse = _to_date if date in set(map(type, values)) else date.fromisoformat
+    parsed = _parse_each(values, parse, field, errors, _bad_date)
     return pa.array(parsed, pa.date32())
+
+
+def _to_date(value: str | date) -> date:
+    return value if type(value) is date else date.fromisoformat(value)  # type: ignore[arg-type]
 
 
 def _bad_date(field: EventField, value: Any, exc: Exception) -> str:

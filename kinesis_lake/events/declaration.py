@@ -10,6 +10,9 @@ Two shapes are accepted, so today's schema files keep working unchanged:
   table whose events are counted per minute; ``derived`` declares tables computed from the
   declared ones (current state by key, Spark SQL: ``derived_tables.py``).
 
+A stream entry may say what its payloads are (``format:``, with a schema or a registry:
+``payload_formats.py``); the default is JSON.
+
 Errors name the file and the line of the offending entry, because the file is edited by
 hand and ``dagster definitions validate`` shows them to whoever edited it.
 """
@@ -26,6 +29,13 @@ import yaml
 
 from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP, RESERVED_COLUMNS
 from kinesis_lake.events.derived_tables import DerivedTable, DerivedTableError, parse_derived
+from kinesis_lake.events.payload_formats import (
+    FORMAT_KEYS,
+    JSON_FORMAT,
+    PayloadFormat,
+    PayloadFormatError,
+    payload_format,
+)
 from kinesis_lake.events.routes import Route
 from kinesis_lake.events.schema import EventSchema, EventSchemaError, check_keys
 
@@ -43,7 +53,7 @@ _WIDTH_TRANSFORMS = ("bucket", "truncate")
 _TIME_TRANSFORMS = ("year", "month", "day", "hour")
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _LAKE_KEYS = ("streams", "tables", "aggregate", "derived")
-_STREAM_KEYS = ("name", "raw_table", "description")
+_STREAM_KEYS = ("name", "raw_table", "description", *FORMAT_KEYS)
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")  # Kinesis's own rule
 _TABLE_KEYS = (
     "name",
@@ -93,9 +103,25 @@ class StreamDeclaration:
     name: str
     raw_table: str
     description: str = ""
+    format: PayloadFormat = JSON_FORMAT
+    """How its records' payloads decode (``payload_formats.py``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "raw_table": self.raw_table, "description": self.description}
+        return {
+            "name": self.name,
+            "raw_table": self.raw_table,
+            "description": self.description,
+            "format": self.format.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamDeclaration:
+        return cls(
+            data["name"],
+            data["raw_table"],
+            data["description"],
+            PayloadFormat.from_dict(data["format"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -173,7 +199,7 @@ class LakeDeclaration:
         return cls(
             tables=tuple(TableDeclaration.from_dict(t) for t in data["tables"]),
             aggregate_source=data["aggregate_source"],
-            streams=tuple(StreamDeclaration(**s) for s in data["streams"]),
+            streams=tuple(StreamDeclaration.from_dict(s) for s in data["streams"]),
         )
 
 
@@ -274,9 +300,12 @@ def _table(raw: object, index: int) -> TableDeclaration:
     return TableDeclaration(schema, route, partition, description.strip(), stream)
 
 
-def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) -> LakeDeclaration:
+def declaration_from_dict(
+    data: object, lines: Mapping[int, int] | None = None, base: Path | None = None
+) -> LakeDeclaration:
     """Validate a parsed YAML document of either shape (see the module docstring); ``lines``
-    maps a mapping's ``id`` to its line in the file, for messages."""
+    maps a mapping's ``id`` to its line in the file, for messages; ``base`` is the file's
+    folder, where a stream's ``schema_file`` is found."""
 
     def _line(mapping: object) -> int | None:
         return (lines or {}).get(id(mapping))
@@ -299,7 +328,7 @@ def declaration_from_dict(data: object, lines: Mapping[int, int] | None = None) 
     unknown = [key for key in data if key not in _LAKE_KEYS]
     if unknown:
         raise DeclarationError(f"unknown key {unknown[0]!r}; allowed keys: {', '.join(_LAKE_KEYS)}")
-    streams = _streams(data.get("streams"), _line)
+    streams = _streams(data.get("streams"), _line, base)
     raw_tables = data["tables"]
     if not isinstance(raw_tables, list) or not raw_tables:
         raise DeclarationError("tables must be a non-empty list of table declarations")
@@ -387,7 +416,9 @@ def _refuse_following_an_upsert(table: DerivedTable, upserts: Mapping[str, str])
     )
 
 
-def _streams(raw: object, line: Callable[[object], int | None]) -> tuple[StreamDeclaration, ...]:
+def _streams(
+    raw: object, line: Callable[[object], int | None], base: Path | None
+) -> tuple[StreamDeclaration, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or not raw:
@@ -413,7 +444,11 @@ def _streams(raw: object, line: Callable[[object], int | None]) -> tuple[StreamD
         if any(s.name == name or s.raw_table == raw_table for s in streams):
             raise DeclarationError(f"{where}: stream {name!r} or its raw table is declared twice")
         description = entry.get("description", "")
-        streams.append(StreamDeclaration(name, raw_table, str(description).strip()))
+        try:
+            fmt = payload_format(entry, base)
+        except PayloadFormatError as exc:
+            raise DeclarationError(f"{where}: stream {name!r}: {exc}") from None
+        streams.append(StreamDeclaration(name, raw_table, str(description).strip(), fmt))
     return tuple(streams)
 
 
@@ -452,7 +487,7 @@ def load_declaration(path: str | Path) -> LakeDeclaration:
     finally:
         loader.dispose()
     try:
-        declaration = declaration_from_dict(data, loader.lines)
+        declaration = declaration_from_dict(data, loader.lines, path.parent)
     except EventSchemaError as exc:
         message = str(exc)
         if message.startswith("line "):

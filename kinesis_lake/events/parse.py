@@ -6,6 +6,8 @@ payload and the first reason it failed (see ``convert.py`` for what each type ac
 that the schema does not declare are ignored, so producers can add fields before the schema does.
 A key repeated in one object (at any depth) quarantines the record: JSON leaves its meaning open
 and silently keeping one value would store a guess. A string ``event_key`` must not be empty.
+Streams declared with another payload format (Avro, the Glue Schema Registry's wire format)
+are decoded by ``payloads.py`` into the same kind of objects, with the same promise.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from kinesis_lake.events.convert import (
 )
 from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
+from kinesis_lake.events.payload_formats import JSON
+from kinesis_lake.events.payloads import decode_streams, unreadable
 from kinesis_lake.events.routes import NO_ROUTE
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
@@ -136,12 +140,8 @@ def _decode(
     objects: list[Any] = []
     append = objects.append
     for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
-        if source_error is not None:
-            errors.add(row, f"kinesis source error: {source_error}")
-        elif payload is None:
-            errors.add(row, "record has no payload (data is null)")
-        elif not payload:
-            errors.add(row, "record payload is empty (0 bytes); expected a JSON object")
+        if source_error is not None or not payload:
+            errors.add(row, unreadable(payload, source_error, "a JSON object"))
         else:
             try:
                 # Decoding explicitly, rather than handing bytes to json, rules out UTF-16/32.
@@ -260,7 +260,7 @@ def route_events(
     size = len(columns[DATA])
     errors = RowErrors(size)
     schemas = [table.schema for table in declaration.tables]
-    objects = _decode(columns[DATA].to_pylist(), columns[SOURCE_ERROR].to_pylist(), schemas, errors)
+    objects = _decode_payloads(columns, declaration, schemas, errors)
     decoded = [message is None for message in errors.messages]
     routed = [False] * size
     tables: dict[str, pa.Table] = {}
@@ -287,6 +287,29 @@ def route_events(
     failed = pa.array([message is not None for message in errors.messages], pa.bool_())
     quarantined.insert(0, _quarantine_rows(columns, failed, errors, stamp, target=None))
     return RoutedEvents(tables, pa.concat_tables(quarantined))
+
+
+def _decode_payloads(
+    columns: dict[str, pa.ChunkedArray],
+    declaration: LakeDeclaration,
+    schemas: list[EventSchema],
+    errors: RowErrors,
+) -> list[dict[str, Any]]:
+    """Each row's payload decoded by its stream's declared format (``payloads.py``); a lake
+    of JSON streams only takes the JSON decoder's path as it always did."""
+    payloads = columns[DATA].to_pylist()
+    source_errors = columns[SOURCE_ERROR].to_pylist()
+    formats = {s.name: s.format for s in declaration.streams if s.format.kind != JSON}
+    if not formats:
+        return _decode(payloads, source_errors, schemas, errors)
+
+    def decode_json(
+        part: list[bytes | None], part_errors: list[str | None], into: RowErrors
+    ) -> list[dict[str, Any]]:
+        return _decode(part, part_errors, schemas, into)
+
+    streams = columns[STREAM_NAME].to_pylist()
+    return decode_streams(streams, payloads, source_errors, formats, decode_json, errors)
 
 
 def _convert(

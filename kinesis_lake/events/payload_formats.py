@@ -1,0 +1,133 @@
+"""What a stream's record payloads are: a stream's ``format:`` in the declaration file.
+
+* ``json`` (the default): one JSON object per record, decoded as it always was.
+* ``avro``: one Avro datum per record (binary encoding, no container file), written with the
+  schema the stream declares inline (``schema:``) or in a file (``schema_file:``, relative to
+  the declaration file).
+* ``glue-schema-registry``: the AWS Glue Schema Registry's wire format (its serializers'
+  header, then an Avro or JSON payload); each record names its schema version, which is
+  fetched from the registry (``registry: {region, endpoint_url}``, else boto3's own
+  resolution). A ``schema:`` or ``schema_file:`` there is the reader's schema: every writer's
+  version is resolved against it, so records of older versions come out in today's shape.
+
+Schemas are read and checked when the declaration loads, so the executors receive them in the
+declaration itself and a schema that cannot be used stops the load, not the ingestion.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+JSON = "json"
+AVRO = "avro"
+GLUE_SCHEMA_REGISTRY = "glue-schema-registry"
+FORMATS = (JSON, AVRO, GLUE_SCHEMA_REGISTRY)
+FORMAT_KEYS = ("format", "schema", "schema_file", "registry")
+"""A stream entry's keys that describe its payloads."""
+_REGISTRY_KEYS = ("region", "endpoint_url")
+
+
+class PayloadFormatError(ValueError):
+    """A stream's ``format:`` entry that cannot be used; the message says the fix."""
+
+
+@dataclass(frozen=True)
+class PayloadFormat:
+    """How one stream's payloads decode: the format, the Avro (reader's) schema as parsed
+    JSON, and where the schema registry is."""
+
+    kind: str = JSON
+    schema: Any = None
+    region: str | None = None
+    endpoint_url: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "schema": self.schema,
+            "region": self.region,
+            "endpoint_url": self.endpoint_url,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PayloadFormat:
+        return cls(**data)
+
+
+JSON_FORMAT = PayloadFormat()
+
+
+def payload_format(entry: Mapping[str, Any], base: Path | None) -> PayloadFormat:
+    """The format a stream entry declares (``json`` when it names none); ``base`` is the
+    declaration file's folder, where ``schema_file`` is looked up."""
+    kind = entry.get("format", JSON)
+    if kind not in FORMATS:
+        raise PayloadFormatError(f"format {kind!r} is unknown; use one of {', '.join(FORMATS)}")
+    if kind == JSON:
+        extra = [key for key in ("schema", "schema_file", "registry") if key in entry]
+        if extra:
+            raise PayloadFormatError(
+                f"{extra[0]} applies to format avro or {GLUE_SCHEMA_REGISTRY}, and the format "
+                "is json; set format: or remove it"
+            )
+        return JSON_FORMAT
+    schema = _schema(entry, base, kind)
+    if schema is not None:
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            raise PayloadFormatError(
+                "the Avro schema must be a record (type: record), as each record of the "
+                "stream becomes a row"
+            )
+        try:
+            fastavro.parse_schema(schema)
+        except Exception as exc:  # fastavro raises several types, none of them shared
+            raise PayloadFormatError(f"the Avro schema does not parse: {exc!r}") from None
+    region, endpoint_url = _registry(entry.get("registry"), kind)
+    return PayloadFormat(kind, schema, region, endpoint_url)
+
+
+def _schema(entry: Mapping[str, Any], base: Path | None, kind: str) -> Any:
+    inline, file = entry.get("schema"), entry.get("schema_file")
+    if inline is not None and file is not None:
+        raise PayloadFormatError("give the Avro schema once: schema or schema_file, not both")
+    if file is not None:
+        if not isinstance(file, str):
+            raise PayloadFormatError("schema_file must be a path (relative to this file)")
+        path = Path(file) if base is None else base / file
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PayloadFormatError(f"schema_file {file!r} cannot be read: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise PayloadFormatError(f"schema_file {file!r} is not JSON: {exc}") from None
+    if isinstance(inline, str):  # an Avro schema written as JSON text
+        try:
+            return json.loads(inline)
+        except json.JSONDecodeError as exc:
+            raise PayloadFormatError(f"schema is not JSON: {exc}") from None
+    if inline is None and kind == AVRO:
+        raise PayloadFormatError(
+            "format avro needs the writers' schema: schema: (inline) or schema_file: (an .avsc)"
+        )
+    return inline
+
+
+def _registry(raw: object, kind: str) -> tuple[str | None, str | None]:
+    if raw is None:
+        return None, None
+    if kind != GLUE_SCHEMA_REGISTRY:
+        raise PayloadFormatError(f"registry applies to format {GLUE_SCHEMA_REGISTRY} only")
+    if not isinstance(raw, Mapping) or any(key not in _REGISTRY_KEYS for key in raw):
+        raise PayloadFormatError(
+            f"registry must be a mapping with {' and/or '.join(_REGISTRY_KEYS)}, got {raw!r}"
+        )
+    values = [raw.get(key) for key in _REGISTRY_KEYS]
+    if any(value is not None and not isinstance(value, str) for value in values):
+        raise PayloadFormatError("registry: region and endpoint_url must be strings")
+    return values[0], values[1]

@@ -1,0 +1,228 @@
+"""Binary payloads -> the Python values the converters take (``convert.py``).
+
+Each stream's records are decoded by its declared format (``payload_formats.py``): JSON by
+the parser's own decoder, Avro with fastavro, the Glue Schema Registry's wire format by its
+header and then by the schema version it names. Avro values come out as the JSON path's do
+(records as dicts, arrays as lists, enums as strings) except for the logical types, which
+are already typed: timestamps as aware datetimes, dates as dates, decimals as Decimals; the
+converters take those as they are.
+
+Runs on the executors, so like the JSON decoder it never raises on bad data: a record that
+does not decode gets a reason naming the format and, when known, the schema version, and the
+shared empty placeholder object. Only a registry that cannot be asked at all raises
+(:class:`~kinesis_lake.events.glue_registry.SchemaRegistryError`): that is configuration.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+from uuid import UUID
+
+import fastavro
+
+from kinesis_lake.events.convert import RowErrors
+from kinesis_lake.events.glue_registry import (
+    SchemaVersion,
+    WireFormatError,
+    schema_version,
+    unframe,
+)
+from kinesis_lake.events.payload_formats import (
+    AVRO,
+    GLUE_SCHEMA_REGISTRY,
+    JSON,
+    JSON_FORMAT,
+    PayloadFormat,
+)
+
+JsonDecoder = Callable[[list[bytes | None], list[str | None], RowErrors], list[dict[str, Any]]]
+"""The parser's JSON decoding: payloads and source errors in, one object per row out."""
+
+_NO_OBJECT: dict[str, Any] = {}
+_Reader = Callable[[bytes], Any]
+_READERS: dict[tuple[str, str], _Reader] = {}
+
+
+def decode_streams(
+    streams: list[str | None],
+    payloads: list[bytes | None],
+    source_errors: list[str | None],
+    formats: Mapping[str, PayloadFormat],
+    decode_json: JsonDecoder,
+    errors: RowErrors,
+) -> list[dict[str, Any]]:
+    """One object per row, each decoded by the format of its row's stream (JSON when the
+    stream declares none); rows that fail get an error and an empty placeholder."""
+    groups: dict[str | None, list[int]] = {}
+    for row, stream in enumerate(streams):
+        groups.setdefault(stream, []).append(row)
+    objects: list[dict[str, Any]] = [_NO_OBJECT] * len(payloads)
+    for stream, rows in groups.items():
+        fmt = formats.get(stream, JSON_FORMAT) if stream is not None else JSON_FORMAT
+        part = RowErrors(len(rows))
+        part_payloads = [payloads[row] for row in rows]
+        part_errors = [source_errors[row] for row in rows]
+        if fmt.kind == JSON:
+            decoded = decode_json(part_payloads, part_errors, part)
+        else:
+            decoded = decode_binary(part_payloads, part_errors, fmt, decode_json, part)
+        _merge(rows, decoded, part, objects, errors)
+    return objects
+
+
+def _merge(
+    rows: list[int],
+    decoded: list[dict[str, Any]],
+    part: RowErrors,
+    objects: list[dict[str, Any]],
+    errors: RowErrors,
+) -> None:
+    for index, row in enumerate(rows):
+        objects[row] = decoded[index]
+        message = part.messages[index]
+        if message is not None:
+            errors.add(row, message, part.fields[index])
+
+
+def unreadable(payload: bytes | None, source_error: str | None, expected: str) -> str:
+    """Why a row with a source error or no payload bytes has nothing to decode."""
+    if source_error is not None:
+        return f"kinesis source error: {source_error}"
+    if payload is None:
+        return "record has no payload (data is null)"
+    return f"record payload is empty (0 bytes); expected {expected}"
+
+
+def decode_binary(
+    payloads: list[bytes | None],
+    source_errors: list[str | None],
+    fmt: PayloadFormat,
+    decode_json: JsonDecoder,
+    errors: RowErrors,
+) -> list[dict[str, Any]]:
+    """Payloads of an ``avro`` or ``glue-schema-registry`` stream, one object per row."""
+    objects: list[dict[str, Any]] = [_NO_OBJECT] * len(payloads)
+    wrapped_json: dict[UUID, list[tuple[int, bytes]]] = {}
+    versions: dict[UUID, SchemaVersion | None] = {}
+    readers: dict[UUID, _Reader | str] = {}
+    avro = _reader(fmt.schema, None) if fmt.kind == AVRO else None
+    for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
+        if source_error is not None or not payload:
+            errors.add(row, unreadable(payload, source_error, f"{fmt.kind} data"))
+        elif avro is not None:
+            objects[row] = _avro_record(payload, avro, AVRO, errors, row)
+        else:
+            try:
+                version_id, body = unframe(payload)
+            except WireFormatError as exc:
+                errors.add(row, f"{GLUE_SCHEMA_REGISTRY}: {exc}")
+                continue
+            if version_id not in versions:
+                versions[version_id] = schema_version(version_id, fmt.region, fmt.endpoint_url)
+            version = versions[version_id]
+            if version is None:
+                errors.add(
+                    row,
+                    f"{GLUE_SCHEMA_REGISTRY}: schema version {version_id} is not in the "
+                    "registry (deleted, or another registry's)",
+                )
+            elif version.data_format == "AVRO":
+                label = f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: Avro"
+                if version_id not in readers:
+                    readers[version_id] = _registered_reader(version, fmt.schema)
+                reader = readers[version_id]
+                if isinstance(reader, str):
+                    errors.add(row, f"{label} {reader}")
+                else:
+                    objects[row] = _avro_record(body, reader, label, errors, row)
+            elif version.data_format == "JSON":
+                wrapped_json.setdefault(version_id, []).append((row, body))
+            else:
+                errors.add(
+                    row,
+                    f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: data format "
+                    f"{version.data_format} is not decoded yet (AVRO and JSON are)",
+                )
+    for version_id, entries in wrapped_json.items():
+        label = f"{GLUE_SCHEMA_REGISTRY}: {versions[version_id].describe()}: "  # type: ignore[union-attr]
+        _decode_wrapped_json(entries, decode_json, label, objects, errors)
+    return objects
+
+
+def _decode_wrapped_json(
+    entries: list[tuple[int, bytes]],
+    decode_json: JsonDecoder,
+    label: str,
+    objects: list[dict[str, Any]],
+    errors: RowErrors,
+) -> None:
+    """JSON payloads behind the registry's header, by the JSON path, reasons labelled."""
+    part = RowErrors(len(entries))
+    decoded = decode_json([body for _, body in entries], [None] * len(entries), part)
+    for index, (row, _) in enumerate(entries):
+        objects[row] = decoded[index]
+        message = part.messages[index]
+        if message is not None:
+            errors.add(row, label + message, part.fields[index])
+
+
+def _avro_record(
+    payload: bytes, read: _Reader, label: str, errors: RowErrors, row: int
+) -> dict[str, Any]:
+    try:
+        value = read(payload)
+    except Exception as exc:  # fastavro fails corrupt data with many unrelated types
+        errors.add(row, f"{label} payload does not decode: {type(exc).__name__}: {exc}")
+        return _NO_OBJECT
+    if type(value) is not dict:
+        errors.add(row, f"{label} payload is {type(value).__name__}, expected a record")
+        return _NO_OBJECT
+    return value
+
+
+def _registered_reader(version: SchemaVersion, reader: Any) -> _Reader | str:
+    """The reader of a registered version, or why there is none: the registry's own
+    validation is not to be relied on (moto's has none)."""
+    try:
+        return _reader(json.loads(version.definition), reader)
+    except Exception as exc:  # invalid JSON, or any of fastavro's schema errors
+        return f"schema does not parse: {type(exc).__name__}: {exc}"
+
+
+def _reader(writer: Any, reader: Any) -> _Reader:
+    """A function that reads one datum written with ``writer`` as ``reader`` (when given)
+    and refuses bytes left over, which mean the wrong schema; parsed once per pair."""
+    key = (json.dumps(writer, sort_keys=True), json.dumps(reader, sort_keys=True))
+    known = _READERS.get(key)
+    if known is not None:
+        return known
+    parsed_writer = fastavro.parse_schema(_without_uuid(writer))
+    parsed_reader = None if reader is None else fastavro.parse_schema(_without_uuid(reader))
+
+    def read(payload: bytes) -> Any:
+        buffer = io.BytesIO(payload)
+        value = fastavro.schemaless_reader(buffer, parsed_writer, parsed_reader)
+        left = len(payload) - buffer.tell()
+        if left:
+            raise ValueError(f"{left} bytes follow the datum (written with another schema?)")
+        return value
+
+    _READERS[key] = read
+    return read
+
+
+def _without_uuid(schema: Any) -> Any:
+    """``schema`` without the uuid logical type, so such strings stay strings (a declared
+    ``string`` field takes them) instead of becoming ``UUID`` objects."""
+    if isinstance(schema, list):
+        return [_without_uuid(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _without_uuid(value)
+        for key, value in schema.items()
+        if not (key == "logicalType" and value == "uuid")
+    }
