@@ -1,0 +1,438 @@
+"""A fresh read: a table as its current snapshot plus what its stream holds past it.
+
+Every commit of the raw table records, with its data, the last committed sequence number
+of each shard (``kinesis-lake.positions``). So "the table now, with the records no commit
+holds yet" is exact: the snapshot, then each shard read straight from Kinesis after its
+committed position (a shard without one from where ingestion starts it), up to the tip.
+The tail goes through the pipeline's own code: the Spark source's rows
+(:func:`~kinesis_lake.spark.kinesis.arrow.records_to_arrow`), the declaration's routing
+and parsing (:func:`~kinesis_lake.events.parse.route_events`) and its dedup rule (first
+occurrence of a key and UTC day, in Kinesis order, wins), so a row shows once whether it
+is committed or not, and as the pipeline will commit it. No Spark session, no Dagster.
+
+A routed table is behind raw as well as behind the stream: its fresh read is its
+snapshot, the raw rows committed since the raw snapshot it caught up to, and the stream's
+tail after raw's positions, routed together as one derive pass would route them.
+
+Consistency with commits racing the read: the table's metadata is loaded once, before the
+stream is read (:func:`fresh_base`), and its snapshot, positions and caught-up point come
+from that one load (the positions are a table property written in the same commit as the
+data). A commit landing afterwards changes nothing the read uses: its rows are read from
+the stream instead, once. A routed table is loaded before raw, so raw is at or past the
+point the routed table caught up to.
+
+Bounded: the tail read stops at ``TailLimits.max_records`` Kinesis records over all
+shards, a shard whose oldest uncommitted record is older than ``max_age_s`` is not read
+(the pipeline is that far behind: the read would not be "fresh" but a backfill), and a
+child shard waits for its parents as the Spark source does. Whatever is not read is
+named in ``FreshRead.left_out``: the result is then the table as it will be once the
+pipeline has committed what was read, never a table with a gap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+
+from kinesis_lake.config import Settings
+from kinesis_lake.errors import TableError
+from kinesis_lake.events import columns as C
+from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.parse import route_events
+from kinesis_lake.events.tables import parsed_arrow_schema
+from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id, read_files
+from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
+from kinesis_lake.iceberg.summary import committed_positions
+from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
+from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
+from kinesis_lake.kinesis.streams import list_shards, shard_lineage_order
+from kinesis_lake.pipeline.backlog import probe_starts
+from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
+from kinesis_lake.spark.kinesis.arrow import records_to_arrow
+
+RAW, ROUTED = "raw", "routed"
+
+# Columns the pipeline stamps when it commits a row: a row still in the stream has none
+# yet, and reads as null there (which also tells the two kinds of row apart).
+_RAW_STAMPS = ("ingested_at", "batch_id")
+_ROUTED_STAMPS = (C.PARSED_AT,)
+_DAY_MICROS = 86_400_000_000
+
+
+class FreshReadNotOffered(TableError):
+    """A table a fresh read does not cover (yet); the message says which ones it does."""
+
+
+@dataclass(frozen=True)
+class TailLimits:
+    """How much of the stream one fresh read takes at most.
+
+    ``max_records``: Kinesis records read over all shards (an aggregate counts once).
+    ``max_age_s``: a shard whose oldest uncommitted record arrived longer ago than this is
+    left out whole (None: no such limit). Either way the shards left out are reported.
+    """
+
+    max_records: int = 100_000
+    max_age_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        if self.max_age_s is not None and self.max_age_s <= 0:
+            raise ValueError("max_age_s must be positive (or None)")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A shard's records the read did not take: those after ``after_sequence_number``
+    (None: all of its records past where ingestion starts it)."""
+
+    shard_id: str
+    after_sequence_number: str | None
+    reason: str
+
+
+@dataclass
+class FreshRead:
+    """A fresh read's rows and what they are made of."""
+
+    table: pa.Table
+    snapshot_id: int | None
+    rows_from_snapshot: int
+    rows_from_raw: int
+    """A routed table's rows from raw rows committed after the raw snapshot it caught up
+    to (0 for a raw table)."""
+    rows_from_tail: int
+    """Rows from records read from the stream (committed nowhere yet)."""
+    tail_records: int
+    """User records read from the stream (after KPL de-aggregation)."""
+    shards_read: int
+    left_out: list[LeftOut] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def tail_truncated(self) -> bool:
+        """Whether the stream held records past the committed positions that this read
+        left out (the pipeline is further behind than the limits take)."""
+        return bool(self.left_out)
+
+    def describe(self, name: str) -> str:
+        """One line for people: where the rows came from and what was left out."""
+        parts = [f"{self.rows_from_snapshot} rows from snapshot {self.snapshot_id}"]
+        if self.rows_from_raw:
+            parts.append(f"{self.rows_from_raw} from raw not yet derived")
+        parts.append(
+            f"{self.rows_from_tail} from the stream's tail "
+            f"({self.tail_records} records, {self.shards_read} shards read)"
+        )
+        line = f"{name}: " + ", ".join(parts)
+        if self.left_out:
+            shown = "; ".join(
+                f"{o.shard_id} after {o.after_sequence_number or 'its start'}: {o.reason}"
+                for o in self.left_out
+            )
+            line += f"; tail truncated, left out: {shown}"
+        return line
+
+
+@dataclass(frozen=True)
+class FreshBase:
+    """What a fresh read is based on, loaded once: the table, its raw table and the
+    committed positions, all from metadata (no data file read yet)."""
+
+    name: str
+    kind: str
+    stream: Settings
+    table: Table | None
+    raw: Table | None
+    positions: dict[str, str]
+    declaration: LakeDeclaration
+
+
+def fresh_read(
+    settings: Settings,
+    name: str,
+    *,
+    limits: TailLimits = TailLimits(),
+    client: KinesisClient | None = None,
+) -> FreshRead:
+    """Table ``name`` (short name: a raw or routed table) read fresh; see the module."""
+    return read_fresh(fresh_base(settings, name), limits=limits, client=client)
+
+
+def fresh_base(settings: Settings, name: str) -> FreshBase:
+    """Load what a fresh read of ``name`` stands on (a routed table before its raw).
+
+    Raises:
+        FreshReadNotOffered: ``name`` is neither a raw nor a routed table of the lake.
+    """
+    declaration = load_declaration(settings.event_schema_path)
+    catalog = open_lake(settings)
+    streams = lake_streams(settings, declaration)
+    for stream in streams:
+        if name == stream.raw_table_name:
+            raw = load_table(catalog, stream.raw_table)
+            positions = committed_positions(raw) if raw is not None else {}
+            return FreshBase(name, RAW, stream, raw, raw, positions, declaration)
+    if name in declaration.names:
+        owner = declaration.table(name).stream
+        stream = next(s for s in streams if declared_stream(s, declaration) == owner)
+        table = load_table(catalog, settings.table_identifier(name))
+        raw = load_table(catalog, stream.raw_table)
+        positions = committed_positions(raw) if raw is not None else {}
+        part = declaration.for_stream(owner)
+        return FreshBase(name, ROUTED, stream, table, raw, positions, part)
+    offered = [s.raw_table_name for s in streams] + declaration.names
+    raise FreshReadNotOffered(
+        f"A fresh read is not offered for {name!r}: it reads raw and routed tables "
+        f"({', '.join(offered)}). Upsert, SQL, quarantine and aggregate tables are "
+        "computed over their inputs; read them without --fresh, or read their inputs fresh."
+    )
+
+
+def read_fresh(
+    base: FreshBase,
+    *,
+    limits: TailLimits = TailLimits(),
+    client: KinesisClient | None = None,
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> FreshRead:
+    """The table ``base`` stands on, plus its stream's tail as it is now."""
+    stream = base.stream
+    kinesis = client or kinesis_client(stream.endpoint_url, stream.region)
+    tail = read_tail(kinesis, stream, base.positions, limits, now_ms())
+    if base.kind == RAW:
+        return _fresh_raw(base, tail)
+    return _fresh_routed(base, tail)
+
+
+@dataclass
+class Tail:
+    """The stream's records past the committed positions, as the raw table's rows."""
+
+    rows: pa.Table
+    shards_read: int
+    left_out: list[LeftOut]
+    warnings: list[str]
+
+
+def read_tail(
+    client: KinesisClient,
+    stream: Settings,
+    positions: dict[str, str],
+    limits: TailLimits,
+    cutoff_ms: int,
+) -> Tail:
+    """Every shard after its committed position, parents to their end before children,
+    records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each."""
+    shards = list_shards(client, stream.stream_name)
+    listed = {shard.shard_id for shard in shards}
+    starts = probe_starts(stream)
+    budget = limits.max_records
+    finished: set[str] = set()
+    batches: list[pa.RecordBatch] = []
+    left_out: list[LeftOut] = []
+    warnings: list[str] = []
+    shards_read = 0
+    for shard in shard_lineage_order(shards):
+        committed = positions.get(shard.shard_id)
+        waiting = [p for p in shard.parent_ids if p in listed and p not in finished]
+        if waiting:
+            reason = f"waits for its parent {', '.join(waiting)} to be read to its end"
+            left_out.append(LeftOut(shard.shard_id, committed, reason))
+            continue
+        if budget < 1:
+            cap = f"the tail cap of {limits.max_records} records was reached"
+            left_out.append(LeftOut(shard.shard_id, committed, cap))
+            continue
+        start = _start(shard.shard_id, committed, starts)
+        reader = ShardReader(client, stream.stream_name, shard.shard_id)
+        records: list[KinesisRecord] = []
+        for batch in reader.read(start, max_records=budget, arrival_cutoff_ms=cutoff_ms):
+            records.extend(batch)
+        outcome = reader.outcome
+        assert outcome is not None  # the generator ran to its end
+        shards_read += 1
+        if outcome.data_loss:
+            warnings.append(f"{shard.shard_id}: {outcome.data_loss}")
+        too_old = _too_old(records, limits, cutoff_ms)
+        if too_old:
+            left_out.append(LeftOut(shard.shard_id, committed, too_old))
+            continue
+        budget -= outcome.records_read
+        if outcome.stopped_by == "limit":
+            cap = f"the tail cap of {limits.max_records} records was reached"
+            left_out.append(LeftOut(shard.shard_id, outcome.last_sequence_number, cap))
+        # A shard closed before this read that caught up has no record left: kinesalite
+        # may still hand out an iterator after its last record (see plan_next_offset).
+        elif outcome.shard_ended or (shard.is_closed and outcome.caught_up):
+            finished.add(shard.shard_id)
+        if records:
+            batches.append(records_to_arrow(stream.stream_name, shard.shard_id, records))
+    rows = pa.Table.from_batches(batches) if batches else None
+    return Tail(_as_raw_rows(rows), shards_read, left_out, warnings)
+
+
+def _start(shard_id: str, committed: str | None, starts: dict[str, dict]) -> StartPosition:
+    """After the committed position; a shard without one where ingestion would start it
+    (the backlog probe's rule: the configured start, else its oldest record)."""
+    if committed is not None:
+        return StartPosition.after(committed)
+    args = starts.get(shard_id, starts.get("*"))
+    if args is None:
+        return StartPosition.trim_horizon()
+    return StartPosition.at_timestamp(round(args["Timestamp"].timestamp() * 1000))
+
+
+def _too_old(records: Sequence[KinesisRecord], limits: TailLimits, now_ms: int) -> str | None:
+    if limits.max_age_s is None or not records:
+        return None
+    behind_s = (now_ms - records[0].arrival_ms) / 1000
+    if behind_s <= limits.max_age_s:
+        return None
+    return (
+        f"the pipeline is {behind_s:.0f} s behind on it, more than the tail's age limit "
+        f"of {limits.max_age_s:g} s"
+    )
+
+
+def _raw_arrow_schema() -> pa.Schema:
+    return _relaxed(RAW_ARROW_SCHEMA, _RAW_STAMPS)
+
+
+def _as_raw_rows(rows: pa.Table | None) -> pa.Table:
+    """Source rows as raw-table rows, with the commit's stamps null."""
+    schema = _raw_arrow_schema()
+    if rows is None:
+        return schema.empty_table()
+    stamps = [pa.nulls(rows.num_rows, schema.field(name).type) for name in _RAW_STAMPS]
+    return pa.Table.from_arrays([*rows.columns, *stamps], schema=schema)
+
+
+def _relaxed(schema: pa.Schema, names: Sequence[str]) -> pa.Schema:
+    """``schema`` with the columns ``names`` nullable."""
+    for name in names:
+        index = schema.get_field_index(name)
+        if index >= 0:
+            schema = schema.set(index, schema.field(index).with_nullable(True))
+    return schema
+
+
+def _snapshot_rows(table: Table | None, schema: pa.Schema) -> tuple[pa.Table, int | None]:
+    if table is None or table.current_snapshot() is None:
+        return schema.empty_table(), None
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+    return rows.select(schema.names).cast(schema), snapshot.snapshot_id
+
+
+def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
+    schema = (
+        _relaxed(table_arrow_schema(base.table.schema()), _RAW_STAMPS)
+        if base.table is not None
+        else _raw_arrow_schema()
+    )
+    committed, snapshot_id = _snapshot_rows(base.table, schema)
+    fresh = tail.rows.select(schema.names).cast(schema)
+    return FreshRead(
+        table=pa.concat_tables([committed, fresh]),
+        snapshot_id=snapshot_id,
+        rows_from_snapshot=committed.num_rows,
+        rows_from_raw=0,
+        rows_from_tail=fresh.num_rows,
+        tail_records=fresh.num_rows,
+        shards_read=tail.shards_read,
+        left_out=tail.left_out,
+        warnings=tail.warnings,
+    )
+
+
+def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
+    declared = base.declaration.table(base.name)
+    schema = _relaxed(
+        table_arrow_schema(base.table.schema())
+        if base.table is not None
+        else parsed_arrow_schema(declared.schema),
+        _ROUTED_STAMPS,
+    )
+    committed, snapshot_id = _snapshot_rows(base.table, schema)
+    pending = _raw_not_derived(base)
+    raw_rows = pa.concat_tables(
+        [pending.select(tail.rows.column_names).cast(tail.rows.schema), tail.rows]
+    )
+    rows = route_events(raw_rows, base.declaration).tables[base.name]
+    rows = rows.set_column(
+        rows.schema.get_field_index(C.PARSED_AT),
+        C.PARSED_AT,
+        pa.nulls(rows.num_rows, rows.schema.field(C.PARSED_AT).type),
+    )
+    key = declared.schema.event_key
+    if key is not None:
+        rows = first_occurrences(rows, committed, key)
+    rows = rows.select(schema.names).cast(schema)
+    from_raw = pc.is_in(_identities(rows), value_set=_identities(pending))
+    taken_from_raw = int(pc.sum(from_raw).as_py() or 0)
+    return FreshRead(
+        table=pa.concat_tables([committed, rows]),
+        snapshot_id=snapshot_id,
+        rows_from_snapshot=committed.num_rows,
+        rows_from_raw=taken_from_raw,
+        rows_from_tail=rows.num_rows - taken_from_raw,
+        tail_records=tail.rows.num_rows,
+        shards_read=tail.shards_read,
+        left_out=tail.left_out,
+        warnings=tail.warnings,
+    )
+
+
+def _raw_not_derived(base: FreshBase) -> pa.Table:
+    """Raw rows committed after the raw snapshot the routed table caught up to."""
+    if base.raw is None:
+        return _raw_arrow_schema().empty_table()
+    done = caught_up_snapshot_id(base.raw, base.table) if base.table is not None else None
+    piece = appended_since(base.raw, done)
+    return read_files(base.raw, piece.files)
+
+
+def _identities(rows: pa.Table) -> pa.Array:
+    """One string per row naming its Kinesis record, for membership tests."""
+    parts = [rows.column(name).cast(pa.string()) for name in C.IDENTITY_COLUMNS]
+    return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+
+
+def first_occurrences(rows: pa.Table, committed: pa.Table, key: str) -> pa.Table:
+    """The rows that are the first occurrence of their key and UTC day of event time:
+    none of the committed rows has it, and no row before it in Kinesis order (shard, then
+    sequence number as an integer, then sub-sequence) does. The pipeline's rule
+    (``pipeline.derive.deduplicate``: a window over key and day, then a join with the
+    table's rows, which no null key matches), which sends the others to quarantine."""
+    keys, days = rows.column(key).to_pylist(), _days(rows)
+    seen = {
+        mark
+        for mark in zip(committed.column(key).to_pylist(), _days(committed), strict=True)
+        if mark[0] is not None
+    }
+    shards = rows.column(C.SHARD_ID).to_pylist()
+    sequences = [int(s) for s in rows.column(C.SEQUENCE_NUMBER).to_pylist()]
+    subs = rows.column(C.SUB_SEQUENCE_NUMBER).to_pylist()
+    kept: list[int] = []
+    for row in sorted(range(rows.num_rows), key=lambda r: (shards[r], sequences[r], subs[r])):
+        mark = (keys[row], days[row])
+        if mark not in seen:
+            seen.add(mark)
+            kept.append(row)
+    return rows.take(pa.array(sorted(kept), pa.int64()))
+
+
+def _days(rows: pa.Table) -> list[int]:
+    micros = rows.column(C.EVENT_TIMESTAMP).cast(pa.int64()).to_pylist()
+    return [value // _DAY_MICROS for value in micros]
