@@ -14,6 +14,9 @@ from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError, TableError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pyarrow as pa
     from pyiceberg.catalog import Catalog
 
 
@@ -75,7 +78,12 @@ def cmd_query(args: argparse.Namespace) -> None:
     as_of_ms = _as_of_ms(args.as_of) if args.as_of else None
     catalog = _lake_with_tables(settings)
     result = run_sql(
-        catalog, settings.namespace, args.sql, snapshot_id=args.snapshot, as_of_ms=as_of_ms
+        catalog,
+        settings.namespace,
+        args.sql,
+        snapshot_id=args.snapshot,
+        as_of_ms=as_of_ms,
+        read=_fresh_reader(settings, args) if args.fresh else None,
     )
     if args.format == "csv":
         sys.stdout.write(format_csv(result))
@@ -89,6 +97,26 @@ def cmd_query(args: argparse.Namespace) -> None:
             terminal = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
             width = max(CELL_WIDTH, terminal // columns - 1)
         print(format_table(result, max_rows=args.max_rows, max_width=width))
+
+
+def _fresh_reader(settings: Settings, args: argparse.Namespace) -> Callable[[str], pa.Table]:
+    """Each table the query names read fresh, and what each read took said on stderr (the
+    rows go to stdout, for scripts)."""
+    from kinesis_lake.pipeline.fresh_read import TailLimits, fresh_read
+
+    try:
+        limits = TailLimits(max_records=args.fresh_max_records, max_age_s=args.fresh_max_age)
+    except ValueError as error:
+        raise ConfigurationError(f"--fresh-max-records/--fresh-max-age: {error}") from None
+
+    def read(name: str) -> pa.Table:
+        fresh = fresh_read(settings, name, limits=limits)
+        print(f"fresh {fresh.describe(name)}", file=sys.stderr)
+        for warning in fresh.warnings:
+            print(f"fresh {name}: {warning}", file=sys.stderr)
+        return fresh.table
+
+    return read
 
 
 def _lake_with_tables(settings: Settings) -> Catalog:
@@ -131,6 +159,26 @@ def add_query(commands: Commands) -> None:
     query.add_argument("--snapshot", type=int, default=None, help="read as of snapshot id")
     query.add_argument(
         "--as-of", default=None, help="read as of a time: ISO-8601 (2026-11-24T10:00:00Z) or ms"
+    )
+    query.add_argument(
+        "--fresh",
+        action="store_true",
+        help="read raw and routed tables with what their stream holds past the last commit "
+        "(read from Kinesis, parsed by the declaration); other tables are refused",
+    )
+    query.add_argument(
+        "--fresh-max-records",
+        type=int,
+        default=100_000,
+        help="with --fresh: Kinesis records read at most, all shards together; shards left "
+        "out are named on stderr",
+    )
+    query.add_argument(
+        "--fresh-max-age",
+        type=float,
+        default=None,
+        help="with --fresh: leave out (and name) a shard whose oldest uncommitted record "
+        "is older than this many seconds; default: no limit",
     )
     query.add_argument("--max-rows", type=int, default=20, help="rows shown in table format")
     query.add_argument(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,7 @@ def run_sql(
     *,
     snapshot_id: int | None = None,
     as_of_ms: int | None = None,
+    read: Callable[[str], pa.Table] | None = None,
 ) -> pa.Table:
     """Run DuckDB ``sql`` over the tables of ``namespace``, optionally in the past.
 
@@ -54,6 +56,9 @@ def run_sql(
     * ``snapshot_id`` pins the one table whose history holds that snapshot (snapshot ids
       are unique per table, never shared); the other tables read their current state.
 
+    ``read`` (a table's short name -> its rows) replaces the snapshot read of every table
+    the query names: ``query --fresh`` reads them with the stream's uncommitted tail.
+
     Raises:
         QueryError: the SQL does not parse or bind (an unknown table or column: the message
             lists the namespace's tables), both time-travel arguments are given, no named
@@ -61,6 +66,8 @@ def run_sql(
     """
     if snapshot_id is not None and as_of_ms is not None:
         raise QueryError("Pass --snapshot or --as-of, not both.")
+    if read is not None and (snapshot_id is not None or as_of_ms is not None):
+        raise QueryError("--fresh reads the tables as they are now: drop --snapshot/--as-of.")
     named = _named_tables(sql)
     existing = sorted(identifier[-1] for identifier in catalog.list_tables(namespace))
     tables = {
@@ -94,7 +101,12 @@ def run_sql(
         connection.execute("SET python_enable_replacements = false")
         connection.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
         for name, table in tables.items():
-            connection.register(name, _read(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms))
+            rows = (
+                read(name)
+                if read is not None
+                else _read(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms)
+            )
+            connection.register(name, rows)
             connection.execute(f'CREATE VIEW "{namespace}"."{name}" AS SELECT * FROM main."{name}"')
         try:
             return connection.sql(sql).to_arrow_table()
