@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +43,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events import columns as C
 from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.tables import parsed_arrow_schema
 from kinesis_lake.iceberg.data_files import table_arrow_schema
@@ -55,6 +56,7 @@ from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import list_shards, shard_lineage_order
 from kinesis_lake.pipeline.backlog import probe_starts
+from kinesis_lake.pipeline.fresh_upsert import upsert_winners
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 
@@ -146,7 +148,8 @@ class FreshRead:
 @dataclass(frozen=True)
 class FreshBase:
     """What a fresh read is based on, loaded once: the table, its raw table and the
-    committed positions, all from metadata (no data file read yet)."""
+    committed positions, all from metadata (no data file read yet). An upsert table's
+    base is its source's, with ``upsert`` set."""
 
     name: str
     kind: str
@@ -155,6 +158,16 @@ class FreshBase:
     raw: Table | None
     positions: dict[str, str]
     declaration: LakeDeclaration
+    upsert: UpsertBase | None = None
+
+
+@dataclass(frozen=True)
+class UpsertBase:
+    """An upsert table and its tombstones, loaded before its source (a routed table)."""
+
+    spec: DerivedTable
+    table: Table | None
+    tombstones: Table | None
 
 
 def fresh_read(
@@ -169,14 +182,24 @@ def fresh_read(
 
 
 def fresh_base(settings: Settings, name: str) -> FreshBase:
-    """Load what a fresh read of ``name`` stands on (a routed table before its raw).
+    """Load what a fresh read of ``name`` stands on (each table before the tables it is
+    computed from: an upsert table, its tombstones, its routed source, raw).
 
     Raises:
-        FreshReadNotOffered: ``name`` is neither a raw nor a routed table of the lake.
+        FreshReadNotOffered: ``name`` is neither a raw, routed nor upsert table (over a
+            routed table) of the lake.
     """
     declaration = load_declaration(settings.event_schema_path)
     catalog = open_lake(settings)
     streams = lake_streams(settings, declaration)
+    spec = next((d for d in declaration.derived if d.name == name), None)
+    if spec is not None and spec.upsert is not None and spec.source in declaration.names:
+        upsert = UpsertBase(
+            spec,
+            load_table(catalog, settings.table_identifier(name)),
+            load_table(catalog, settings.table_identifier(spec.tombstones)),
+        )
+        return replace(fresh_base(settings, spec.source), upsert=upsert)
     for stream in streams:
         if name == stream.raw_table_name:
             raw = load_table(catalog, stream.raw_table)
@@ -190,11 +213,12 @@ def fresh_base(settings: Settings, name: str) -> FreshBase:
         positions = committed_positions(raw) if raw is not None else {}
         part = declaration.for_stream(owner)
         return FreshBase(name, ROUTED, stream, table, raw, positions, part)
-    offered = [s.raw_table_name for s in streams] + declaration.names
+    upserts = [d.name for d in declaration.derived if d.upsert is not None]
+    offered = [s.raw_table_name for s in streams] + declaration.names + upserts
     raise FreshReadNotOffered(
-        f"A fresh read is not offered for {name!r}: it reads raw and routed tables "
-        f"({', '.join(offered)}). Upsert, SQL, quarantine and aggregate tables are "
-        "computed over their inputs; read them without --fresh, or read their inputs fresh."
+        f"A fresh read is not offered for {name!r}: it reads raw, routed and upsert tables "
+        f"({', '.join(offered)}). SQL, quarantine and aggregate tables are computed over "
+        "whole inputs; read them without --fresh, or read their inputs fresh."
     )
 
 
@@ -211,7 +235,8 @@ def read_fresh(
     tail = read_tail(kinesis, stream, base.positions, limits, now_ms())
     if base.kind == RAW:
         return _fresh_raw(base, tail)
-    return _fresh_routed(base, tail)
+    routed = _fresh_routed(base, tail)
+    return routed if base.upsert is None else _fresh_upsert(base, base.upsert, routed)
 
 
 @dataclass
@@ -391,6 +416,44 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
         shards_read=tail.shards_read,
         left_out=tail.left_out,
         warnings=tail.warnings,
+    )
+
+
+def _fresh_upsert(base: FreshBase, upsert: UpsertBase, source: FreshRead) -> FreshRead:
+    """The upsert table with the source's rows it has not merged merged in: the rows its
+    source committed since the upsert caught up, and the source's fresh rows."""
+    spec = upsert.spec.upsert
+    assert spec is not None
+    schema = source.table.schema
+    committed, snapshot_id = _snapshot_rows(upsert.table, schema)
+    tombstones = (
+        _snapshot_rows(upsert.tombstones, table_arrow_schema(upsert.tombstones.schema()))[0]
+        if upsert.tombstones is not None
+        else schema.empty_table().select([spec.key, spec.version, *ORDER_COLUMNS])
+    )
+    done = (
+        caught_up_snapshot_id(base.table, upsert.table)
+        if base.table is not None and upsert.table is not None
+        else None
+    )
+    not_merged = (
+        read_files(base.table, appended_since(base.table, done).files)
+        if base.table is not None
+        else schema.empty_table()
+    )
+    fresh = source.table.slice(source.rows_from_snapshot)
+    new_rows = pa.concat_tables([not_merged.select(schema.names).cast(schema), fresh])
+    rows = upsert_winners(committed, tombstones, new_rows, spec)
+    return FreshRead(
+        table=rows,
+        snapshot_id=snapshot_id,
+        rows_from_snapshot=committed.num_rows,
+        rows_from_raw=source.rows_from_raw,
+        rows_from_tail=source.rows_from_tail,
+        tail_records=source.tail_records,
+        shards_read=source.shards_read,
+        left_out=source.left_out,
+        warnings=source.warnings,
     )
 
 
