@@ -48,7 +48,16 @@ tables:
     route: {type: note}
     fields:
       - {name: text, type: string}
+  - name: prices
+    route: {type: price}
+    fields:
+      - {name: sku, type: string}
+      - {name: version, type: long, required: true}
+      - {name: op, type: string}
 derived:
+  - name: current_prices
+    from: prices
+    upsert: {key: sku, version: version, delete: {field: op, equals: delete}}
   - name: order_count
     sql: SELECT count(*) AS n FROM orders
     refresh: full
@@ -70,6 +79,10 @@ def put(settings: Settings, *events: dict[str, Any] | bytes, keys: int = 8) -> N
 
 def order(order_id: str, amount: int = 1) -> dict[str, Any]:
     return {"type": "order", "id": order_id, "amount": amount, "at": AT}
+
+
+def price(sku: str, version: int, op: str = "set") -> dict[str, Any]:
+    return {"type": "price", "sku": sku, "version": version, "op": op}
 
 
 def rows_of(settings: Settings, name: str) -> list[tuple]:
@@ -95,11 +108,13 @@ def test_fresh_reads_equal_the_tables_after_the_next_commits_across_a_split_and_
     spark, settings
 ):
     """Also with the commits landing during a read (between its base and its tail)."""
-    put(settings, order("o1"), order("o2"), {"type": "note", "text": "first"})
+    put(settings, order("o1"), order("o2"), {"type": "note", "text": "first"}, price("a", 1))
+    put(settings, price("b", 1), price("d", 1))
     run_ingestion(spark, settings)
     refresh_downstream(spark, settings)
     # Committed to raw, not yet derived: the routed table's fresh read routes these too.
     put(settings, order("o3"), order("o1", 99))  # o1 again: a duplicate of a committed key
+    put(settings, price("a", 2), price("d", 2, op="delete"))
     run_ingestion(spark, settings)
     client = kinesis_client(settings.endpoint_url, settings.region)
     before = sorted(s.shard_id for s in list_shards(client, settings.stream_name))
@@ -111,29 +126,37 @@ def test_fresh_reads_equal_the_tables_after_the_next_commits_across_a_split_and_
     )
     merge(client, settings.stream_name, children[0], children[1])
     put(settings, order("o6"), order("o5", 3), {"type": "note", "text": "after the merge"})
+    # b deleted, c new, a's older version loses, d's update loses to its delete.
+    put(settings, price("b", 2, op="delete"), price("c", 1), price("a", 1), price("d", 1))
 
     raw_fresh = fresh_read(settings, settings.raw_table_name)
     orders_fresh = fresh_read(settings, "orders")
     notes_fresh = fresh_read(settings, "notes")
+    prices_fresh = fresh_read(settings, "current_prices")
     # Reads racing the commits below: based on the tables as they are now, and reading
     # the stream only once both commits have landed.
     raw_base = fresh_base(settings, settings.raw_table_name)
     orders_base = fresh_base(settings, "orders")
 
-    assert raw_fresh.rows_from_snapshot == 5 and raw_fresh.rows_from_tail == 8
+    assert raw_fresh.rows_from_snapshot == 10 and raw_fresh.rows_from_tail == 12
     assert raw_fresh.shards_read == 5 and not raw_fresh.tail_truncated
-    assert len(set(identities(raw_fresh))) == 13, "a committed record read again"
+    assert len(set(identities(raw_fresh))) == 22, "a committed record read again"
     assert orders_fresh.rows_from_snapshot == 2
     assert orders_fresh.rows_from_raw == 1, "o3; the second o1 is a duplicate"
     assert orders_fresh.rows_from_tail == 3, "o4, o5, o6 once each"
-    assert (raw_fresh.tail_records, orders_fresh.tail_records) == (8, 8)
+    assert (raw_fresh.tail_records, orders_fresh.tail_records) == (12, 12)
     run_ingestion(spark, settings)
     refresh_downstream(spark, settings)
     raw_raced, orders_raced = read_fresh(raw_base), read_fresh(orders_base)
     assert fresh_rows(raw_fresh) == fresh_rows(raw_raced) == rows_of(settings, "raw_events")
     assert fresh_rows(orders_fresh) == fresh_rows(orders_raced) == rows_of(settings, "orders")
-    assert raw_raced.rows_from_tail == 8 and orders_raced.rows_from_tail == 3
+    assert raw_raced.rows_from_tail == 12 and orders_raced.rows_from_tail == 3
     assert fresh_rows(notes_fresh) == rows_of(settings, "notes")
+    assert fresh_rows(prices_fresh) == rows_of(settings, "current_prices")
+    assert sorted((r["sku"], r["version"]) for r in prices_fresh.table.to_pylist()) == [
+        ("a", 2),
+        ("c", 1),
+    ]
     assert sorted(r["id"] for r in orders_fresh.table.to_pylist()) == [
         "o1",
         "o2",
@@ -170,7 +193,7 @@ def test_the_tail_cap_is_honoured_and_reported(settings, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert json.loads(out) == {"n": 5}
     assert "raw_events: 0 rows from snapshot None" in err and "tail truncated" in err
-    with pytest.raises(FreshReadNotOffered, match="reads raw and routed tables"):
+    with pytest.raises(FreshReadNotOffered, match="reads raw, routed and upsert tables"):
         fresh_base(settings, "order_count")
 
 
