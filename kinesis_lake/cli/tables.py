@@ -163,8 +163,8 @@ def add_query(commands: Commands) -> None:
     query.add_argument(
         "--fresh",
         action="store_true",
-        help="read raw and routed tables with what their stream holds past the last commit "
-        "(read from Kinesis, parsed by the declaration); other tables are refused",
+        help="read raw, routed and upsert tables with what their stream holds past the last "
+        "commit (read from Kinesis, parsed by the declaration); other tables are refused",
     )
     query.add_argument(
         "--fresh-max-records",
