@@ -52,6 +52,7 @@ VARIABLES = {
     "emr_service_role": "KINESIS_LAKE_EMR_SERVICE_ROLE",
     "emr_instance_profile": "KINESIS_LAKE_EMR_INSTANCE_PROFILE",
     "emr_log_uri": "KINESIS_LAKE_EMR_LOG_URI",
+    "emr_poll_seconds": "KINESIS_LAKE_EMR_POLL_SECONDS",
     "glue_job_name": "KINESIS_LAKE_GLUE_JOB_NAME",
 }
 
@@ -121,6 +122,10 @@ class LaunchResource(dg.ConfigurableResource):
     )
     emr_log_uri: str | None = Field(
         default=None, description="KINESIS_LAKE_EMR_LOG_URI: where EMR keeps the step's logs."
+    )
+    emr_poll_seconds: int = Field(
+        default=30,
+        description="KINESIS_LAKE_EMR_POLL_SECONDS: how often to ask whether the cluster ended.",
     )
     glue_job_name: str | None = Field(default=None, description="KINESIS_LAKE_GLUE_JOB_NAME.")
     spark_conf: dict[str, str] = Field(
@@ -235,7 +240,7 @@ class LaunchResource(dg.ConfigurableResource):
     def _emr(
         self, context, package: str, declaration: str, arguments: list[str], messages
     ) -> dg.PipesClientCompletedInvocation:
-        from dagster_aws.pipes import PipesEMRClient
+        from kinesis_lake.defs.emr_client import PipesEMRStepClient
 
         conf = {"spark.yarn.appMasterEnv.PYSPARK_PYTHON": ENVIRONMENT_PYTHON, **self._python_conf()}
         submit = [
@@ -282,7 +287,11 @@ class LaunchResource(dg.ConfigurableResource):
         }
         if self.emr_log_uri:
             params["LogUri"] = self.emr_log_uri
-        client = PipesEMRClient(client=self._client("emr"), message_reader=messages)
+        client = PipesEMRStepClient(
+            client=self._client("emr"),
+            message_reader=messages,
+            poll_seconds=self.emr_poll_seconds,
+        )
         return client.run(context=context, run_job_flow_params=params)
 
     def _glue(

@@ -163,15 +163,16 @@ def test_the_derived_tables_run_as_one_emr_step_on_a_transient_cluster(aws) -> N
     described: list[str] = []
 
     def step_done(parsed: dict, **_: Any) -> None:
-        """The cluster ends once Dagster saw it running (its second DescribeCluster: the
-        first is the client's own, before its cluster_running waiter)."""
+        """The cluster ends once Dagster saw it running (its second DescribeCluster)."""
         described.append(parsed["Cluster"]["Status"]["State"])
         if len(described) == 2:
             emr.terminate_job_flows(JobFlowIds=[parsed["Cluster"]["Id"]])
 
     assert boto3.DEFAULT_SESSION is not None
     boto3.DEFAULT_SESSION.events.register("after-call.emr.DescribeCluster", step_done)
-    launch = LaunchResource(launcher="emr", package_uri=PACKAGE, pipes_bucket=PIPES_BUCKET)
+    launch = LaunchResource(
+        launcher="emr", package_uri=PACKAGE, pipes_bucket=PIPES_BUCKET, emr_poll_seconds=1
+    )
     from kinesis_lake.config import Settings
 
     declaration = load_declaration(Settings.from_env().event_schema_path)
@@ -260,3 +261,51 @@ def test_in_process_keeps_the_asset_as_it_is() -> None:
     asset = raw_asset(DEFAULT_STREAM)
     assert launched(asset, DEFAULT_STREAM, env={}) is asset
     assert LaunchResource.from_env({}).launcher == "in_process"
+
+
+def test_a_failed_emr_step_fails_the_asset_naming_the_cluster_the_cause_and_the_log(
+    aws,
+) -> None:
+    """The step's driver fails before it reports anything, and ActionOnFailure ends the
+    cluster TERMINATED_WITH_ERRORS. moto runs no step, so the hooks play that ending as
+    EMR reports it. dagster-aws's client met it only through its waiter's 'terminal
+    failure state' (its own state check compares a string with enum members and never
+    fires); the operator must learn which cluster, why, and where the log is."""
+    emr = boto3.client("emr")
+    described: list[str] = []
+    log = "s3://lake-logs/j-failed/steps/s-1/stderr.gz"
+
+    def cluster_fails(parsed: dict, **_: Any) -> None:
+        cluster = parsed["Cluster"]
+        described.append(cluster["Status"]["State"])
+        if len(described) == 2:
+            emr.terminate_job_flows(JobFlowIds=[cluster["Id"]])
+        if cluster["Status"]["State"] == "TERMINATED":
+            cluster["Status"]["State"] = "TERMINATED_WITH_ERRORS"
+            cluster["Status"]["StateChangeReason"] = {
+                "Code": "STEP_FAILURE",
+                "Message": "Shut down as step failed",
+            }
+
+    def step_fails(parsed: dict, **_: Any) -> None:
+        for step in parsed["Steps"]:
+            step["Status"]["State"] = "FAILED"
+            step["Status"]["FailureDetails"] = {"Reason": "Unknown Error.", "LogFile": log}
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("after-call.emr.DescribeCluster", cluster_fails)
+    boto3.DEFAULT_SESSION.events.register("after-call.emr.ListSteps", step_fails)
+    launch = LaunchResource(
+        launcher="emr", package_uri=PACKAGE, pipes_bucket=PIPES_BUCKET, emr_poll_seconds=1
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr"}
+    )
+
+    with pytest.raises(Exception) as raised:
+        materialize(asset, launch)
+
+    message = str(raised.value)
+    assert "TERMINATED_WITH_ERRORS" in message and "Shut down as step failed" in message
+    assert "ingest --stream clicks" in message and "FAILED" in message and log in message
+    assert message.count("\n") == 0  # one line: what failed, why, where to look, what to do
