@@ -119,6 +119,13 @@ class Settings:
         "many user records it holds).",
         default=100_000,
     )
+    max_bytes_per_shard: int | None = setting(
+        "KINESIS_MAX_BYTES_PER_SHARD",
+        "Bytes of Kinesis records (data plus partition key) read per shard per micro-batch, "
+        "beside the record cap; a read's first record is always taken, so one larger than "
+        "the cap is read alone. Unset: no byte cap.",
+        default=None,
+    )
     max_write_tasks: int | None = setting(
         "KINESIS_LAKE_MAX_WRITE_TASKS",
         "At most this many tasks write each micro-batch (so at most this many data files per "
@@ -261,6 +268,11 @@ class Settings:
             raise SettingsError(
                 "KINESIS_MAX_RECORDS_PER_SHARD must be >= 1 (default 100000), "
                 f"got {self.max_records_per_shard}."
+            )
+        if self.max_bytes_per_shard is not None and self.max_bytes_per_shard < 1:
+            raise SettingsError(
+                "KINESIS_MAX_BYTES_PER_SHARD must be a whole number of bytes >= 1 (such as "
+                f"1048576 for 1 MiB), or unset for no byte cap; got {self.max_bytes_per_shard}."
             )
         if self.sensor_interval_seconds < 1:
             raise SettingsError(

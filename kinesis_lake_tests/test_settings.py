@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kinesis_lake.config import SETTINGS, Settings, settings_markdown
+import pytest
+
+from kinesis_lake.config import SETTINGS, Settings, SettingsError, settings_markdown
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
 from kinesis_lake.kinesis.start_positions import STARTING_POSITIONS
 from kinesis_lake.spark.kinesis import options as kinesis_source_options
@@ -45,3 +47,11 @@ def test_kinesis_lake_settings_prints_every_variable() -> None:
 
 def test_starting_positions_are_one_list() -> None:
     assert kinesis_source_options.STARTING_POSITIONS is STARTING_POSITIONS
+
+
+def test_a_byte_cap_setting_is_whole_bytes_or_unset() -> None:
+    assert Settings.from_env({}).max_bytes_per_shard is None
+    assert Settings.from_env({"KINESIS_MAX_BYTES_PER_SHARD": "65536"}).max_bytes_per_shard == 65536
+    for bad in ("0", "1MB"):
+        with pytest.raises(SettingsError, match="KINESIS_MAX_BYTES_PER_SHARD"):
+            Settings.from_env({"KINESIS_MAX_BYTES_PER_SHARD": bad})

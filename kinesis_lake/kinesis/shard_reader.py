@@ -2,7 +2,7 @@
 
 This runs on Spark executors. A Spark micro-batch must be replayable after a crash, and
 the driver cannot know where a shard will end, so the executor reads from a start position
-up to a cap (records, arrival time), reports exactly where it stopped (``ReadOutcome``),
+up to a cap (records, bytes, arrival time), reports exactly where it stopped (``ReadOutcome``),
 and a replay of that batch passes the reported last sequence number back as
 ``end_sequence_number`` to get the identical records again.
 
@@ -23,7 +23,13 @@ from kinesis_lake.kinesis.client import KinesisClient
 from kinesis_lake.kinesis.kpl import user_records
 from kinesis_lake.kinesis.pages import Page
 from kinesis_lake.kinesis.polled_pages import PolledPages
-from kinesis_lake.kinesis.read_stops import BEFORE_RECORD, SHARD_ENDS, page_stop, record_stop
+from kinesis_lake.kinesis.read_stops import (
+    BEFORE_RECORD,
+    SHARD_ENDS,
+    page_stop,
+    record_bytes,
+    record_stop,
+)
 from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.retry import DEFAULT_RETRY, RetryPolicy
 from kinesis_lake.kinesis.server_time import epoch_ms
@@ -41,7 +47,8 @@ _RANGE_GONE_STOPS = ("end_gone", "caught_up", "shard_end", "shard_gone")
 class ReadOutcome:
     """Where and why a read stopped: the executor's report back to the driver.
 
-    ``records_read`` counts Kinesis records (an aggregate counts once), ``user_records``
+    ``records_read`` counts Kinesis records (an aggregate counts once), ``bytes_read``
+    their size (:func:`~kinesis_lake.kinesis.read_stops.record_bytes`), ``user_records``
     the records yielded after de-aggregation. ``calls`` counts GetRecords (or, for enhanced
     fan-out, SubscribeToShard) requests sent,
     failed ones included; ``retries`` counts retried requests of any operation.
@@ -66,6 +73,7 @@ class ReadOutcome:
     data_loss: str | None
     read_started_ms: int
     tip_ms: int | None = None
+    bytes_read: int = 0  # absent from progress records written before byte budgets
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,10 +128,13 @@ class ShardReader:
         quiet_since_ms: int | None = None,
         retention_ms: int | None = None,
         pinned_records: int | None = None,
+        max_bytes: int | None = None,
     ) -> Iterator[list[KinesisRecord]]:
         """Yield de-aggregated records, one non-empty list per GetRecords response.
 
-        Stops at the first of: ``max_records`` Kinesis records ("limit"), the record
+        Stops at the first of: ``max_records`` Kinesis records ("limit"), ``max_bytes``
+        of them reached ("bytes") or about to be passed ("over_bytes": that record is not
+        included, unless it is the read's first, which is read alone), the record
         ``end_sequence_number`` read, inclusive ("end_sequence"), a record that arrived
         after ``arrival_cutoff_ms``, which is not included ("cutoff"), the end of a closed
         shard ("shard_end"), a short page at the tip of the stream ("caught_up"), or the
@@ -146,6 +157,8 @@ class ShardReader:
         """
         if max_records < 1:
             raise ValueError("max_records must be at least 1")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1 (or None: no byte budget)")
         self.outcome = None
         outcome = ReadOutcome(
             shard_id=self._calls.shard_id,
@@ -183,6 +196,12 @@ class ShardReader:
                     return False  # caught up, most likely
                 if not page.records:
                     return True
+                if (
+                    max_bytes is not None
+                    and outcome.bytes_read + sum(record_bytes(record) for record in page.records)
+                    >= max_bytes
+                ):
+                    return False  # the byte budget ends the read on this page
                 last = page.records[-1]
                 if end is not None and int(last["SequenceNumber"]) >= end:
                     return False
@@ -203,6 +222,7 @@ class ShardReader:
                         skipped += 1
                         continue
                     arrival_ms = epoch_ms(record["ApproximateArrivalTimestamp"])
+                    size = record_bytes(record)
                     stop = (
                         record_stop(
                             sequence_number,
@@ -211,6 +231,9 @@ class ShardReader:
                             end=end,
                             arrival_cutoff_ms=arrival_cutoff_ms,
                             max_records=max_records,
+                            size=size,
+                            bytes_before=outcome.bytes_read,
+                            max_bytes=max_bytes,
                         )
                         or ""
                     )
@@ -228,6 +251,7 @@ class ShardReader:
                     )
                     cursor.consumed(sequence_number)
                     outcome.records_read += 1
+                    outcome.bytes_read += size
                     outcome.last_sequence_number = sequence_number
                     outcome.last_arrival_ms = arrival_ms
                     if stop:

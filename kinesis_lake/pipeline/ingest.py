@@ -121,6 +121,13 @@ def prepare_raw_table(settings: Settings) -> Table:
     return ensure_raw_table(catalog, settings.raw_table)
 
 
+def _byte_cap(settings: Settings) -> dict[str, str]:
+    """The source's per-shard byte cap, when one is set."""
+    if settings.max_bytes_per_shard is None:
+        return {}
+    return {"maxBytesPerShard": str(settings.max_bytes_per_shard)}
+
+
 def _stream_options(settings: Settings) -> dict[str, str]:
     """The source options that say which stream, where, and as whom it is read: all that
     ``release_consumer`` needs after the query."""
@@ -168,6 +175,7 @@ def start_ingestion_query(
         spark.readStream.format("kinesis")
         .options(**_stream_options(settings))
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
+        .options(**_byte_cap(settings))
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
         .options(**(bounded.source_options() if bounded is not None else {}))
     )

@@ -1,7 +1,7 @@
 """The Python data source API classes the source and sink build on, from the PySpark that
 runs them: 4.0 and 4.1 lack some of 4.2+'s (docs/spark-4.0-4.1.md has the evidence).
 
-* Read limits (``ReadLimit``, ``ReadAllAvailable``, ``ReadMaxRows``) and
+* Read limits (``ReadLimit``, ``ReadAllAvailable``, ``ReadMaxRows``, ``ReadMaxBytes``) and
   ``SupportsTriggerAvailableNow`` live in ``pyspark.sql.streaming.datasource`` since 4.2.
   On 4.0/4.1 that module is missing and Spark calls ``latestOffset()`` with no arguments:
   the kinesis reader applies its default limit itself, with the stand-ins below, which
@@ -24,6 +24,7 @@ try:
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
+        ReadMaxBytes,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
@@ -40,6 +41,12 @@ except ImportError:  # PySpark 4.0/4.1
 
         def __init__(self, max_rows: int) -> None:
             self.max_rows = max_rows
+
+    class ReadMaxBytes(ReadLimit):  # type: ignore[no-redef]
+        """At most ``max_bytes`` bytes (the kinesis source counts Kinesis records' bytes)."""
+
+        def __init__(self, max_bytes: int) -> None:
+            self.max_bytes = max_bytes
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """A marker only: 4.0/4.1 never call ``prepareForTriggerAvailableNow`` on a Python
@@ -62,6 +69,7 @@ __all__ = [
     "DataSourceStreamArrowWriter",
     "ReadAllAvailable",
     "ReadLimit",
+    "ReadMaxBytes",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_lake.kinesis.read_stops import page_stop, record_stop
+from kinesis_lake.kinesis.read_stops import BEFORE_RECORD, page_stop, record_bytes, record_stop
 
 _RECORD = {
     "taken_before": 0,
@@ -52,6 +52,41 @@ def test_a_record_stops_the_read_for_the_first_reason_that_applies(
     sequence_number: str, arrival_ms: int, read: dict, expected: str | None
 ) -> None:
     assert record_stop(sequence_number, arrival_ms, **{**_RECORD, **read}) == expected
+
+
+@pytest.mark.parametrize(
+    ("read", "expected"),
+    [
+        pytest.param({"bytes_before": 50, "size": 49}, None, id="under-the-budget"),
+        pytest.param({"bytes_before": 50, "size": 50}, "bytes", id="reaches-the-budget"),
+        pytest.param({"bytes_before": 50, "size": 51}, "over_bytes", id="would-pass-it"),
+        pytest.param({"size": 500, "taken_before": 0}, "bytes", id="a-first-record-too-big"),
+        pytest.param({"size": 500, "max_bytes": None}, None, id="no-byte-budget"),
+        # The record limit is reached by a record the budget lets in; a record the budget
+        # leaves out is not taken, whatever the limit says.
+        pytest.param(
+            {"bytes_before": 50, "size": 50, "taken_before": 9}, "limit", id="limit-and-bytes"
+        ),
+        pytest.param(
+            {"bytes_before": 50, "size": 51, "taken_before": 9}, "over_bytes", id="over-first"
+        ),
+        # A replay ends at its end record, which its first read took within the budget.
+        pytest.param({"bytes_before": 50, "size": 51, "end": 5}, "end_sequence", id="replay"),
+    ],
+)
+def test_a_byte_budget_stops_the_read_at_whole_records(read: dict, expected: str | None) -> None:
+    """Strict with one exception: the first record is always taken (progress), so a
+    record larger than the whole budget is read alone."""
+    args = {**_RECORD, "taken_before": 3, "max_records": 10, "max_bytes": 100, **read}
+    stop = record_stop("5", 1_000, **args)
+    assert stop == expected
+    budgeted = args["max_bytes"] is not None and args["end"] is None
+    if stop not in BEFORE_RECORD and budgeted and args["taken_before"] > 0:
+        assert args["bytes_before"] + args["size"] <= args["max_bytes"]
+
+
+def test_a_record_counts_its_data_and_partition_key_bytes() -> None:
+    assert record_bytes({"Data": b"\x00" * 10, "PartitionKey": "clé"}) == 14
 
 
 _PAGE = {

@@ -143,6 +143,62 @@ def test_limit_counts_kinesis_records_and_never_splits_an_aggregate(client, new_
     assert reader.outcome.stopped_by == "limit"
 
 
+def test_a_byte_budget_bounds_each_read_in_whole_records_and_replays_identically(
+    client, new_stream
+) -> None:
+    """Records of 11 to 61 bytes and a KPL aggregate larger than the 50-byte budget,
+    read one budget at a time, resuming after each read's last record: every read stays
+    within the budget, but a first record larger than it is read alone (progress), the
+    aggregate with all its user records (never split); every record is read once, in
+    order; a pinned replay of a read that stopped before a record reads the same."""
+    stream = new_stream(client)
+    users = [(f"user-{i}", f"event-{i}".encode()) for i in range(5)]
+    blobs = [b"a" * 10, b"b" * 30, b"c" * 5, b"d" * 60, b"e" * 20, aggregate(users), b"f" * 8]
+    put(client, stream, [("k", blob) for blob in blobs] + [("key-41", b"g" * 35)])
+    sizes = [len(blob) + 1 for blob in blobs] + [41]  # data plus partition key
+    assert sizes[5] > 50
+    reader = _reader(client, stream, max_records_per_call=3)
+    reads, start = [], StartPosition.trim_horizon()
+    while not reads or reader.outcome.stopped_by != "caught_up":
+        records = _read(reader, start, max_records=100, max_bytes=50)
+        outcome = _outcome(reader)
+        reads.append((outcome.stopped_by, outcome.records_read, outcome.bytes_read, records))
+        start = StartPosition.after(outcome.last_sequence_number or "0")
+    assert [(stop, count, size) for stop, count, size, _ in reads] == [
+        ("over_bytes", 3, 48),  # 11 + 31 + 6; the 61-byte record would pass 50
+        ("bytes", 1, 61),  # larger than the budget: read alone
+        ("over_bytes", 1, 21),  # the aggregate would pass 50
+        ("bytes", 1, sizes[5]),  # the aggregate alone, whole
+        ("bytes", 2, 50),  # 9 + 41 reach the budget exactly
+        ("caught_up", 0, 0),
+    ]
+    aggregate_read = reads[3][3]
+    assert [(r.partition_key, r.data) for r in aggregate_read] == users
+    everything = [r for *_, records in reads for r in records]
+    assert len({(r.sequence_number, r.sub_sequence_number) for r in everything}) == 12
+    assert [r.data for r in everything if not r.aggregated] == [
+        b"a" * 10,
+        b"b" * 30,
+        b"c" * 5,
+        b"d" * 60,
+        b"e" * 20,
+        b"f" * 8,
+        b"g" * 35,
+    ]
+
+    first = _read(reader, StartPosition.trim_horizon(), max_records=100, max_bytes=50)
+    replay = _read(
+        reader,
+        StartPosition.trim_horizon(),
+        max_records=100,
+        max_bytes=50,
+        end_sequence_number=reads[0][3][-1].sequence_number,
+        pinned_records=3,
+    )
+    assert _key(replay) == _key(first) == _key(reads[0][3])
+    assert (_outcome(reader).stopped_by, _outcome(reader).data_loss) == ("end_sequence", None)
+
+
 def test_at_timestamp_start(client, new_stream) -> None:
     stream = new_stream(client)
     put(client, stream, entries(3, "old"))

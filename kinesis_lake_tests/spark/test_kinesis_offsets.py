@@ -11,6 +11,7 @@ from kinesis_lake.spark.kinesis.offsets import (
     PlanningInput,
     SourceOffset,
     SourcePlanningError,
+    epoch_byte_limits,
     epoch_limits,
     plan_next_offset,
 )
@@ -223,6 +224,52 @@ def test_fewer_rows_than_shards_still_reads_every_shard_in_turn():
         read.append(shard_id)
         current = plan(current, listed, [outcome(shard_id, "1")], max_rows=1)
     assert sorted(read) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("per_shard", "total", "rotation", "expected"),
+    [
+        (None, None, 0, {"a": None, "b": None, "c": None}),
+        (1000, None, 0, {"a": 1000, "b": 1000, "c": 1000}),
+        (None, 10, 0, {"a": 4, "b": 3, "c": 3}),
+        (3, 10, 1, {"a": 3, "b": 3, "c": 3}),
+        (None, 2, 2, {"c": 1, "a": 1, "b": 0}),
+    ],
+)
+def test_epoch_byte_limits_split_the_batch_budget_under_the_shard_cap(
+    per_shard, total, rotation, expected
+):
+    budgets = epoch_byte_limits(["a", "b", "c"], per_shard, total, rotation=rotation)
+    assert budgets == expected
+    if total is not None:
+        assert sum(budgets.values()) <= total
+
+
+def test_the_plan_carries_each_shards_byte_budget_and_an_old_offset_still_loads():
+    """The budget is in the offset, so a read its first attempt never finished is done
+    again under the same budget; an offset logged before byte budgets loads without one.
+    A shard whose share is 0 bytes sits the epoch out, as with records."""
+    listed = [shard("a"), shard("b"), shard("c")]
+    first = plan(initial(*listed), listed, max_bytes_per_shard=500, max_bytes=2)
+    assert {s: (c.limit, c.max_bytes) for s, c in first.shards.items()} == {
+        "a": (100, 1),
+        "b": (100, 1),
+        "c": (0, None),
+    }
+    logged = first.to_dict()
+    assert logged["shards"]["a"]["maxBytes"] == 1
+    assert SourceOffset.from_dict(logged) == first
+    second = plan(first, listed, [outcome("a", "1"), outcome("b", "1")], max_bytes=2000)
+    assert {c.max_bytes for c in second.shards.values()} == {667, 666}
+    for cursor in logged["shards"].values():
+        cursor.pop("maxBytes", None)
+    old = SourceOffset.from_dict(logged)
+    assert all(c.max_bytes is None for c in old.shards.values())
+    assert plan(old, listed, [outcome("a", "1"), outcome("b", "1")]).shards_to_read() == [
+        "a",
+        "b",
+        "c",
+    ]
 
 
 def test_a_child_of_a_parent_the_last_plan_never_saw_still_has_a_read_to_tip_time():

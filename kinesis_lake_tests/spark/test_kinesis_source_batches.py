@@ -1,4 +1,5 @@
-"""Micro-batches are bounded by the source's per-shard limit and by Spark's read limit."""
+"""Micro-batches are bounded by the source's per-shard limit and by Spark's read limit, in
+records and in bytes."""
 
 from __future__ import annotations
 
@@ -17,21 +18,36 @@ from kinesis_lake_tests.spark.source_helpers import (
 def test_per_shard_and_per_batch_limits_bound_every_batch_and_lose_nothing(
     spark, kinesalite_endpoint, tmp_path
 ):
+    """The first run also caps bytes (Spark's ReadMaxBytes on 4.2+, the reader's own
+    default on 4.0/4.1): 200 per batch, split over the shards read. Records are 17 bytes
+    (data plus partition key), but one is 257: it is read alone, and no read of several
+    records passes its share of the 200."""
     url = kinesalite_endpoint.url
     stream = new_stream(url, shards=2)
     events = keyed_events("x", keys=6, per_key=4)
+    big = events[6][1] + b"-" * 240  # key-0's second event: its shard has more after it
+    events[6] = (events[6][0], big)
     put(url, stream, events)
     expected = sorted(d.decode() for _, d in events)
 
     per_shard = run_source(
         spark,
-        source_options(url, stream, tmp_path / "m1", maxRecordsPerShard="5"),
+        source_options(
+            url, stream, tmp_path / "m1", maxRecordsPerShard="5", maxBytesPerBatch="200"
+        ),
         tmp_path / "c1",
     )
     assert sorted(payloads(per_shard)) == expected
     per_batch_and_shard = Counter((r["batch_id"], r["shard_id"]) for r in per_shard)
     assert max(per_batch_and_shard.values()) == 5
     _assert_each_shard_continues_where_the_last_batch_stopped(per_shard)
+    (big_row,) = [r for r in per_shard if bytes(r["data"]) == big]
+    assert per_batch_and_shard[(big_row["batch_id"], big_row["shard_id"])] == 1
+    read_bytes: Counter = Counter()
+    for r in per_shard:
+        if per_batch_and_shard[(r["batch_id"], r["shard_id"])] > 1:
+            read_bytes[r["batch_id"]] += len(r["data"]) + len(r["partition_key"].encode())
+    assert 0 < max(read_bytes.values()) <= 200
 
     per_batch = run_source(
         spark,

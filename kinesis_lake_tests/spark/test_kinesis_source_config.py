@@ -6,7 +6,9 @@ import pytest
 from pyspark.errors import AnalysisException
 
 from kinesis_lake.kinesis.start_positions import StartPosition
+from kinesis_lake.spark.datasource_api import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 from kinesis_lake.spark.kinesis.options import KinesisOptionError, KinesisSourceOptions
+from kinesis_lake.spark.kinesis.source import KinesisStreamReader, batch_caps
 from kinesis_lake_tests.spark.source_helpers import REGION, new_stream
 
 CASES = [
@@ -109,6 +111,35 @@ def test_option_names_are_case_insensitive_and_defaults_apply():
     assert parsed.fail_on_data_loss is True
     assert parsed.starting_position == StartPosition("LATEST")
     assert parsed.consumer_type == "polling"
+
+
+@pytest.mark.parametrize("value", ["0", "1MB", "-5", "1.5"])
+def test_a_bad_byte_cap_names_the_option_and_the_accepted_form(value):
+    for name in ("maxBytesPerShard", "maxBytesPerBatch"):
+        with pytest.raises(KinesisOptionError) as raised:
+            KinesisSourceOptions.parse({"streamName": "s", name: value})
+        assert f"{name!r}={value!r}" in str(raised.value)
+        assert "whole number of bytes >= 1, such as 1048576" in str(raised.value)
+
+
+def test_byte_caps_become_spark_read_limits_and_the_plans_budgets():
+    """Spark takes one read limit from a Python source: records win, and the byte cap
+    rides beside them; ReadAllAvailable (Trigger.Once) lifts both batch caps."""
+    both = KinesisSourceOptions.parse(
+        {"streamName": "s", "maxRecordsPerBatch": "50", "maxBytesPerBatch": "4096"}
+    )
+    bytes_only = KinesisSourceOptions.parse(
+        {"streamName": "s", "maxBytesPerBatch": "4096", "maxBytesPerShard": "1024"}
+    )
+    assert bytes_only.max_bytes_per_shard == 1024
+    assert both.max_bytes_per_shard is None
+    default = KinesisStreamReader(bytes_only).getDefaultReadLimit()
+    assert isinstance(default, ReadMaxBytes)
+    assert batch_caps(default, bytes_only.max_bytes_per_batch) == (None, 4096)
+    rows = KinesisStreamReader(both).getDefaultReadLimit()
+    assert isinstance(rows, ReadMaxRows)
+    assert batch_caps(rows, both.max_bytes_per_batch) == (50, 4096)
+    assert batch_caps(ReadAllAvailable(), 4096) == (None, None)
 
 
 def test_each_query_gets_its_own_default_consumer_name():

@@ -5,12 +5,12 @@ Why offsets look like this
 Kinesis gives a consumer no way to ask "what is the last sequence number of this shard"
 without reading it, so the driver cannot know where a micro-batch ends. Each offset is
 therefore a *read plan* (an "epoch"): for every shard, the position the epoch's read
-starts from and how many Kinesis records it may read (plus, under ``availableNow``, an
-arrival-time cutoff). Executors carry the plan out and record where they actually stopped
-(:mod:`kinesis_lake.spark.kinesis.progress`); the next plan starts after that. Because the
-plan lives in Spark's offset log and the recorded stop lives beside it, a replayed epoch
-reads exactly the records it read the first time, so replays are deterministic rather
-than merely harmless.
+starts from and how many Kinesis records (and, with a byte cap, bytes) it may read
+(plus, under ``availableNow``, an arrival-time cutoff). Executors carry the plan out and
+record where they actually stopped (:mod:`kinesis_lake.spark.kinesis.progress`); the next
+plan starts after that. Because the plan lives in Spark's offset log and the recorded
+stop lives beside it, a replayed epoch reads exactly the records it read the first time,
+so replays are deterministic rather than merely harmless.
 
 This module is pure: no Spark, no network. :func:`plan_next_offset` is the whole policy
 (resharding, parent-before-child, read limits, availableNow termination, idle back-off)
@@ -47,7 +47,9 @@ class ShardCursor:
     the epoch was planned, i.e. before its read began. ``tip_ms`` is the server time of
     the latest read that found the shard caught up (see ``ReadOutcome.tip_ms``): when the
     record ``start`` resumes after has aged out, it tells a quiet shard from records that
-    expired unread.
+    expired unread. ``max_bytes`` is the read's byte budget (None: none), kept in the
+    plan, as ``limit`` is, so that a read the first attempt never finished is repeated
+    under the same budget; an offset logged before byte budgets existed has none.
     """
 
     start: StartPosition
@@ -55,6 +57,7 @@ class ShardCursor:
     reached_cutoff: bool = False
     closed: bool = False
     tip_ms: int | None = None
+    max_bytes: int | None = None
 
     @property
     def read(self) -> bool:
@@ -68,6 +71,8 @@ class ShardCursor:
             data["closed"] = True
         if self.tip_ms is not None:
             data["tipMs"] = self.tip_ms
+        if self.max_bytes is not None:
+            data["maxBytes"] = self.max_bytes
         return data
 
     @classmethod
@@ -78,6 +83,7 @@ class ShardCursor:
             reached_cutoff=bool(data.get("reachedCutoff", False)),
             closed=bool(data.get("closed", False)),
             tip_ms=data.get("tipMs"),
+            max_bytes=data.get("maxBytes"),
         )
 
 
@@ -206,6 +212,8 @@ class PlanningInput:
 
     ``max_rows`` is Spark's ReadMaxRows limit for the whole epoch (None for
     ReadAllAvailable); ``max_records_per_shard`` bounds each shard's read either way.
+    ``max_bytes`` and ``max_bytes_per_shard`` are the same two bounds in bytes (None:
+    no byte cap).
     """
 
     listed_shards: Sequence[Shard]
@@ -219,6 +227,8 @@ class PlanningInput:
     listed_ms: int | None = None
     """The server's clock before ``listed_shards`` were listed (a DescribeStreamSummary
     answered just before), kept in the plan as its ``listed_ms``."""
+    max_bytes_per_shard: int | None = None
+    max_bytes: int | None = None
 
 
 def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffset:
@@ -243,7 +253,8 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     * under ``availableNow`` (``cutoff_ms`` set) a shard that reached the cutoff sits
       out; when no shard is left to read, ``current`` is returned and Spark ends the run;
     * Spark's ReadMaxRows is split across the shards read, never above
-      ``max_records_per_shard`` each;
+      ``max_records_per_shard`` each, and the epoch's byte cap likewise
+      (:func:`epoch_byte_limits`);
     * otherwise, when the last epoch found every shard idle, the next epoch waits
       ``idle_ms`` so an idle stream is not polled in a tight loop.
     """
@@ -305,11 +316,23 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
     limits = epoch_limits(
         eligible, given.max_records_per_shard, given.max_rows, rotation=current.epoch
     )
+    budgets = epoch_byte_limits(
+        [sid for sid in eligible if sid in limits],
+        given.max_bytes_per_shard,
+        given.max_bytes,
+        rotation=current.epoch,
+    )
+    reads = {sid: limit for sid, limit in limits.items() if budgets[sid] != 0}
     proposal = replace(
         current,
         epoch=current.epoch + 1,
         shards={
-            sid: replace(cur, limit=limits.get(sid, 0), closed=listed[sid].is_closed)
+            sid: replace(
+                cur,
+                limit=reads.get(sid, 0),
+                max_bytes=budgets[sid] if sid in reads else None,
+                closed=listed[sid].is_closed,
+            )
             for sid, cur in cursors.items()
         },
         finished=frozenset(finished & set(listed)),
@@ -362,18 +385,46 @@ def epoch_limits(
     rotated by ``rotation`` (the epoch), so that with fewer rows than shards every shard
     still gets its turn. No shard exceeds ``max_records_per_shard``.
     """
+    shares = _shares(shard_ids, max_records_per_shard, max_rows, rotation)
+    return {shard_id: limit for shard_id, limit in shares.items() if limit > 0}
+
+
+def epoch_byte_limits(
+    shard_ids: Sequence[str],
+    max_bytes_per_shard: int | None,
+    max_bytes: int | None,
+    *,
+    rotation: int,
+) -> dict[str, int | None]:
+    """The byte budget of each shard's read in one epoch (None: no byte cap), keeping
+    the total within ``max_bytes``; ``shard_ids`` are the shards given a record limit.
+
+    Split as :func:`epoch_limits` splits records. A budget of 0 (fewer bytes than
+    shards) means the shard sits this epoch out, as a record limit of 0 does: a read
+    always takes at least one record, so every budget that reads must be at least 1.
+    """
+    if max_bytes is None and max_bytes_per_shard is None:
+        return dict.fromkeys(shard_ids)
+    cap = max_bytes_per_shard if max_bytes_per_shard is not None else max_bytes
+    assert cap is not None
+    return dict(_shares(shard_ids, cap, max_bytes, rotation))
+
+
+def _shares(shard_ids: Sequence[str], cap: int, total: int | None, rotation: int) -> dict[str, int]:
+    """``total`` split evenly over ``shard_ids``, each share at most ``cap``, the remainder
+    going to the first shards in an order rotated by ``rotation``; ``cap`` each without
+    a total."""
     if not shard_ids:
         return {}
-    if max_rows is None:
-        return dict.fromkeys(shard_ids, max_records_per_shard)
+    if total is None:
+        return dict.fromkeys(shard_ids, cap)
     turn = rotation % len(shard_ids)
     ordered = [*shard_ids[turn:], *shard_ids[:turn]]
-    share, remainder = divmod(max_rows, len(ordered))
-    limits = {
-        shard_id: min(max_records_per_shard, share + (1 if index < remainder else 0))
+    share, remainder = divmod(total, len(ordered))
+    return {
+        shard_id: min(cap, share + (1 if index < remainder else 0))
         for index, shard_id in enumerate(ordered)
     }
-    return {shard_id: limit for shard_id, limit in limits.items() if limit > 0}
 
 
 def _outcome_of(

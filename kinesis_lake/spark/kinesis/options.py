@@ -53,6 +53,19 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "Default Spark read limit (ReadMaxRows) over all shards. Counts Kinesis records, "
         "not rows: a KPL aggregate counts once, yields many rows, and is never split.",
     ),
+    "maxBytesPerShard": (
+        None,
+        "Bytes of Kinesis records (data plus partition key) read per shard per micro-batch, "
+        "a whole number of bytes. A read stops before the record that would pass it, or "
+        "after the one that reaches it; its first record is always read, so a record "
+        "larger than the cap is read alone. A KPL aggregate is one record, never split.",
+    ),
+    "maxBytesPerBatch": (
+        None,
+        "The same in bytes over all shards of a micro-batch, split across the shards read; "
+        "Spark's default read limit (ReadMaxBytes) unless maxRecordsPerBatch is set, and "
+        "applied beside it when it is.",
+    ),
     "metadataPath": (
         str(DEFAULT_METADATA_ROOT),
         "Where executors record how far they read (shared storage on a cluster).",
@@ -152,6 +165,8 @@ class KinesisSourceOptions:
     consumer_name_defaulted: bool = True
     earlier_reads: EarlierReads = field(default_factory=EarlierReads)
     available_now: bool = False
+    max_bytes_per_shard: int | None = None
+    max_bytes_per_batch: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KinesisSourceOptions:
@@ -206,6 +221,8 @@ class KinesisSourceOptions:
             consumer_name_defaulted=not values["consumerName"],
             earlier_reads=EarlierReads.parse(values["earlierReads"]),
             available_now=_boolean("availableNow", values),
+            max_bytes_per_shard=_byte_count("maxBytesPerShard", values),
+            max_bytes_per_batch=_byte_count("maxBytesPerBatch", values),
         )
 
     def initial_start(self, now_ms: int) -> tuple[StartPosition, StartPosition]:
@@ -360,6 +377,20 @@ def _whole_number(name: str, values: Mapping[str, str | None], *, minimum: int =
     if number < minimum:
         raise KinesisOptionError(f"Option {name!r}={raw!r} must be a whole number >= {minimum}.")
     return number
+
+
+def _byte_count(name: str, values: Mapping[str, str | None]) -> int | None:
+    """A byte cap: unset, or a whole number of bytes >= 1."""
+    raw = values[name]
+    if raw is None or not str(raw).strip():
+        return None
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise KinesisOptionError(
+            f"Option {name!r}={raw!r} must be a whole number of bytes >= 1, such as "
+            "1048576 for 1 MiB (no unit suffix), or left unset for no byte cap."
+        )
+    return int(text)
 
 
 def _boolean(name: str, values: Mapping[str, str | None]) -> bool:

@@ -375,6 +375,7 @@ def source_status(
         "writtenAtMs": int(time.time() * 1000),
         "recordsRead": sum(r.outcome.records_read for r in records.values()),
         "userRecords": sum(r.outcome.user_records for r in records.values()),
+        "bytesRead": sum(r.outcome.bytes_read for r in records.values()),
         "shardsRead": sorted(records),
         "maxMillisBehindLatest": max(lags, default=0),
         "skippedRanges": done.skipped_ranges

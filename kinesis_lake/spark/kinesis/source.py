@@ -25,8 +25,8 @@ How a micro-batch is made
 2. ``latestOffset`` (driver): the progress records of the epoch just completed, the
    stream identity check, one ListShards call, and
    :func:`~kinesis_lake.spark.kinesis.offsets.plan_next_offset`, which turns them into
-   the next read plan: start position and record limit per shard, parents before
-   children, Spark's read limit split across shards. No records are read on the driver.
+   the next read plan: start position, record limit and byte budget per shard, parents
+   before children, Spark's read limit split across shards. No records are read on the driver.
    When the last epoch found the stream idle, the answer for the next
    ``idleTimeBetweenReadsMs`` is "nothing new", given without any API call.
 3. ``partitions`` (driver): one input partition per shard the plan reads.
@@ -59,7 +59,8 @@ Each task first looks for its shard's progress record of that epoch:
 
 So every batch a sink may have committed replays identically, and a sink that skips
 batch ids it already committed (ours does) gets exactly-once end to end. A KPL aggregate
-is never split across batches: limits count Kinesis records, and an aggregate is one.
+is never split across batches: limits count Kinesis records (byte budgets their bytes),
+and an aggregate is one.
 
 Stream identity: the initial offset stores the stream's creation time; a checkpoint taken
 from a stream that was since deleted and re-created under the same name is refused.
@@ -107,6 +108,7 @@ from kinesis_lake.kinesis.streams import (
 from kinesis_lake.spark.datasource_api import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
@@ -204,6 +206,7 @@ class ShardReadTask(InputPartition):
     min_call_interval_s: float
     max_retries: int
     consumer_arn: str | None
+    max_bytes: int | None = None
 
 
 class DataLossError(IngestionError, RuntimeError):
@@ -266,14 +269,18 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._record_plan(offset)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """Spark's limit per micro-batch: ``maxRecordsPerBatch``, if set.
+        """Spark's limit per micro-batch: ``maxRecordsPerBatch``, else ``maxBytesPerBatch``.
 
-        ``maxRecordsPerShard`` is not a Spark read limit and applies under any limit,
-        ReadAllAvailable included: it bounds what one executor task reads and holds.
+        Spark takes one limit from a Python source; with both options set the byte cap
+        rides beside Spark's ReadMaxRows (:func:`batch_caps`). ``maxRecordsPerShard`` and
+        ``maxBytesPerShard`` are not Spark read limits and apply under any limit,
+        ReadAllAvailable included: they bound what one executor task reads and holds.
         """
-        if self.options.max_records_per_batch is None:
-            return ReadAllAvailable()
-        return ReadMaxRows(self.options.max_records_per_batch)
+        if self.options.max_records_per_batch is not None:
+            return ReadMaxRows(self.options.max_records_per_batch)
+        if self.options.max_bytes_per_batch is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_batch)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         # "Everything that exists now" is expressed as an arrival-time cutoff, because
@@ -300,13 +307,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # without API calls keeps an idle query far below the control-plane limits.
             return start
         stream = self._check_stream_identity(current)
+        max_rows, max_bytes = batch_caps(limit, self.options.max_bytes_per_batch)
         planned = plan_next_offset(
             current,
             PlanningInput(
                 listed_shards=list_shards(self._kinesis(), self.options.stream_name),
                 outcomes=outcomes,
                 max_records_per_shard=self.options.max_records_per_shard,
-                max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+                max_rows=max_rows,
+                max_bytes=max_bytes,
+                max_bytes_per_shard=self.options.max_bytes_per_shard,
                 now_ms=now_ms,
                 cutoff_ms=self._cutoff_ms,
                 idle_ms=self.options.idle_ms,
@@ -382,6 +392,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 epoch=plan.epoch,
                 start=plan.shards[shard_id].to_dict()["start"],
                 limit=plan.shards[shard_id].limit,
+                max_bytes=plan.shards[shard_id].max_bytes,
                 cutoff_ms=plan.cutoff_ms,
                 quiet_since_ms=plan.quiet_since(shard_id),
                 retention_ms=stream.retention_hours * 3_600_000,
@@ -462,6 +473,7 @@ def read_task(
         quiet_since_ms=task.quiet_since_ms,
         retention_ms=task.retention_ms,
         pinned_records=pinned.outcome.records_read if pinned is not None else None,
+        max_bytes=task.max_bytes,
     )
     outcome = reader.outcome
     assert outcome is not None  # set once the generator is exhausted
@@ -476,6 +488,23 @@ def read_task(
         # first attempt's record stands; the loss is recorded beside it, to be counted.
         store.save_replay_loss(task.run_id, task.epoch, outcome)
     return outcome
+
+
+def batch_caps(
+    limit: ReadLimit | None, max_bytes_per_batch: int | None
+) -> tuple[int | None, int | None]:
+    """The epoch's (records, bytes) caps over all shards under Spark's ``limit``.
+
+    Spark 4.2+ passes the default limit back (``getDefaultReadLimit``), or
+    ReadAllAvailable (``Trigger.Once``), which lifts both batch caps; 4.0/4.1 pass none,
+    and the reader uses its default. A byte cap Spark cannot carry beside ReadMaxRows
+    comes from the option.
+    """
+    if isinstance(limit, ReadMaxRows):
+        return limit.max_rows, max_bytes_per_batch
+    if isinstance(limit, ReadMaxBytes):
+        return None, limit.max_bytes
+    return None, None
 
 
 def release_consumer(options: Mapping[str, str]) -> None:
