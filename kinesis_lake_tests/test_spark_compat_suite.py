@@ -10,11 +10,32 @@ SUITE = Path(__file__).resolve().parent / "spark_compat_suite.txt"
 ROOT = SUITE.parents[1]
 
 
-def node_ids() -> list[str]:
-    """The list's pytest node ids, as scripts/spark_compat.sh reads them (comments and
-    blank lines dropped)."""
-    lines = (line.split("#", 1)[0].strip() for line in SUITE.read_text().splitlines())
+LOCK = ROOT / "requirements-spark-compat.lock"
+
+
+def entries() -> list[list[str]]:
+    """The list's lines as scripts/spark_compat.sh reads them (comments and blank lines
+    dropped): a node id, then maybe the Spark lines it is limited to, ``[4.0]``."""
+    lines = (line.split("#", 1)[0].split() for line in SUITE.read_text().splitlines())
     return [line for line in lines if line]
+
+
+def node_ids() -> list[str]:
+    return [entry[0] for entry in entries()]
+
+
+def test_a_version_limit_names_a_spark_line_of_the_compatibility_lock():
+    locked = {
+        line.split("==")[1].split()[0].rsplit(".", 1)[0]
+        for line in LOCK.read_text().splitlines()
+        if line.startswith("pyspark==")
+    }
+    assert locked
+    for node, *limit in entries():
+        assert len(limit) <= 1, node
+        for text in limit:
+            assert text.startswith("[") and text.endswith("]"), f"{node}: {text}"
+            assert set(text[1:-1].split(",")) <= locked, f"{node}: {text} is not in {LOCK.name}"
 
 
 def test_every_entry_of_the_compatibility_suite_names_a_test_function():

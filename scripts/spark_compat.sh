@@ -73,7 +73,10 @@ PY
 run_suite() {
   [ -f "$VENV/.kinesis-lake-installed" ] || fail "$VENV is not built: $0 venv $VERSION"
   local tests
-  mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$SUITE" | grep -v '^$')
+  # A line's [4.0] (or [4.0,4.1]) names the Spark lines it runs on; without it, every one.
+  mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$SUITE" | grep -v '^$' |
+    awk -v line="${VERSION%.*}" 'NF == 1 || index("," substr($2, 2, length($2) - 2) ",", "," line ",") { print $1 }')
+  [ ${#tests[@]} -gt 0 ] || fail "no test of $SUITE runs on PySpark $VERSION"
   say "PySpark $VERSION: ${#tests[@]} tests of $SUITE"
   # Two SIGKILLs of the chaos test, not four: its first two aim at the sink's two moments.
   KINESIS_LAKE_CHAOS_KILLS=2 \
