@@ -11,27 +11,44 @@ from kinesis_lake.cli.common import Commands, add_command, chosen_streams, curre
 
 def cmd_produce(args: argparse.Namespace) -> None:
     from kinesis_lake.kinesis.client import kinesis_client
-    from kinesis_lake.kinesis.producer import put_records, sample_events
+    from kinesis_lake.kinesis.producer import put_records
     from kinesis_lake.kinesis.streams import ensure_stream
+    from kinesis_lake.pipeline.encoded_events import (
+        RegistryTarget,
+        demo_payloads,
+        stream_format,
+    )
 
     (settings,) = chosen_streams(current_settings(), args.stream, one=True)
+    fmt = stream_format(settings)
     client = kinesis_client(settings.endpoint_url, settings.region)
     ensure_stream(client, settings.stream_name, settings.shard_count)
-    events = sample_events(
+    events = demo_payloads(
+        fmt,
+        settings.stream_name,
         args.count,
         malformed_every=args.malformed_every,
         unrouted_every=args.unrouted_every,
         seed=int(time.time()) if args.seed is None else args.seed,
+        zlib_compressed=args.zlib,
+        target=RegistryTarget(args.registry_name, args.schema_name),
     )
     summary = put_records(client, settings.stream_name, events, rate_per_s=args.rate)
     print(
-        f"sent {summary.sent} records to {settings.stream_name} in {summary.calls} PutRecords "
-        f"calls ({summary.retried_entries} entries retried, {summary.failed} failed)"
+        f"sent {summary.sent} {fmt.kind} records to {settings.stream_name} in {summary.calls} "
+        f"PutRecords calls ({summary.retried_entries} entries retried, {summary.failed} failed)"
     )
 
 
 def add_produce(commands: Commands) -> None:
-    produce = add_command(commands, "produce", "send generated JSON events", cmd_produce)
+    produce = add_command(
+        commands,
+        "produce",
+        "send the demo's generated events, in the stream's declared format: JSON, Avro, or "
+        "Avro behind the Glue Schema Registry's header (its schema version found or "
+        "registered in the stream's registry first)",
+        cmd_produce,
+    )
     produce.add_argument("--count", type=int, required=True, help="how many records to send")
     produce.add_argument(
         "--stream", default=None, help="the declared stream to send to (when there are several)"
@@ -53,6 +70,22 @@ def add_produce(commands: Commands) -> None:
     )
     produce.add_argument(
         "--seed", type=int, default=None, help="same seed, same records; default: the time"
+    )
+    produce.add_argument(
+        "--zlib",
+        action="store_true",
+        help="glue-schema-registry streams: compress each payload (compression byte 5)",
+    )
+    produce.add_argument(
+        "--registry-name",
+        default=None,
+        help="glue-schema-registry streams: the registry to find or register the schema in; "
+        "default: default-registry, as the AWS serializers",
+    )
+    produce.add_argument(
+        "--schema-name",
+        default=None,
+        help="glue-schema-registry streams: the schema's name; default: the stream's name",
     )
 
 
