@@ -463,6 +463,8 @@ def _convert(values: list[Any], field: EventField, errors: RowErrors) -> pa.Arra
         return _structs(values, field, errors)
     if field.type == "list":
         return _lists(values, field, errors)
+    if field.type == "map":
+        return _maps(values, field, errors)
     params = decimal_params(field.type)
     if params:
         return _decimals(values, field, errors, *params)
@@ -512,6 +514,41 @@ def _lists(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
         pa.array(offsets, pa.int32()),
         converted,
         type=pa.list_(items.arrow_field()),
+        mask=pa.array([value is None for value in values], pa.bool_()),
+    )
+
+
+def _maps(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
+    """All values of all rows' objects converted as one column, keyed by their (string) keys;
+    a value's error is its row's, at ``field{}``."""
+    _screen(values, _OBJECT, field, errors)
+    inner = field.values
+    assert inner is not None
+    keys: list[str] = []
+    flat: list[Any] = []
+    owners: list[int] = []
+    offsets = [0]
+    for row, value in enumerate(values):
+        if value is not None:
+            keys.extend(str(key) for key in value)
+            flat.extend(value.values())
+            owners.extend([row] * len(value))
+        offsets.append(len(flat))
+    labelled = _labelled(inner, f"{field.name}{{}}")
+    value_errors = RowErrors(len(flat))
+    if inner.required:
+        for index in [index for index, item in enumerate(flat) if item is None]:
+            value_errors.add(index, f"{labelled.name!r} holds a null value", labelled.name)
+    key_array = _strings(keys, _labelled(inner, f"{field.name}{{}} key"), value_errors)
+    converted = _convert(flat, labelled, value_errors)
+    for index, message in enumerate(value_errors.messages):
+        if message is not None:
+            errors.add(owners[index], message, value_errors.fields[index])
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        key_array.fill_null(""),
+        converted,
+        type=field.arrow_type(),
         mask=pa.array([value is None for value in values], pa.bool_()),
     )
 

@@ -11,7 +11,9 @@ Two shapes are accepted, so today's schema files keep working unchanged:
   declared ones (current state by key, Spark SQL: ``derived_tables.py``).
 
 A stream entry may say what its payloads are (``format:``, with a schema or a registry:
-``payload_formats.py``); the default is JSON.
+``payload_formats.py``); the default is JSON. A table may name a schema instead of listing
+``fields`` (``schema_file:``, ``registry_schema:``: ``schema_sources.py``); a registry schema
+is fetched on every load, so the next refresh follows its latest version.
 
 Errors name the file and the line of the offending entry, because the file is edited by
 hand and ``dagster definitions validate`` shows them to whoever edited it.
@@ -31,6 +33,7 @@ from kinesis_lake.events.columns import ARRIVAL_TIMESTAMP, EVENT_TIMESTAMP, RESE
 from kinesis_lake.events.derived_tables import DerivedTable, DerivedTableError, parse_derived
 from kinesis_lake.events.payload_formats import (
     FORMAT_KEYS,
+    GLUE_SCHEMA_REGISTRY,
     JSON_FORMAT,
     PayloadFormat,
     PayloadFormatError,
@@ -38,6 +41,12 @@ from kinesis_lake.events.payload_formats import (
 )
 from kinesis_lake.events.routes import Route
 from kinesis_lake.events.schema import EventSchema, EventSchemaError, check_keys
+from kinesis_lake.events.schema_sources import (
+    AVRO,
+    SchemaOrigin,
+    fields_from_file,
+    fields_from_registry,
+)
 
 DEFAULT_TABLE = "events"
 """The table a plain event schema declares (the name it has always had)."""
@@ -61,12 +70,16 @@ _TABLE_KEYS = (
     "stream",
     "route",
     "fields",
+    "schema_file",
+    "registry_schema",
     "dedup",
     "event_time_field",
     "event_type_field",
     "partition",
 )
 _PARTITION_KEYS = ("field", "transform", "width")
+_FIELD_SOURCES = ("fields", "schema_file", "registry_schema")
+"""What a table's columns may come from: listed, or derived from a schema it names."""
 
 
 class DeclarationError(EventSchemaError):
@@ -134,6 +147,8 @@ class TableDeclaration:
     description: str = ""
     stream: str | None = None
     """The declared stream whose raw records it takes; None: the lake's only stream."""
+    origin: SchemaOrigin | None = None
+    """The schema its fields were derived from (``schema_sources.py``); None: listed."""
 
     @property
     def name(self) -> str:
@@ -147,16 +162,19 @@ class TableDeclaration:
             "partition": [p.to_dict() for p in self.partition],
             "description": self.description,
             "stream": self.stream,
+            "origin": None if self.origin is None else self.origin.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TableDeclaration:
+        origin = data.get("origin")
         return cls(
             schema=EventSchema.from_dict(data["schema"]),
             route=Route.from_dict(data["route"]),
             partition=tuple(PartitionDeclaration(**p) for p in data["partition"]),
             description=data["description"],
             stream=data["stream"],
+            origin=None if origin is None else SchemaOrigin(**origin),
         )
 
 
@@ -248,8 +266,10 @@ def _partition(raw: object, fields: set[str], table: str) -> PartitionDeclaratio
     return PartitionDeclaration(field, transform, width)
 
 
-def _table(raw: object, index: int) -> TableDeclaration:
-    raw = check_keys(raw, _TABLE_KEYS, ("name", "fields"), f"tables[{index}]")
+def _table(
+    raw: object, index: int, streams: tuple[StreamDeclaration, ...], base: Path | None
+) -> TableDeclaration:
+    raw = check_keys(raw, _TABLE_KEYS, ("name",), f"tables[{index}]")
     name = raw.get("name")
     if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
         raise DeclarationError(
@@ -261,10 +281,11 @@ def _table(raw: object, index: int) -> TableDeclaration:
             f"tables[{index}]: name {name!r} is the lake's own table; choose another name"
         )
     try:
+        listed, origin = _fields(raw, streams, base)
         schema = EventSchema.from_dict(
             {
                 "name": name,
-                "fields": raw.get("fields"),
+                "fields": listed,
                 "event_key": raw.get("dedup"),
                 "event_time_field": raw.get("event_time_field"),
                 "event_type_field": raw.get("event_type_field"),
@@ -297,7 +318,35 @@ def _table(raw: object, index: int) -> TableDeclaration:
     stream = raw.get("stream")
     if stream is not None and not isinstance(stream, str):
         raise DeclarationError(f"table {name!r}: stream must be a declared stream's name")
-    return TableDeclaration(schema, route, partition, description.strip(), stream)
+    return TableDeclaration(schema, route, partition, description.strip(), stream, origin)
+
+
+def _fields(
+    raw: Mapping[str, Any], streams: tuple[StreamDeclaration, ...], base: Path | None
+) -> tuple[list[Any], SchemaOrigin | None]:
+    """A table's fields as ``fields:`` lists them, or derived from the schema it names."""
+    given = [key for key in _FIELD_SOURCES if key in raw]
+    if len(given) != 1:
+        raise DeclarationError(
+            f"declare the columns once: one of {', '.join(_FIELD_SOURCES)}"
+            + (f" (not {' and '.join(given)})" if given else "")
+        )
+    if given[0] == "fields":
+        return raw["fields"], None
+    if given[0] == "schema_file":
+        file = raw["schema_file"]
+        if not isinstance(file, str):
+            raise DeclarationError("schema_file must be a path (relative to this file)")
+        derived = fields_from_file(Path(file) if base is None else base / file, file)
+    else:
+        stream = next(
+            (s for s in streams if s.name == raw.get("stream") or len(streams) == 1), None
+        )
+        registry = stream.format if stream is not None else JSON_FORMAT
+        derived = fields_from_registry(
+            raw["registry_schema"], registry.region, registry.endpoint_url
+        )
+    return [field.to_dict() for field in derived.fields], derived.origin
 
 
 def declaration_from_dict(
@@ -336,7 +385,7 @@ def declaration_from_dict(
     seen: set[str] = set()
     for index, raw in enumerate(raw_tables):
         try:
-            table = _table(raw, index)
+            table = _table(raw, index, streams, base)
         except EventSchemaError as exc:
             line = _line(raw)
             raise DeclarationError(f"line {line}: {exc}" if line else str(exc)) from None
@@ -352,7 +401,25 @@ def declaration_from_dict(
             f"declared table ({', '.join(sorted(seen))}), got {source!r}"
         )
     derived = _derived(data.get("derived"), tables, streams, _line)
+    streams = tuple(_with_readers(stream, tables) for stream in streams)
     return LakeDeclaration(tuple(tables), source, streams=streams, derived=derived)
+
+
+def _with_readers(stream: StreamDeclaration, tables: list[TableDeclaration]) -> StreamDeclaration:
+    """A registry stream without a reader's schema of its own reads each registry schema its
+    tables were declared from as the version they were declared from (so records of older
+    versions come out in that version's shape, new fields with their defaults)."""
+    if stream.format.kind != GLUE_SCHEMA_REGISTRY or stream.format.schema is not None:
+        return stream
+    readers = {
+        table.origin.schema_arn: {"number": table.origin.version, "schema": table.origin.definition}
+        for table in tables
+        if table.stream == stream.name
+        and table.origin is not None
+        and table.origin.schema_arn
+        and table.origin.data_format == AVRO
+    }
+    return replace(stream, format=replace(stream.format, readers=readers)) if readers else stream
 
 
 def _derived(

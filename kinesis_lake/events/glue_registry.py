@@ -106,25 +106,48 @@ def schema_version(
     known = _VERSIONS.get(key)
     if known is not None:
         return known
+    found = _get_schema_version(region, endpoint_url, SchemaVersionId=str(version_id))
+    if found is not None:
+        _VERSIONS[key] = found
+    return found
+
+
+def named_schema_version(
+    registry: str, schema: str, number: int | None, region: str | None, endpoint_url: str | None
+) -> SchemaVersion | None:
+    """Version ``number`` (None: the latest) of ``schema`` in ``registry``, or None when the
+    registry has no such schema or version. Asked afresh every time: the latest moves."""
+    wanted: dict[str, Any] = (
+        {"LatestVersion": True} if number is None else {"VersionNumber": number}
+    )
+    return _get_schema_version(
+        region,
+        endpoint_url,
+        SchemaId={"RegistryName": registry, "SchemaName": schema},
+        SchemaVersionNumber=wanted,
+    )
+
+
+def _get_schema_version(
+    region: str | None, endpoint_url: str | None, **request: Any
+) -> SchemaVersion | None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        answer = _client(region, endpoint_url).get_schema_version(SchemaVersionId=str(version_id))
+        answer = _client(region, endpoint_url).get_schema_version(**request)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "EntityNotFoundException":
             return None
         raise SchemaRegistryError(_unreachable(region, endpoint_url, exc)) from exc
     except BotoCoreError as exc:
         raise SchemaRegistryError(_unreachable(region, endpoint_url, exc)) from exc
-    found = SchemaVersion(
-        version_id,
+    return SchemaVersion(
+        UUID(answer["SchemaVersionId"]),
         answer.get("DataFormat", "AVRO"),
         answer["SchemaDefinition"],
         answer.get("VersionNumber"),
         answer.get("SchemaArn", ""),
     )
-    _VERSIONS[key] = found
-    return found
 
 
 def _client(region: str | None, endpoint_url: str | None) -> Any:

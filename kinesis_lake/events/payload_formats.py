@@ -46,6 +46,9 @@ class PayloadFormat:
     schema: Any = None
     region: str | None = None
     endpoint_url: str | None = None
+    readers: Any = None
+    """Without ``schema``: per registry schema ARN, the version its tables were declared
+    from, ``{"number": n, "schema": parsed Avro}``, the reader's schema of its records."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +56,7 @@ class PayloadFormat:
             "schema": self.schema,
             "region": self.region,
             "endpoint_url": self.endpoint_url,
+            "readers": self.readers,
         }
 
     @classmethod

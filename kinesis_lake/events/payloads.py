@@ -132,7 +132,7 @@ def decode_binary(
             elif version.data_format == "AVRO":
                 label = f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: Avro"
                 if version_id not in readers:
-                    readers[version_id] = _registered_reader(version, fmt.schema)
+                    readers[version_id] = _registered_reader(version, _reader_schema(fmt, version))
                 reader = readers[version_id]
                 if isinstance(reader, str):
                     errors.add(row, f"{label} {reader}")
@@ -181,6 +181,19 @@ def _avro_record(
         errors.add(row, f"{label} payload is {type(value).__name__}, expected a record")
         return _NO_OBJECT
     return value
+
+
+def _reader_schema(fmt: PayloadFormat, version: SchemaVersion) -> Any:
+    """The schema ``version``'s records are read as: the stream's own reader's schema, else
+    the version of its schema the tables were declared from, when not older than the
+    writer's (a version registered since is read as written: its new fields are simply not
+    columns yet, and a widened type still fits the converters)."""
+    if fmt.schema is not None:
+        return fmt.schema
+    declared = (fmt.readers or {}).get(version.schema_arn)
+    if declared is None or (version.number or 0) > (declared["number"] or 0):
+        return None
+    return declared["schema"]
 
 
 def _registered_reader(version: SchemaVersion, reader: Any) -> _Reader | str:

@@ -26,11 +26,15 @@ from kinesis_lake.events.field_types import arrow_type, normalize_type
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _SCHEMA_KEYS = ("name", "fields", "event_key", "event_time_field", "event_type_field")
-_FIELD_KEYS = ("name", "type", "required", "fields", "items")
-_ITEM_KEYS = ("type", "required", "fields", "items")
+_FIELD_KEYS = ("name", "type", "required", "fields", "items", "values")
+_ITEM_KEYS = ("type", "required", "fields", "items", "values")
 _LIST_SHORTHAND = re.compile(r"list<(.+)>")
+_MAP_SHORTHAND = re.compile(r"map<(.+)>")
 LIST_ELEMENT = "element"
 """The name a list's items carry (Iceberg's and Parquet's)."""
+MAP_VALUE = "value"
+"""The name a map's values carry (Arrow's and Iceberg's); its keys are strings."""
+NESTED_TYPES = ("struct", "list", "map")
 
 # Per role: the types it may have, and why the field must be required.
 _ROLES: dict[str, tuple[frozenset[str], str]] = {
@@ -89,7 +93,10 @@ class EventField:
 
     ``type: struct`` declares a nested object with ``fields``; ``type: list`` an array whose
     ``items`` are declared as a field of their own (named ``element``); ``list<T>`` is short
-    for a list of optional ``T``.
+    for a list of optional ``T``. ``type: map`` an object of any keys (strings) whose
+    ``values`` are declared the same way (named ``value``); ``map<T>`` is short for one of
+    optional ``T``: what an Avro map or a JSON Schema object of ``additionalProperties``
+    becomes.
     """
 
     name: str
@@ -97,6 +104,7 @@ class EventField:
     required: bool = False
     fields: tuple[EventField, ...] = ()
     items: EventField | None = None
+    values: EventField | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name, "field name")
@@ -108,6 +116,10 @@ class EventField:
         if shorthand and self.items is None:
             object.__setattr__(self, "items", EventField(LIST_ELEMENT, shorthand[1].strip()))
             object.__setattr__(self, "type", "list")
+        map_shorthand = _MAP_SHORTHAND.fullmatch(self.type.strip())
+        if map_shorthand and self.values is None:
+            object.__setattr__(self, "values", EventField(MAP_VALUE, map_shorthand[1].strip()))
+            object.__setattr__(self, "type", "map")
         if self.type == "struct":
             object.__setattr__(self, "fields", tuple(self.fields))
             if not self.fields:
@@ -123,7 +135,15 @@ class EventField:
                 )
         elif self.items is not None:
             raise EventSchemaError(f"field {self.name!r}: only a list has items")
-        if self.type not in ("struct", "list"):
+        if self.type == "map":
+            if self.values is None:
+                raise EventSchemaError(
+                    f"field {self.name!r}: a map declares its values (values: {{type: ...}}) "
+                    "or is spelled map<type>"
+                )
+        elif self.values is not None:
+            raise EventSchemaError(f"field {self.name!r}: only a map has values")
+        if self.type not in NESTED_TYPES:
             try:
                 canonical = normalize_type(self.type)
             except ValueError as exc:
@@ -137,7 +157,7 @@ class EventField:
 
     @property
     def is_nested(self) -> bool:
-        return self.type in ("struct", "list")
+        return self.type in NESTED_TYPES
 
     def arrow_field(self) -> pa.Field:
         return pa.field(self.name, self.arrow_type(), nullable=not self.required)
@@ -147,6 +167,8 @@ class EventField:
             return pa.struct([child.arrow_field() for child in self.fields])
         if self.items is not None:
             return pa.list_(self.items.arrow_field())
+        if self.values is not None:
+            return pa.map_(pa.string(), self.values.arrow_field())
         return arrow_type(self.type)
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,6 +177,8 @@ class EventField:
             data["fields"] = [child.to_dict() for child in self.fields]
         if self.items is not None:
             data["items"] = {k: v for k, v in self.items.to_dict().items() if k != "name"}
+        if self.values is not None:
+            data["values"] = {k: v for k, v in self.values.to_dict().items() if k != "name"}
         return data
 
     @classmethod
@@ -163,18 +187,22 @@ class EventField:
         raw_fields = item.get("fields", [])
         if not isinstance(raw_fields, list):
             raise EventSchemaError(f"{where}: fields must be a list of field mappings")
-        raw_items = item.get("items")
-        items = None
-        if raw_items is not None:
-            element = check_keys(raw_items, _ITEM_KEYS, ("type",), f"{where}.items")
-            items = cls.from_dict({"name": LIST_ELEMENT, **element}, f"{where}.items")
         return cls(
             item["name"],
             item["type"],
             item.get("required", False),
             tuple(cls.from_dict(f, f"{where}.fields[{i}]") for i, f in enumerate(raw_fields)),
-            items,
+            cls._inner(item.get("items"), LIST_ELEMENT, f"{where}.items"),
+            cls._inner(item.get("values"), MAP_VALUE, f"{where}.values"),
         )
+
+    @classmethod
+    def _inner(cls, raw: object, name: str, where: str) -> EventField | None:
+        """A list's items or a map's values: a field without a name of its own."""
+        if raw is None:
+            return None
+        inner = check_keys(raw, _ITEM_KEYS, ("type",), where)
+        return cls.from_dict({"name": name, **inner}, where)
 
 
 def _check_unique(fields: tuple[EventField, ...], where: str) -> None:

@@ -40,6 +40,7 @@ from pyiceberg.types import (
     IntegerType,
     ListType,
     LongType,
+    MapType,
     NestedField,
     StringType,
     StructType,
@@ -107,6 +108,10 @@ def _iceberg_type(field: EventField, nested_ids: Iterator[int]) -> IcebergType:
     if field.items is not None:
         element_id = next(nested_ids)
         return ListType(element_id, _iceberg_type(field.items, nested_ids), field.items.required)
+    if field.values is not None:
+        key_id, value_id = next(nested_ids), next(nested_ids)
+        value_type = _iceberg_type(field.values, nested_ids)
+        return MapType(key_id, StringType(), value_id, value_type, field.values.required)
     params = decimal_params(field.type)
     return DecimalType(*params) if params else _ICEBERG_TYPES[field.type]
 

@@ -71,6 +71,8 @@ def _nullable(field: pa.Field) -> pa.Field:
         arrow = pa.struct([_nullable(child) for child in arrow])
     elif pa.types.is_list(arrow):
         arrow = pa.list_(_nullable(arrow.value_field))
+    elif pa.types.is_map(arrow):  # keys stay required: Arrow's maps have no null keys
+        arrow = pa.map_(arrow.key_field, _nullable(arrow.item_field))
     return field.with_type(arrow).with_nullable(True)
 
 

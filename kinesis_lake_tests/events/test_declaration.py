@@ -92,7 +92,8 @@ BROKEN = {
         LAKE.replace("    dedup: event_id\n", "    dedupe: event_id\n"),
         "  - name: page_views",
         "tables[0]: unknown key 'dedupe'; allowed keys: name, description, stream, route, "
-        "fields, dedup, event_time_field, event_type_field, partition",
+        "fields, schema_file, registry_schema, dedup, event_time_field, event_type_field, "
+        "partition",
     ),
     "unknown operator": (
         LAKE.replace("{one_of: [purchase, refund]}", "{in: [purchase, refund]}"),

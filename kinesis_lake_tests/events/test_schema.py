@@ -156,7 +156,8 @@ INVALID = {
     ),
     "unknown field key": (
         "name: s\nfields:\n  - {name: a, type: string, requried: true}\n",
-        "fields[0]: unknown key 'requried'; allowed keys: name, type, required, fields, items",
+        "fields[0]: unknown key 'requried'; allowed keys: name, type, required, fields, items, "
+        "values",
     ),
     "field without type": (
         "name: s\nfields:\n  - {name: a, type: string}\n  - {name: b}\n",
@@ -164,7 +165,8 @@ INVALID = {
     ),
     "field not a mapping": (
         "name: s\nfields:\n  - a\n",
-        "fields[0] must be a mapping with keys name, type, required, fields, items, got str",
+        "fields[0] must be a mapping with keys name, type, required, fields, items, values, "
+        "got str",
     ),
     "fields not a list": (
         "name: s\nfields: {name: a, type: string}\n",
