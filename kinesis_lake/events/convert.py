@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, arrow_type, decimal_params
-from kinesis_lake.events.schema import EventField
+from kinesis_lake.events.schema import MAP_VALUE, EventField
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_TIMESTAMP = pa.scalar(datetime.min.replace(tzinfo=UTC), TIMESTAMP_ARROW_TYPE)
@@ -501,15 +501,7 @@ def _lists(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
             flat.extend(value)
             owners.extend([row] * len(value))
         offsets.append(len(flat))
-    labelled = _labelled(items, f"{field.name}[]")
-    item_errors = RowErrors(len(flat))
-    if items.required:
-        for index in [index for index, item in enumerate(flat) if item is None]:
-            item_errors.add(index, f"{labelled.name!r} holds a null item", labelled.name)
-    converted = _convert(flat, labelled, item_errors)
-    for index, message in enumerate(item_errors.messages):
-        if message is not None:
-            errors.add(owners[index], message, item_errors.fields[index])
+    converted = _inner_column(flat, owners, items, f"{field.name}[]", "item", errors)
     return pa.ListArray.from_arrays(
         pa.array(offsets, pa.int32()),
         converted,
@@ -534,16 +526,9 @@ def _maps(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
             flat.extend(value.values())
             owners.extend([row] * len(value))
         offsets.append(len(flat))
-    labelled = _labelled(inner, f"{field.name}{{}}")
-    value_errors = RowErrors(len(flat))
-    if inner.required:
-        for index in [index for index, item in enumerate(flat) if item is None]:
-            value_errors.add(index, f"{labelled.name!r} holds a null value", labelled.name)
-    key_array = _strings(keys, _labelled(inner, f"{field.name}{{}} key"), value_errors)
-    converted = _convert(flat, labelled, value_errors)
-    for index, message in enumerate(value_errors.messages):
-        if message is not None:
-            errors.add(owners[index], message, value_errors.fields[index])
+    key_field = EventField(MAP_VALUE, "string", required=True)
+    key_array = _inner_column(keys, owners, key_field, f"{field.name}{{}} key", "key", errors)
+    converted = _inner_column(flat, owners, inner, f"{field.name}{{}}", "value", errors)
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()),
         key_array.fill_null(""),
@@ -551,6 +536,28 @@ def _maps(values: list[Any], field: EventField, errors: RowErrors) -> pa.Array:
         type=field.arrow_type(),
         mask=pa.array([value is None for value in values], pa.bool_()),
     )
+
+
+def _inner_column(
+    flat: list[Any],
+    owners: list[int],
+    inner: EventField,
+    label: str,
+    noun: str,
+    errors: RowErrors,
+) -> pa.Array:
+    """A list's items or a map's keys or values, of all rows as one column under ``label``;
+    each one's error (a null where it is required included) is its owner row's."""
+    labelled = _labelled(inner, label)
+    inner_errors = RowErrors(len(flat))
+    if inner.required:
+        for index in [index for index, item in enumerate(flat) if item is None]:
+            inner_errors.add(index, f"{label!r} holds a null {noun}", label)
+    converted = _convert(flat, labelled, inner_errors)
+    for index, message in enumerate(inner_errors.messages):
+        if message is not None:
+            errors.add(owners[index], message, inner_errors.fields[index])
+    return converted
 
 
 def convert_field(objects: list[dict[str, Any]], field: EventField, errors: RowErrors) -> pa.Array:

@@ -127,22 +127,14 @@ class EventField:
             _check_unique(self.fields, f"struct {self.name!r}")
         elif self.fields:
             raise EventSchemaError(f"field {self.name!r}: only a struct has fields")
-        if self.type == "list":
-            if self.items is None:
+        for kind, inner, key in (("list", self.items, "items"), ("map", self.values, "values")):
+            if self.type == kind and inner is None:
                 raise EventSchemaError(
-                    f"field {self.name!r}: a list declares its items (items: {{type: ...}}) "
-                    "or is spelled list<type>"
+                    f"field {self.name!r}: a {kind} declares its {key} ({key}: {{type: ...}}) "
+                    f"or is spelled {kind}<type>"
                 )
-        elif self.items is not None:
-            raise EventSchemaError(f"field {self.name!r}: only a list has items")
-        if self.type == "map":
-            if self.values is None:
-                raise EventSchemaError(
-                    f"field {self.name!r}: a map declares its values (values: {{type: ...}}) "
-                    "or is spelled map<type>"
-                )
-        elif self.values is not None:
-            raise EventSchemaError(f"field {self.name!r}: only a map has values")
+            if self.type != kind and inner is not None:
+                raise EventSchemaError(f"field {self.name!r}: only a {kind} has {key}")
         if self.type not in NESTED_TYPES:
             try:
                 canonical = normalize_type(self.type)

@@ -168,6 +168,15 @@ def _refuse(origin: str, path: str, what: str, fix: str) -> SchemaSourceError:
     return SchemaSourceError(f"{origin}: field {path!r}: {what}; {fix}")
 
 
+def _recursive(origin: str, path: str, what: str) -> SchemaSourceError:
+    return _refuse(
+        origin,
+        path,
+        f"{what} contains itself, and a table's columns cannot nest without end",
+        "cut the recursion (e.g. keep a parent's id instead of the parent)",
+    )
+
+
 class _AvroMapper:
     """One Avro schema's walk: named types are remembered as they are defined, so later
     references by name resolve, and a type that contains itself is refused."""
@@ -251,12 +260,7 @@ class _AvroMapper:
                 "give them logicalType decimal, or send the value as a string",
             )
         if avro in self.open:
-            raise _refuse(
-                self.origin,
-                path,
-                f"type {avro!r} contains itself, and a table's columns cannot nest without end",
-                "cut the recursion (e.g. keep a parent's id instead of the parent)",
-            )
+            raise _recursive(self.origin, path, f"type {avro!r}")
         if avro not in self.named:
             raise _refuse(
                 self.origin,
@@ -472,12 +476,7 @@ class _JsonSchemaMapper:
                 "put the definition under $defs in the same schema",
             )
         if ref in self.open:
-            raise _refuse(
-                self.origin,
-                path,
-                f"{ref} contains itself, and a table's columns cannot nest without end",
-                "cut the recursion (e.g. keep a parent's id instead of the parent)",
-            )
+            raise _recursive(self.origin, path, ref)
         section, _, key = ref[2:].partition("/")
         target = (self.root.get(section) or {}).get(key)
         if target is None:
