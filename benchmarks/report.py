@@ -38,6 +38,7 @@ ORDER = (
     ("jvm_start", "11. Driver JVM start"),
     ("python_start", "12. Python start: compiled PySpark archive"),
     ("dagster_burst", "13. Burst in the Dagster mode"),
+    ("decode_cost", "14. Decode cost: Avro behind the Glue Schema Registry vs JSON"),
 )
 
 
@@ -736,7 +737,29 @@ def _python_start_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _decode_cost_section(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "| payloads | records/s (median) | every round, s | payload bytes |",
+        "|---|---|---|---|",
+    ]
+    for label, rate in result["records_per_second"].items():
+        runs = ", ".join(_fmt(value, 3) for value in result["seconds"][label])
+        lines.append(
+            f"| {label.replace('_', ' ')} | {_fmt(rate)} | {runs} | "
+            f"{_fmt(result['payload_bytes'][label])} |"
+        )
+    lines += [
+        "",
+        f"Ratio Avro/JSON **{_fmt(result['ratio'])}** (zlib-compressed Avro: "
+        f"{_fmt(result['ratio_zlib'])}); load average {result['load_average']}. "
+        f"{result['notes']}",
+        "",
+    ]
+    return lines
+
+
 _SECTIONS = {
+    "decode_cost": _decode_cost_section,
     "python_start": _python_start_section,
     "jvm_start": _jvm_start_section,
     "dagster_mode": _dagster_mode_section,

@@ -49,6 +49,7 @@ BENCHMARKS = (
     "dagster_burst",
     "jvm_start",
     "python_start",
+    "decode_cost",
 )
 
 

@@ -21,7 +21,7 @@ import json
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -30,6 +30,7 @@ from typing import Any
 from uuid import UUID
 
 import fastavro
+import yaml
 
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
@@ -122,6 +123,31 @@ def stream_format(settings: Settings) -> PayloadFormat:
     declaration = load_declaration(settings.event_schema_path)
     declared = (s.format for s in declaration.streams if s.name == settings.stream_name)
     return next(declared, JSON_FORMAT)
+
+
+def declared_in_format(
+    declaration: Path,
+    kind: str,
+    stream: str,
+    raw_table: str,
+    registry: Mapping[str, str | None] | None = None,
+) -> str:
+    """The declaration file's text with its one stream declared as ``kind``, the demo's
+    events' schema as its schema (``registry:`` as given): the shipped declaration's Avro
+    variant, for ``make demo`` and the decode-cost benchmark."""
+    entry: dict[str, object] = {
+        "name": stream,
+        "raw_table": raw_table,
+        "format": kind,
+        "schema_file": str(DEMO_AVRO_SCHEMA),
+    }
+    if registry is not None:
+        entry["registry"] = dict(registry)
+    text = declaration.read_text(encoding="utf-8")
+    variant = {"streams": [entry], **yaml.safe_load(text)}
+    return f"# {declaration.name} with its stream declared as {kind}.\n" + yaml.safe_dump(
+        variant, sort_keys=False
+    )
 
 
 def demo_avro_schema() -> Any:
