@@ -15,11 +15,13 @@ from typing import Any
 
 from dagster_aws.pipes import PipesEMRClient
 
+from kinesis_lake.errors import KinesisLakeError
+
 ENDED = ("TERMINATED", "TERMINATED_WITH_ERRORS")
 STEP_FAILED = ("FAILED", "CANCELLED", "INTERRUPTED")
 
 
-class EMRStepFailedError(RuntimeError):
+class EMRStepFailedError(KinesisLakeError):
     """The transient cluster's step did not complete."""
 
 
