@@ -11,10 +11,18 @@ State goes to ``.data/demo`` (cleared at start, so a demo never sees an old one)
 out like ``make dev``'s: the lake, the endpoint's streams and the Dagster instance with
 the repository's ``dagster.yaml``. ``make dev DATA_DIR=.data/demo`` then opens the UI on
 what the demo did: both runs, every table's plots and every check's result.
+
+``KINESIS_LAKE_DEMO_FORMAT`` (``kinesis-lake demo --format``) sends the events as Avro
+instead: ``avro`` (the schema ``schemas/clickstream_event.avsc``) or
+``glue-schema-registry`` (Avro behind the registry's header, its version registered in a
+local moto Glue that the demo starts on 127.0.0.1). The declaration is then the shipped one
+with its stream declared in that format, written next to the lake
+(``.data/demo/clickstream_<format>.yaml``), so the tables and checks are the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -27,24 +35,63 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MALFORMED_EVERY = 50
 UNROUTED_EVERY = 100
+FORMAT_SETTING = "KINESIS_LAKE_DEMO_FORMAT"
 
 
-def run_demo(events: int = 2000) -> int:
+def run_demo(events: int = 2000, payload_format: str | None = None) -> int:
     from kinesis_lake.config import load_profile
+    from kinesis_lake.errors import ConfigurationError
+    from kinesis_lake.events.payload_formats import FORMATS, JSON
 
     load_profile(REPO_ROOT / "profiles" / "local.env")
+    kind = payload_format or os.environ.get(FORMAT_SETTING) or JSON
+    if kind not in FORMATS:
+        raise ConfigurationError(
+            f"{FORMAT_SETTING}={kind!r}: the demo sends {', '.join(FORMATS)}; pick one"
+        )
     data_dir = Path(os.environ.get("KINESIS_LAKE_DEMO_DIR", REPO_ROOT / ".data" / "demo"))
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
     os.environ["KINESIS_LAKE_DATA_DIR"] = str(data_dir)
+    with contextlib.ExitStack() as stack:
+        if kind != JSON:
+            _declare_format(kind, data_dir, stack)
+        return _run(events, data_dir)
 
+
+def _declare_format(kind: str, data_dir: Path, stack: contextlib.ExitStack) -> None:
+    """Point the demo at the shipped declaration with its stream declared as ``kind``;
+    a registry stream gets a moto Glue of its own (stopped when ``stack`` closes)."""
+    from kinesis_lake.config import Settings
+    from kinesis_lake.events.payload_formats import GLUE_SCHEMA_REGISTRY
+    from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
+    from kinesis_lake.pipeline.encoded_events import declared_in_format
+
+    settings = Settings.from_env()
+    registry = None
+    if kind == GLUE_SCHEMA_REGISTRY:
+        glue = stack.enter_context(LocalKinesisEndpoint("moto"))
+        registry = {"region": settings.region, "endpoint_url": glue.url}
+        print(f"Local Glue Schema Registry (moto) on {glue.url}")
+    shipped = settings.event_schema_path
+    variant = data_dir / f"{shipped.stem}_{kind.replace('-', '_')}.yaml"
+    variant.write_text(
+        declared_in_format(shipped, kind, settings.stream_name, settings.raw_table_name, registry),
+        encoding="utf-8",
+    )
+    os.environ["KINESIS_LAKE_EVENT_SCHEMA"] = str(variant)
+    print(f"Declaration: {_shown(variant)} ({kind} records)")
+
+
+def _run(events: int, data_dir: Path) -> int:
     import dagster as dg
 
     from kinesis_lake.config import Settings
     from kinesis_lake.kinesis.client import kinesis_client
     from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
-    from kinesis_lake.kinesis.producer import put_records, sample_events
+    from kinesis_lake.kinesis.producer import put_records
     from kinesis_lake.kinesis.streams import ensure_stream
+    from kinesis_lake.pipeline.encoded_events import demo_payloads, stream_format
 
     endpoint = LocalKinesisEndpoint.keeping_data_in(
         data_dir / "kinesis", os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto")
@@ -58,6 +105,7 @@ def run_demo(events: int = 2000) -> int:
         print(f"Local {endpoint.kind} Kinesis endpoint on {endpoint.url}")
         client = kinesis_client(settings.endpoint_url, settings.region)
         ensure_stream(client, settings.stream_name, settings.shard_count)
+        fmt = stream_format(settings)
 
         from kinesis_lake.definitions import defs
 
@@ -68,7 +116,9 @@ def run_demo(events: int = 2000) -> int:
             put = put_records(
                 client,
                 settings.stream_name,
-                sample_events(
+                demo_payloads(
+                    fmt,
+                    settings.stream_name,
                     count,
                     malformed_every=MALFORMED_EVERY,
                     unrouted_every=UNROUTED_EVERY,
@@ -77,7 +127,7 @@ def run_demo(events: int = 2000) -> int:
             )
             sent += put.sent
             print(
-                f"Wave {wave}: sent {put.sent} events to '{settings.stream_name}' "
+                f"Wave {wave}: sent {put.sent} {fmt.kind} events to '{settings.stream_name}' "
                 f"(some malformed and some heartbeats that no route takes, on purpose); "
                 "materializing every asset and running every check"
             )

@@ -12,6 +12,7 @@ import threading
 
 from kinesis_lake.cli.common import Commands, add_command, current_settings
 from kinesis_lake.config import SPARK_CONNECT_PORT
+from kinesis_lake.events.payload_formats import FORMATS
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 from kinesis_lake.spark.runtime.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
 
@@ -102,12 +103,19 @@ def add_connect_server(commands: Commands) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from kinesis_lake.demo import run_demo
 
-    sys.exit(run_demo(events=args.events))
+    sys.exit(run_demo(events=args.events, payload_format=args.format))
 
 
 def add_demo(commands: Commands) -> None:
     demo = add_command(commands, "demo", "the whole pipeline once, end to end", cmd_demo)
     demo.add_argument("--events", type=int, default=2000, help="records to send, in two waves")
+    demo.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="how the events are sent: JSON, Avro, or Avro behind the Glue Schema Registry's "
+        "header with a local moto registry; default: $KINESIS_LAKE_DEMO_FORMAT, else json",
+    )
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
