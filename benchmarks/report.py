@@ -39,6 +39,7 @@ ORDER = (
     ("python_start", "12. Python start: compiled PySpark archive"),
     ("dagster_burst", "13. Burst in the Dagster mode"),
     ("decode_cost", "14. Decode cost: Avro behind the Glue Schema Registry vs JSON"),
+    ("fresh_read", "15. Fresh read: put -> visible through --fresh"),
 )
 
 
@@ -256,6 +257,16 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             measured = (
                 f"raw p50 {_fmt(raw['p50'])} s, p99 {_fmt(raw['p99'])} s; derived p50 "
                 f"{_fmt(derived['p50'])} s, p99 {_fmt(derived['p99'])} s"
+            )
+        if name == "fresh_read":
+            measured = (
+                f"put -> visible p50 {_fmt(result['latency_s']['p50'])} s, p99 "
+                f"{_fmt(result['latency_s']['p99'])} s; query fresh/snapshot "
+                f"{_fmt(result['query_cost_ratio'])}"
+            )
+        if name == "decode_cost":
+            measured = (
+                f"Avro/JSON records/s {_fmt(result['ratio'])} (zlib {_fmt(result['ratio_zlib'])})"
             )
         if name == "freshness":
             measured = (
@@ -758,7 +769,37 @@ def _decode_cost_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _fresh_read_section(result: dict[str, Any]) -> list[str]:
+    latency, query = result["latency_s"], result["query"]
+    lines = [
+        "| put -> visible p50 | p99 | max | visible | reads (p50 / p99 s each) | "
+        "last read's tail |",
+        "|---|---|---|---|---|---|",
+        f"| {_fmt(latency['p50'], 3)} s | {_fmt(latency['p99'], 3)} s | "
+        f"{_fmt(latency['max'], 3)} s | {_fmt(result['visible'])} of {_fmt(result['records'])} "
+        f"| {_fmt(result['reads'])} ({_fmt(result['read_s']['p50'], 3)} / "
+        f"{_fmt(result['read_s']['p99'], 3)}) | {_fmt(result['tail_records_last_read'])} records |",
+        "",
+        f"`{query['sql']}`: median {_fmt(query['median_s']['snapshot'], 3)} s on the "
+        f"snapshot, {_fmt(query['median_s']['fresh'], 3)} s fresh (x"
+        f"{_fmt(result['query_cost_ratio'])}). Verdict **{result['verdict']}**; load average "
+        f"{result['load_average']}. {result['notes']}",
+        "",
+        "Where one fresh read's time goes (cProfile; the project's functions by cumulative time):",
+        "",
+        "| function | calls | own s | cumulative s |",
+        "|---|---|---|---|",
+        *(
+            f"| `{row['function']}` | {row['calls']} | {row['own_s']} | {row['cumulative_s']} |"
+            for row in result["profile_top"]
+        ),
+        "",
+    ]
+    return lines
+
+
 _SECTIONS = {
+    "fresh_read": _fresh_read_section,
     "decode_cost": _decode_cost_section,
     "python_start": _python_start_section,
     "jvm_start": _jvm_start_section,

@@ -50,6 +50,7 @@ BENCHMARKS = (
     "jvm_start",
     "python_start",
     "decode_cost",
+    "fresh_read",
 )
 
 
