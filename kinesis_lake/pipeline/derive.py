@@ -55,8 +55,6 @@ from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
     aggregate_partition_spec,
     aggregate_table_schema,
-    parsed_partition_spec,
-    parsed_table_schema,
     quarantine_arrow_schema,
     quarantine_partition_spec,
     quarantine_table_schema,
@@ -82,6 +80,7 @@ from kinesis_lake.pipeline.refresh import (
     pending_slice,
     sequence_number,
 )
+from kinesis_lake.pipeline.routed_tables import ensure_routed_table
 from kinesis_lake.pipeline.sql_tables import refresh_sql, refresh_windowed
 from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert
 from kinesis_lake.spark.iceberg.files_reader import read_table_files
@@ -135,13 +134,8 @@ def ensure_downstream_tables(settings: Settings, declaration: LakeDeclaration) -
     catalog = open_lake(settings)
     routed = {}
     for table in declaration.tables:
-        schema = parsed_table_schema(table.schema)
-        routed[table.name] = ensure_table(
-            catalog,
-            settings.table_identifier(table.name),
-            schema,
-            partition_spec=parsed_partition_spec(schema, table.partition),
-        )
+        identifier = settings.table_identifier(table.name)
+        routed[table.name] = ensure_routed_table(catalog, identifier, table)
     quarantine_schema = quarantine_table_schema()
     aggregate_schema = aggregate_table_schema()
     return DownstreamTables(

@@ -1,10 +1,11 @@
 """A stream of Avro records behind the Glue Schema Registry's header, end to end through real
 Spark: put on the local Kinesis endpoint, ingested, decoded on the executors with versions
-fetched from moto's Glue, routed into a typed Iceberg table; every record accounted for."""
+fetched from moto's Glue, routed into an Iceberg table typed from the registry's latest
+version; every record accounted for. A version registered between two ingestions evolves the
+table on the next refresh, and the records of every version land in it."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -32,21 +33,23 @@ ORDER_V2 = {
     **ORDER_V1,
     "fields": [*ORDER_V1["fields"], {"name": "note", "type": "string", "default": ""}],
 }
+ORDER_V3 = {
+    **ORDER_V2,
+    "fields": [
+        *ORDER_V2["fields"],
+        {"name": "channel", "type": ["null", "string"], "default": None},
+    ],
+}
 DECLARATION = """\
 streams:
   - name: avro-orders
     format: glue-schema-registry
     registry: {{region: us-east-1, endpoint_url: "{endpoint}"}}
-    schema: '{reader}'
 tables:
   - name: orders
+    registry_schema: {{registry: {registry}, schema: orders}}
     dedup: id
     event_time_field: at
-    fields:
-      - {{name: id, type: string, required: true}}
-      - {{name: at, type: timestamp, required: true}}
-      - {{name: total, type: "decimal(10,2)"}}
-      - {{name: note, type: string}}
 """
 AT = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
 
@@ -57,7 +60,7 @@ def test_avro_records_behind_the_registry_header_land_typed_and_the_corrupt_one_
     registry = Registry(moto_endpoint.url)
     v1 = registry.create("orders", ORDER_V1)
     v2 = registry.register("orders", ORDER_V2)
-    declaration = DECLARATION.format(endpoint=moto_endpoint.url, reader=json.dumps(ORDER_V2))
+    declaration = DECLARATION.format(endpoint=moto_endpoint.url, registry=registry.name)
     settings = settings_factory(kinesalite_endpoint, declaration=declaration)
     (stream,) = lake_streams(settings, load_declaration(settings.event_schema_path))
     good = framed(v1, avro_datum(ORDER_V1, {"id": "o1", "at": AT, "total": Decimal("9.99")}))
@@ -96,3 +99,16 @@ def test_avro_records_behind_the_registry_header_land_typed_and_the_corrupt_one_
         stream_name=stream.stream_name,
     )
     assert report.passed and report.raw_processed == 4, report
+
+    v3 = registry.register("orders", ORDER_V3)  # between two ingestions, no restart
+    v3_order = {"id": "o3", "at": AT, "total": Decimal("3.00"), "note": "", "channel": "web"}
+    put(stream, framed(v3, avro_datum(ORDER_V3, v3_order)))
+    run_ingestion(spark, stream)
+    refresh_downstream(spark, settings)
+
+    orders = table_rows(settings, settings.table_identifier("orders"))
+    assert sorted((r["id"], r["note"], r["channel"]) for r in orders) == [
+        ("o1", "", None),
+        ("o2", "gift", None),
+        ("o3", "", "web"),
+    ]
