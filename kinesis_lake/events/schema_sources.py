@@ -168,6 +168,22 @@ def _refuse(origin: str, path: str, what: str, fix: str) -> SchemaSourceError:
     return SchemaSourceError(f"{origin}: field {path!r}: {what}; {fix}")
 
 
+def _one_type(
+    origin: str, path: str, members: list[Any], what: str, optional: str
+) -> tuple[Any, bool]:
+    """The one type beside null in a union (Avro) or a list of types (JSON Schema), and
+    whether null is among them; more than one type has no column type."""
+    others = [member for member in members if member != "null"]
+    if len(others) != 1:
+        raise _refuse(
+            origin,
+            path,
+            f"{what} {json.dumps(members)} has no column type (a column holds one type)",
+            f"use one type, or {optional} for an optional T",
+        )
+    return others[0], len(others) < len(members)
+
+
 def _recursive(origin: str, path: str, what: str) -> SchemaSourceError:
     return _refuse(
         origin,
@@ -235,15 +251,8 @@ class _AvroMapper:
         return self.field(name, kind, path, required)
 
     def _union(self, name: str, members: list[Any], path: str, required: bool) -> EventField:
-        others = [member for member in members if member != "null"]
-        if len(others) != 1:
-            raise _refuse(
-                self.origin,
-                path,
-                f"the union {json.dumps(members)} has no column type (a column holds one type)",
-                'use one type, or ["null", T] for an optional T',
-            )
-        return self.field(name, others[0], path, required and len(others) == len(members))
+        member, nullable = _one_type(self.origin, path, members, "the union", '["null", T]')
+        return self.field(name, member, path, required and not nullable)
 
     def _named(self, name: str, avro: str, path: str, required: bool) -> EventField:
         if avro in _AVRO_PRIMITIVES:
@@ -385,16 +394,8 @@ class _JsonSchemaMapper:
         if kinds is None and "properties" in node:
             kinds = "object"
         if isinstance(kinds, list):
-            others = [kind for kind in kinds if kind != "null"]
-            if len(others) != 1:
-                raise _refuse(
-                    self.origin,
-                    path,
-                    f"type {json.dumps(kinds)} has no column type (a column holds one type)",
-                    'use one type, or [T, "null"] for an optional T',
-                )
-            required = required and len(others) == len(kinds)
-            kinds = others[0]
+            kinds, nullable = _one_type(self.origin, path, kinds, "type", '[T, "null"]')
+            required = required and not nullable
         return self._typed(name, node, kinds, path, required)
 
     def _typed(
