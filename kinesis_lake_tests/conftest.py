@@ -95,6 +95,16 @@ def moto_endpoint() -> Iterator:
     yield from _shared_endpoint("moto")
 
 
+@pytest.fixture
+def registry(moto_endpoint) -> Iterator:
+    """A fresh schema registry on moto's Glue (the shared endpoint), deleted after the test:
+    Glue, moto's too, holds at most ten registries."""
+    from kinesis_lake_tests.events.registry import Registry
+
+    with Registry(moto_endpoint.url) as registry:
+        yield registry
+
+
 @pytest.fixture(scope="session")
 def kinesis_mock_endpoint() -> Iterator:
     """kinesis-mock: the local endpoint that serves SubscribeToShard (enhanced fan-out)."""

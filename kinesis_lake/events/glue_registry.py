@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from kinesis_lake.errors import ConfigurationError, KinesisLakeError
+
 HEADER_VERSION = 3
 COMPRESSION_NONE = 0
 COMPRESSION_ZLIB = 5
@@ -24,11 +26,11 @@ MAX_INFLATED_BYTES = 64 * 1024 * 1024
 zlib bomb must cost a quarantine row, not the executor's memory."""
 
 
-class WireFormatError(ValueError):
+class WireFormatError(KinesisLakeError, ValueError):
     """A record that is not in the registry's wire format; the message says how."""
 
 
-class SchemaRegistryError(RuntimeError):
+class SchemaRegistryError(ConfigurationError):
     """The registry could not be asked (endpoint, credentials, permissions): configuration,
     not data, so the batch fails and is read again once it is fixed."""
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import fastavro
 
+from kinesis_lake.errors import ConfigurationError
+
 JSON = "json"
 AVRO = "avro"
 GLUE_SCHEMA_REGISTRY = "glue-schema-registry"
@@ -33,7 +35,7 @@ FORMAT_KEYS = ("format", "schema", "schema_file", "registry")
 _REGISTRY_KEYS = ("region", "endpoint_url")
 
 
-class PayloadFormatError(ValueError):
+class PayloadFormatError(ConfigurationError):
     """A stream's ``format:`` entry that cannot be used; the message says the fix."""
 
 

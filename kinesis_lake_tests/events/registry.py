@@ -30,13 +30,21 @@ def framed(version: uuid.UUID, body: bytes, compression: int = NONE) -> bytes:
 
 
 class Registry:
-    """One fresh registry on moto's Glue, named uniquely: the shared endpoint outlives tests."""
+    """One fresh registry on moto's Glue, named uniquely: the shared endpoint outlives tests.
+    Use it as a context manager: moto's Glue, like AWS, holds at most ten registries, and
+    the endpoint is shared by the whole test session."""
 
     def __init__(self, endpoint_url: str) -> None:
         self.endpoint_url = endpoint_url
         self.glue = boto3.client("glue", region_name="us-east-1", endpoint_url=endpoint_url)
         self.name = f"registry-{uuid.uuid4().hex[:10]}"
         self.glue.create_registry(RegistryName=self.name)
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.glue.delete_registry(RegistryId={"RegistryName": self.name})
 
     def create(self, schema_name: str, definition: Any, data_format: str = "AVRO") -> uuid.UUID:
         """A new schema; its first version's id."""

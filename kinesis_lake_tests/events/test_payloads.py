@@ -146,11 +146,6 @@ def test_a_lake_with_json_and_avro_streams_decodes_each_row_by_its_stream():
     assert bad["sequence_number"] == "3" and bad["error"].startswith("invalid JSON")
 
 
-@pytest.fixture
-def registry(moto_endpoint) -> Registry:
-    return Registry(moto_endpoint.url)
-
-
 def _registry_lake(registry: Registry, **stream: Any) -> LakeDeclaration:
     return _lake(
         {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,11 +44,10 @@ MAYBE = "maybe"
 
 
 @pytest.fixture(scope="module")
-def known(moto_endpoint) -> tuple[PayloadFormat, uuid.UUID]:
-    registry = Registry(moto_endpoint.url)
-    version = registry.create("events", SCHEMA)
-    fmt = PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url)
-    return fmt, version
+def known(moto_endpoint) -> Iterator[tuple[PayloadFormat, uuid.UUID]]:
+    with Registry(moto_endpoint.url) as registry:
+        version = registry.create("events", SCHEMA)
+        yield PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url), version
 
 
 def _json_never(*_: Any) -> list[dict[str, Any]]:

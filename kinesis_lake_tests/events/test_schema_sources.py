@@ -376,11 +376,6 @@ def test_a_table_lists_its_fields_or_names_one_schema(tmp_path):
         load_declaration(lake)
 
 
-@pytest.fixture
-def registry(moto_endpoint) -> Registry:
-    return Registry(moto_endpoint.url)
-
-
 def _registry_lake(registry: Registry, ref: dict[str, Any]) -> dict[str, Any]:
     return {
         "streams": [

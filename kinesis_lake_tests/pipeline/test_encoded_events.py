@@ -86,9 +86,9 @@ def _is_broken(index: int) -> bool:
 
 
 @pytest.mark.parametrize("compressed", [False, True], ids=["uncompressed", "zlib"])
-def test_registry_records_decode_with_the_registered_schema(moto_endpoint, compressed):
+def test_registry_records_decode_with_the_registered_schema(moto_endpoint, registry, compressed):
     fmt = PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url)
-    target = RegistryTarget(f"registry-{uuid.uuid4().hex[:8]}", "clickstream")
+    target = RegistryTarget(registry.name, "clickstream")
     produced = _produced(fmt, zlib_compressed=compressed, target=target)
     json_events = sample_events(COUNT, unrouted_every=UNROUTED_EVERY, seed=SEED, start_ms=START_MS)
     glue = boto3.client("glue", region_name="us-east-1", endpoint_url=moto_endpoint.url)

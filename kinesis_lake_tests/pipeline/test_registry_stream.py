@@ -55,9 +55,8 @@ AT = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
 
 
 def test_avro_records_behind_the_registry_header_land_typed_and_the_corrupt_one_quarantined(
-    spark, kinesalite_endpoint, moto_endpoint, settings_factory
+    spark, kinesalite_endpoint, moto_endpoint, registry: Registry, settings_factory
 ):
-    registry = Registry(moto_endpoint.url)
     v1 = registry.create("orders", ORDER_V1)
     v2 = registry.register("orders", ORDER_V2)
     declaration = DECLARATION.format(endpoint=moto_endpoint.url, registry=registry.name)

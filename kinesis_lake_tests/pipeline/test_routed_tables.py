@@ -40,11 +40,6 @@ V3 = {**V2, "fields": [ID, {"name": "count", "type": "string"}, *V2["fields"][2:
 
 
 @pytest.fixture
-def registry(moto_endpoint) -> Registry:
-    return Registry(moto_endpoint.url)
-
-
-@pytest.fixture
 def catalog(tmp_path: Path) -> SqlCatalog:
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace("lake")
