@@ -19,7 +19,7 @@ def test_a_short_soak_loses_and_duplicates_nothing_and_reports_the_deliberate_lo
             sys.executable,
             str(REPO_ROOT / "scripts" / "soak.py"),
             *("--days", "3", "--split-day", "1", "--merge-day", "2", "--loss-day", "3"),
-            *("--records-per-day", "150", "--seed", "7"),
+            *("--records-per-day", "60", "--seed", "7"),
         ],
         capture_output=True,
         text=True,
