@@ -4,6 +4,11 @@ Every commit of the raw table records, with its data, the last committed sequenc
 of each shard (``kinesis-lake.positions``). So "the table now, with the records no commit
 holds yet" is exact: the snapshot, then each shard read straight from Kinesis after its
 committed position (a shard without one from where ingestion starts it), up to the tip.
+What the table records of ingestion's reads (:func:`~kinesis_lake.pipeline.earlier_reads.
+earlier_reads`: each shard's last read to its tip) is loaded with the positions and used
+as ingestion uses it: a shard quiet since a read to its tip after the trim horizon is no
+alarm, and with ``latest`` a shard no record of which was committed starts at that read
+(none is on record: the shard is left out, since nothing says where ingestion starts it).
 The tail goes through the pipeline's own code: the Spark source's rows
 (:func:`~kinesis_lake.spark.kinesis.arrow.records_to_arrow`), the declaration's routing
 and parsing (:func:`~kinesis_lake.events.parse.route_events`) and its dedup rule (first
@@ -54,8 +59,9 @@ from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
-from kinesis_lake.kinesis.streams import list_shards, shard_lineage_order
+from kinesis_lake.kinesis.streams import describe_stream, list_shards, shard_lineage_order
 from kinesis_lake.pipeline.backlog import probe_starts
+from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP, earlier_reads
 from kinesis_lake.pipeline.fresh_upsert import upsert_winners
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.spark.kinesis.arrow import records_to_arrow
@@ -157,6 +163,9 @@ class FreshBase:
     table: Table | None
     raw: Table | None
     positions: dict[str, str]
+    tips: dict[str, int]
+    """Each shard's last read to its tip by ingestion (server ms), as the raw table
+    records it: loaded with ``positions``, so never newer than the data it vouches for."""
     declaration: LakeDeclaration
     upsert: UpsertBase | None = None
 
@@ -203,16 +212,16 @@ def fresh_base(settings: Settings, name: str) -> FreshBase:
     for stream in streams:
         if name == stream.raw_table_name:
             raw = load_table(catalog, stream.raw_table)
-            positions = committed_positions(raw) if raw is not None else {}
-            return FreshBase(name, RAW, stream, raw, raw, positions, declaration)
+            positions, tips = _recorded(raw)
+            return FreshBase(name, RAW, stream, raw, raw, positions, tips, declaration)
     if name in declaration.names:
         owner = declaration.table(name).stream
         stream = next(s for s in streams if declared_stream(s, declaration) == owner)
         table = load_table(catalog, settings.table_identifier(name))
         raw = load_table(catalog, stream.raw_table)
-        positions = committed_positions(raw) if raw is not None else {}
+        positions, tips = _recorded(raw)
         part = declaration.for_stream(owner)
-        return FreshBase(name, ROUTED, stream, table, raw, positions, part)
+        return FreshBase(name, ROUTED, stream, table, raw, positions, tips, part)
     upserts = [d.name for d in declaration.derived if d.upsert is not None]
     offered = [s.raw_table_name for s in streams] + declaration.names + upserts
     raise FreshReadNotOffered(
@@ -220,6 +229,13 @@ def fresh_base(settings: Settings, name: str) -> FreshBase:
         f"({', '.join(offered)}). SQL, quarantine and aggregate tables are computed over "
         "whole inputs; read them without --fresh, or read their inputs fresh."
     )
+
+
+def _recorded(raw: Table | None) -> tuple[dict[str, str], dict[str, int]]:
+    """The committed positions and the reads to the tip ``raw`` records (none: empty)."""
+    if raw is None:
+        return {}, {}
+    return committed_positions(raw), earlier_reads(raw).tip_ms
 
 
 def read_fresh(
@@ -232,7 +248,7 @@ def read_fresh(
     """The table ``base`` stands on, plus its stream's tail as it is now."""
     stream = base.stream
     kinesis = client or kinesis_client(stream.endpoint_url, stream.region)
-    tail = read_tail(kinesis, stream, base.positions, limits, now_ms())
+    tail = read_tail(kinesis, stream, base.positions, base.tips, limits, now_ms())
     if base.kind == RAW:
         return _fresh_raw(base, tail)
     routed = _fresh_routed(base, tail)
@@ -253,14 +269,18 @@ def read_tail(
     client: KinesisClient,
     stream: Settings,
     positions: dict[str, str],
+    tips: dict[str, int],
     limits: TailLimits,
     cutoff_ms: int,
 ) -> Tail:
     """Every shard after its committed position, parents to their end before children,
-    records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each."""
+    records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each.
+    ``tips``: each shard's last read to its tip by ingestion (server ms), which tells a
+    quiet shard from records that expired unread, as in ingestion's reads."""
+    retention_ms = describe_stream(client, stream.stream_name).retention_hours * 3_600_000
     shards = list_shards(client, stream.stream_name)
     listed = {shard.shard_id for shard in shards}
-    starts = probe_starts(stream)
+    starts = _starts(stream, tips)
     budget = limits.max_records
     finished: set[str] = set()
     batches: list[pa.RecordBatch] = []
@@ -278,10 +298,19 @@ def read_tail(
             cap = f"the tail cap of {limits.max_records} records was reached"
             left_out.append(LeftOut(shard.shard_id, committed, cap))
             continue
-        start = _start(shard.shard_id, committed, starts)
+        start = _start(shard.shard_id, committed, starts, stream.starting_position)
+        if start is None:
+            left_out.append(LeftOut(shard.shard_id, None, _UNKNOWN_START))
+            continue
         reader = ShardReader(client, stream.stream_name, shard.shard_id)
         records: list[KinesisRecord] = []
-        for batch in reader.read(start, max_records=budget, arrival_cutoff_ms=cutoff_ms):
+        for batch in reader.read(
+            start,
+            max_records=budget,
+            arrival_cutoff_ms=cutoff_ms,
+            quiet_since_ms=tips.get(shard.shard_id),
+            retention_ms=retention_ms,
+        ):
             records.extend(batch)
         outcome = reader.outcome
         assert outcome is not None  # the generator ran to its end
@@ -306,14 +335,36 @@ def read_tail(
     return Tail(_as_raw_rows(rows), shards_read, left_out, warnings)
 
 
-def _start(shard_id: str, committed: str | None, starts: dict[str, dict]) -> StartPosition:
+_UNKNOWN_START = (
+    "KINESIS_STARTING_POSITION=latest and no read of it to its tip is on record (the raw "
+    f"table's {READ_TO_TIP}, the source's status): where ingestion starts it is unknown"
+)
+
+
+def _starts(stream: Settings, tips: dict[str, int]) -> dict[str, dict]:
+    """GetShardIterator arguments of shards without a committed position: the backlog
+    probe's, and with ``latest`` each shard's recorded read to its tip. Exact: a shard
+    without a committed record was empty at that read, so ingestion commits only records
+    that arrived after it (and none before its pinned start, which came first)."""
+    starts = probe_starts(stream)
+    if stream.starting_position == "latest":
+        for shard_id, tip_ms in tips.items():
+            starts.setdefault(shard_id, StartPosition.at_timestamp(tip_ms).iterator_args())
+    return starts
+
+
+def _start(
+    shard_id: str, committed: str | None, starts: dict[str, dict], configured: str
+) -> StartPosition | None:
     """After the committed position; a shard without one where ingestion would start it
-    (the backlog probe's rule: the configured start, else its oldest record)."""
+    (the configured start, else its oldest record), None where that is unknown: with
+    ``latest``, ingestion pins the start in a checkpoint this machine may not have, and
+    reading from the oldest record would show records no run will ever commit."""
     if committed is not None:
         return StartPosition.after(committed)
     args = starts.get(shard_id, starts.get("*"))
     if args is None:
-        return StartPosition.trim_horizon()
+        return None if configured == "latest" else StartPosition.trim_horizon()
     return StartPosition.at_timestamp(round(args["Timestamp"].timestamp() * 1000))
 
 

@@ -1,0 +1,94 @@
+"""A fresh read's tail (``pipeline/fresh_tail.py``) where ingestion's own rules decide: a
+quiet shard whose last committed record aged out is no alarm, a real gap still is, and
+with ``latest`` a shard with no committed record starts where the table says ingestion
+read it to its tip, or, with nothing saying so, is left out and named. Fast: kinesalite
+(behind the clock proxy where retention matters) and a raw table whose properties are
+set as ingestion sets them; no Spark."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.summary import POSITIONS
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.streams import ensure_stream
+from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
+from kinesis_lake.pipeline.fresh_read import fresh_read
+from kinesis_lake.pipeline.ingest import prepare_raw_table
+from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
+
+DECLARATION = """\
+tables:
+  - name: notes
+    route: {type: note}
+    fields:
+      - {name: text, type: string}
+"""
+SHARD = "shardId-000000000000"
+
+
+def _note(settings: Settings, text: str) -> dict:
+    client = kinesis_client(settings.endpoint_url, settings.region)
+    ensure_stream(client, settings.stream_name, 1)
+    data = json.dumps({"type": "note", "text": text}).encode()
+    return client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="k")
+
+
+def _record(settings: Settings, **properties: dict) -> None:
+    """Set raw table properties as ingestion writes them (JSON values)."""
+    raw = prepare_raw_table(settings)
+    with raw.transaction() as transaction:
+        transaction.set_properties({k: json.dumps(v) for k, v in properties.items()})
+
+
+def _texts(settings: Settings) -> list[str]:
+    fresh = fresh_read(settings, settings.raw_table_name)
+    return [json.loads(data)["text"] for data in fresh.table.column("data").to_pylist()]
+
+
+def test_a_quiet_shard_past_retention_is_no_alarm_and_a_gap_still_is(
+    kinesalite_endpoint, settings_factory
+):
+    with ClockProxy(kinesalite_endpoint.url) as clock:
+        settings = settings_factory(clock, declaration=DECLARATION, shard_count=1)
+        committed = _note(settings, "committed")["SequenceNumber"]
+        read_at_ms = int(clock.now() * 1000)
+        clock.advance(25 * 3600)  # the committed record is past retention now
+
+        _record(settings, **{POSITIONS: {SHARD: committed}})
+        unknown = fresh_read(settings, settings.raw_table_name)
+        _record(settings, **{READ_TO_TIP: {SHARD: read_at_ms}})
+        gap = fresh_read(settings, settings.raw_table_name)
+        # Read to its tip an hour ago (server time): quiet since, nothing can have expired.
+        _record(settings, **{READ_TO_TIP: {SHARD: int(clock.now() * 1000) - 3_600_000}})
+        quiet = fresh_read(settings, settings.raw_table_name)
+
+    assert quiet.warnings == [] and quiet.shards_read == 1 and quiet.table.num_rows == 0
+    assert len(unknown.warnings) == 1 and "no read to its tip is on record" in unknown.warnings[0]
+    assert len(gap.warnings) == 1 and f"tip at {read_at_ms} ms" in gap.warnings[0]
+    assert "may have expired unread" in gap.warnings[0]
+
+
+def test_latest_starts_a_shard_without_position_at_its_recorded_read_to_tip(
+    kinesalite_endpoint, settings_factory
+):
+    settings = settings_factory(
+        kinesalite_endpoint, declaration=DECLARATION, shard_count=1, starting_position="latest"
+    )
+    _note(settings, "before ingestion started")
+    time.sleep(0.05)  # arrival times are in ms: the read to the tip comes strictly after
+    read_at_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    _note(settings, "after")
+
+    prepare_raw_table(settings)
+    unknown = fresh_read(settings, settings.raw_table_name)
+    _record(settings, **{READ_TO_TIP: {SHARD: read_at_ms}})
+    known = _texts(settings)
+
+    assert unknown.table.num_rows == 0 and unknown.shards_read == 0
+    assert [(o.shard_id, o.after_sequence_number) for o in unknown.left_out] == [(SHARD, None)]
+    assert "KINESIS_STARTING_POSITION=latest" in unknown.left_out[0].reason
+    assert known == ["after"]
