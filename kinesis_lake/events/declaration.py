@@ -342,11 +342,28 @@ def _fields(
         stream = next(
             (s for s in streams if s.name == raw.get("stream") or len(streams) == 1), None
         )
+        _refuse_another_registry(raw["registry_schema"], stream)
         registry = stream.format if stream is not None else JSON_FORMAT
         derived = fields_from_registry(
             raw["registry_schema"], registry.region, registry.endpoint_url
         )
     return [field.to_dict() for field in derived.fields], derived.origin
+
+
+def _refuse_another_registry(ref: object, stream: StreamDeclaration | None) -> None:
+    """The executors decode a registry stream's records with the registry its ``registry:``
+    names, and know no other: a table's schema from another registry would load, and then
+    every record would be quarantined as a version the registry does not have."""
+    if stream is None or stream.format.kind != GLUE_SCHEMA_REGISTRY or not isinstance(ref, Mapping):
+        return
+    for key in ("region", "endpoint_url"):
+        ours = getattr(stream.format, key)
+        if key in ref and ref[key] != ours:
+            raise DeclarationError(
+                f"registry_schema: {key} {ref[key]!r} differs from stream {stream.name!r}'s "
+                f"registry: {key} {ours!r}, and the stream's records are decoded with its "
+                f"registry; set {key} once, in the stream's registry: (not in registry_schema)"
+            )
 
 
 def declaration_from_dict(
@@ -381,7 +398,7 @@ def declaration_from_dict(
     raw_tables = data["tables"]
     if not isinstance(raw_tables, list) or not raw_tables:
         raise DeclarationError("tables must be a non-empty list of table declarations")
-    tables = []
+    tables: list[TableDeclaration] = []
     seen: set[str] = set()
     for index, raw in enumerate(raw_tables):
         try:
@@ -392,7 +409,9 @@ def declaration_from_dict(
         if table.name in seen or table.name in {stream.raw_table for stream in streams}:
             raise DeclarationError(f"line {_line(raw)}: table {table.name!r} is declared twice")
         seen.add(table.name)
-        tables.append(_on_stream(table, streams, _line(raw)))
+        table = _on_stream(table, streams, _line(raw))
+        _refuse_two_versions(table, tables, streams, _line(raw))
+        tables.append(table)
     aggregate = data.get("aggregate", {"table": tables[0].name})
     source = aggregate.get("table") if isinstance(aggregate, Mapping) else None
     if source not in seen:
@@ -409,17 +428,53 @@ def _with_readers(stream: StreamDeclaration, tables: list[TableDeclaration]) -> 
     """A registry stream without a reader's schema of its own reads each registry schema its
     tables were declared from as the version they were declared from (so records of older
     versions come out in that version's shape, new fields with their defaults)."""
-    if stream.format.kind != GLUE_SCHEMA_REGISTRY or stream.format.schema is not None:
-        return stream
     readers = {
-        table.origin.schema_arn: {"number": table.origin.version, "schema": table.origin.definition}
+        origin.schema_arn: {"number": origin.version, "schema": origin.definition}
         for table in tables
-        if table.stream == stream.name
-        and table.origin is not None
-        and table.origin.schema_arn
-        and table.origin.data_format == AVRO
+        if (origin := _read_as(table, stream)) is not None
     }
     return replace(stream, format=replace(stream.format, readers=readers)) if readers else stream
+
+
+def _read_as(table: TableDeclaration, stream: StreamDeclaration) -> SchemaOrigin | None:
+    """The registry schema version ``stream``'s records of that schema are read as for
+    ``table``'s sake (see ``_with_readers``), or None when the table sets none."""
+    origin = table.origin
+    if (
+        stream.format.kind != GLUE_SCHEMA_REGISTRY
+        or stream.format.schema is not None
+        or table.stream != stream.name
+        or origin is None
+        or not origin.schema_arn
+        or origin.data_format != AVRO
+    ):
+        return None
+    return origin
+
+
+def _refuse_two_versions(
+    table: TableDeclaration,
+    earlier: list[TableDeclaration],
+    streams: tuple[StreamDeclaration, ...],
+    line: int | None,
+) -> None:
+    """A stream reads each registry schema's records as one version, so two tables following
+    two versions of it would both get one of them: silently the wrong shape for the other."""
+    stream = next((s for s in streams if s.name == table.stream), None)
+    origin = None if stream is None else _read_as(table, stream)
+    if stream is None or origin is None:
+        return
+    where = f"line {line}: " if line else ""
+    for other in earlier:
+        theirs = _read_as(other, stream)
+        if theirs and theirs.schema_arn == origin.schema_arn and theirs.version != origin.version:
+            raise DeclarationError(
+                f"{where}table {table.name!r} follows {origin.describe()}, and table "
+                f"{other.name!r} follows version {theirs.version} of it, on stream "
+                f"{stream.name!r}, whose records of one schema are read as one version; "
+                "follow one version in both (the same version:, or latest in both), or read "
+                "the tables from streams of their own"
+            )
 
 
 def _derived(

@@ -425,3 +425,51 @@ def test_a_registry_schema_that_is_not_there_stops_the_load(registry, ref, messa
     with pytest.raises(DeclarationError) as raised:
         declaration_from_dict(_registry_lake(registry, ref))
     assert message.format(name=registry.name) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("stream_registry", "ref", "setting"),
+    [
+        ({"region": "us-east-1", "endpoint_url": "http://127.0.0.1:9"}, {}, "endpoint_url"),
+        ({}, {"region": "us-east-1"}, "region"),
+    ],
+)
+def test_a_registry_schema_of_another_registry_than_its_streams_stops_the_load(
+    registry, tmp_path, stream_registry, ref, setting
+):
+    """The executors decode a stream's records with its registry: settings alone, so a table
+    whose schema came from elsewhere would load and then quarantine every record."""
+    registry.create("orders", _avro())
+    lake = _registry_lake(registry, {"schema": "orders", "endpoint_url": registry.endpoint_url})
+    lake["streams"][0]["registry"] = {"endpoint_url": registry.endpoint_url, **stream_registry}
+    lake["tables"][0]["registry_schema"].update(ref)
+    path = tmp_path / "lake.yaml"
+    path.write_text(json.dumps(lake, indent=1), encoding="utf-8")
+
+    with pytest.raises(DeclarationError) as raised:
+        load_declaration(path)
+
+    message = str(raised.value)
+    assert message.startswith(f"{path}:") and f"table 't': registry_schema: {setting} " in message
+    assert f"differs from stream 'orders''s registry: {setting} " in message
+    assert f"set {setting} once, in the stream's registry:" in message
+
+
+def test_two_versions_of_one_registry_schema_on_one_stream_stop_the_load(registry):
+    """A stream reads each registry schema's records as one version: two tables following
+    two versions would get one of them, silently in the wrong shape."""
+    registry.create("orders", _avro())
+    registry.register("orders", _avro({"name": "n", "type": ["null", "long"], "default": None}))
+    lake = _registry_lake(registry, {"schema": "orders"})
+    pinned = {**lake["tables"][0], "name": "u"}
+    pinned["registry_schema"] = {**pinned["registry_schema"], "version": 2}
+    assert len(declaration_from_dict({**lake, "tables": [*lake["tables"], pinned]}).tables) == 2
+
+    pinned["registry_schema"]["version"] = 1
+    with pytest.raises(DeclarationError) as raised:
+        declaration_from_dict({**lake, "tables": [*lake["tables"], pinned]})
+
+    message = str(raised.value)
+    assert f"table 'u' follows registry {registry.name}, schema orders, version 1" in message
+    assert "table 't' follows version 2 of it, on stream 'orders'" in message
+    assert "follow one version in both" in message and "streams of their own" in message
