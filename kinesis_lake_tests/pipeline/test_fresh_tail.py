@@ -3,7 +3,7 @@ quiet shard whose last committed record aged out is no alarm, a real gap still i
 with ``latest`` a shard with no committed record starts where the table says ingestion
 read it to its tip, or, with nothing saying so, is left out and named. Fast: kinesalite
 (behind the clock proxy where retention matters) and a raw table whose properties are
-set as ingestion sets them; no Spark."""
+set as ingestion sets them; no Spark. Only raw is read: any declaration does."""
 
 from __future__ import annotations
 
@@ -18,14 +18,8 @@ from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
 from kinesis_lake.pipeline.fresh_read import fresh_read
 from kinesis_lake.pipeline.ingest import prepare_raw_table
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
+from kinesis_lake_tests.pipeline.declared_lakes import PROFILES
 
-DECLARATION = """\
-tables:
-  - name: notes
-    route: {type: note}
-    fields:
-      - {name: text, type: string}
-"""
 SHARD = "shardId-000000000000"
 
 
@@ -52,7 +46,7 @@ def test_a_quiet_shard_past_retention_is_no_alarm_and_a_gap_still_is(
     kinesalite_endpoint, settings_factory
 ):
     with ClockProxy(kinesalite_endpoint.url) as clock:
-        settings = settings_factory(clock, declaration=DECLARATION, shard_count=1)
+        settings = settings_factory(clock, declaration=PROFILES, shard_count=1)
         committed = _note(settings, "committed")["SequenceNumber"]
         read_at_ms = int(clock.now() * 1000)
         clock.advance(25 * 3600)  # the committed record is past retention now
@@ -75,7 +69,7 @@ def test_latest_starts_a_shard_without_position_at_its_recorded_read_to_tip(
     kinesalite_endpoint, settings_factory
 ):
     settings = settings_factory(
-        kinesalite_endpoint, declaration=DECLARATION, shard_count=1, starting_position="latest"
+        kinesalite_endpoint, declaration=PROFILES, shard_count=1, starting_position="latest"
     )
     _note(settings, "before ingestion started")
     time.sleep(0.05)  # arrival times are in ms: the read to the tip comes strictly after

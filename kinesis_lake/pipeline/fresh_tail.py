@@ -1,0 +1,215 @@
+"""A fresh read's tail: each shard of a stream read straight from Kinesis past the raw
+table's committed positions, up to now, as raw-table rows not committed yet.
+
+Split from :mod:`kinesis_lake.pipeline.fresh_read`, which assembles these rows with the
+tables' snapshots. Where a shard's read starts and what counts as loss follow ingestion's
+rules: after its committed position; a shard without one from where ingestion starts it
+(the backlog probe's start, with ``latest`` the shard's recorded read to its tip: none on
+record and the shard is left out, named); each shard's recorded read to its tip and the
+stream's retention tell a quiet shard from records that expired unread. Bounded by
+:class:`TailLimits`; what is not read is named in ``Tail.left_out``, a child shard waits
+for its parents as the Spark source does, and the rows read are each shard's oldest, so
+never a gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
+from kinesis_lake.kinesis.client import KinesisClient
+from kinesis_lake.kinesis.records import KinesisRecord
+from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.start_positions import StartPosition
+from kinesis_lake.kinesis.streams import describe_stream, list_shards, shard_lineage_order
+from kinesis_lake.pipeline.backlog import probe_starts
+from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
+from kinesis_lake.spark.kinesis.arrow import records_to_arrow
+
+# Columns the pipeline stamps when it commits a raw row: a row still in the stream has
+# none yet, and reads as null there (which also tells the two kinds of row apart).
+RAW_STAMPS = ("ingested_at", "batch_id")
+
+
+@dataclass(frozen=True)
+class TailLimits:
+    """How much of the stream one fresh read takes at most.
+
+    ``max_records``: Kinesis records read over all shards (an aggregate counts once).
+    ``max_age_s``: a shard whose oldest uncommitted record arrived longer ago than this is
+    left out whole (None: no such limit). Either way the shards left out are reported.
+    """
+
+    max_records: int = 100_000
+    max_age_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        if self.max_age_s is not None and self.max_age_s <= 0:
+            raise ValueError("max_age_s must be positive (or None)")
+
+
+DEFAULT_LIMITS = TailLimits()
+"""A fresh read's limits unless told otherwise."""
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A shard's records the read did not take: those after ``after_sequence_number``
+    (None: all of its records past where ingestion starts it)."""
+
+    shard_id: str
+    after_sequence_number: str | None
+    reason: str
+
+
+@dataclass
+class Tail:
+    """The stream's records past the committed positions, as the raw table's rows."""
+
+    rows: pa.Table
+    shards_read: int
+    left_out: list[LeftOut]
+    warnings: list[str]
+
+
+def read_tail(
+    client: KinesisClient,
+    stream: Settings,
+    positions: dict[str, str],
+    tips: dict[str, int],
+    limits: TailLimits,
+    cutoff_ms: int,
+) -> Tail:
+    """Every shard after its committed position, parents to their end before children,
+    records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each.
+    ``tips``: each shard's last read to its tip by ingestion (server ms), which tells a
+    quiet shard from records that expired unread, as in ingestion's reads."""
+    retention_ms = describe_stream(client, stream.stream_name).retention_hours * 3_600_000
+    shards = list_shards(client, stream.stream_name)
+    listed = {shard.shard_id for shard in shards}
+    starts = _starts(stream, tips)
+    budget = limits.max_records
+    finished: set[str] = set()
+    batches: list[pa.RecordBatch] = []
+    left_out: list[LeftOut] = []
+    warnings: list[str] = []
+    shards_read = 0
+    for shard in shard_lineage_order(shards):
+        committed = positions.get(shard.shard_id)
+        waiting = [p for p in shard.parent_ids if p in listed and p not in finished]
+        if waiting:
+            reason = f"waits for its parent {', '.join(waiting)} to be read to its end"
+            left_out.append(LeftOut(shard.shard_id, committed, reason))
+            continue
+        if budget < 1:
+            cap = f"the tail cap of {limits.max_records} records was reached"
+            left_out.append(LeftOut(shard.shard_id, committed, cap))
+            continue
+        start = _start(shard.shard_id, committed, starts, stream.starting_position)
+        if start is None:
+            left_out.append(LeftOut(shard.shard_id, None, _UNKNOWN_START))
+            continue
+        reader = ShardReader(client, stream.stream_name, shard.shard_id)
+        records: list[KinesisRecord] = []
+        for batch in reader.read(
+            start,
+            max_records=budget,
+            arrival_cutoff_ms=cutoff_ms,
+            quiet_since_ms=tips.get(shard.shard_id),
+            retention_ms=retention_ms,
+        ):
+            records.extend(batch)
+        outcome = reader.outcome
+        assert outcome is not None  # the generator ran to its end
+        shards_read += 1
+        if outcome.data_loss:
+            warnings.append(f"{shard.shard_id}: {outcome.data_loss}")
+        too_old = _too_old(records, limits, cutoff_ms)
+        if too_old:
+            left_out.append(LeftOut(shard.shard_id, committed, too_old))
+            continue
+        budget -= outcome.records_read
+        if outcome.stopped_by == "limit":
+            cap = f"the tail cap of {limits.max_records} records was reached"
+            left_out.append(LeftOut(shard.shard_id, outcome.last_sequence_number, cap))
+        # A shard closed before this read that caught up has no record left: kinesalite
+        # may still hand out an iterator after its last record (see plan_next_offset).
+        elif outcome.shard_ended or (shard.is_closed and outcome.caught_up):
+            finished.add(shard.shard_id)
+        if records:
+            batches.append(records_to_arrow(stream.stream_name, shard.shard_id, records))
+    rows = pa.Table.from_batches(batches) if batches else None
+    return Tail(_as_raw_rows(rows), shards_read, left_out, warnings)
+
+
+_UNKNOWN_START = (
+    "KINESIS_STARTING_POSITION=latest and no read of it to its tip is on record (the raw "
+    f"table's {READ_TO_TIP}, the source's status): where ingestion starts it is unknown"
+)
+
+
+def _starts(stream: Settings, tips: dict[str, int]) -> dict[str, dict]:
+    """GetShardIterator arguments of shards without a committed position: the backlog
+    probe's, and with ``latest`` each shard's recorded read to its tip. Exact: a shard
+    without a committed record was empty at that read, so ingestion commits only records
+    that arrived after it (and none before its pinned start, which came first)."""
+    starts = probe_starts(stream)
+    if stream.starting_position == "latest":
+        for shard_id, tip_ms in tips.items():
+            starts.setdefault(shard_id, StartPosition.at_timestamp(tip_ms).iterator_args())
+    return starts
+
+
+def _start(
+    shard_id: str, committed: str | None, starts: dict[str, dict], configured: str
+) -> StartPosition | None:
+    """After the committed position; a shard without one where ingestion would start it
+    (the configured start, else its oldest record), None where that is unknown: with
+    ``latest``, ingestion pins the start in a checkpoint this machine may not have, and
+    reading from the oldest record would show records no run will ever commit."""
+    if committed is not None:
+        return StartPosition.after(committed)
+    args = starts.get(shard_id, starts.get("*"))
+    if args is None:
+        return None if configured == "latest" else StartPosition.trim_horizon()
+    return StartPosition.at_timestamp(round(args["Timestamp"].timestamp() * 1000))
+
+
+def _too_old(records: Sequence[KinesisRecord], limits: TailLimits, now_ms: int) -> str | None:
+    if limits.max_age_s is None or not records:
+        return None
+    behind_s = (now_ms - records[0].arrival_ms) / 1000
+    if behind_s <= limits.max_age_s:
+        return None
+    return (
+        f"the pipeline is {behind_s:.0f} s behind on it, more than the tail's age limit "
+        f"of {limits.max_age_s:g} s"
+    )
+
+
+def raw_arrow_schema() -> pa.Schema:
+    return relaxed(RAW_ARROW_SCHEMA, RAW_STAMPS)
+
+
+def _as_raw_rows(rows: pa.Table | None) -> pa.Table:
+    """Source rows as raw-table rows, with the commit's stamps null."""
+    schema = raw_arrow_schema()
+    if rows is None:
+        return schema.empty_table()
+    stamps = [pa.nulls(rows.num_rows, schema.field(name).type) for name in RAW_STAMPS]
+    return pa.Table.from_arrays([*rows.columns, *stamps], schema=schema)
+
+
+def relaxed(schema: pa.Schema, names: Sequence[str]) -> pa.Schema:
+    """``schema`` with the columns ``names`` nullable."""
+    for name in names:
+        index = schema.get_field_index(name)
+        if index >= 0:
+            schema = schema.set(index, schema.field(index).with_nullable(True))
+    return schema
