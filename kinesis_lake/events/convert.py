@@ -22,7 +22,8 @@ Accepted JSON values per type (anything else is a "wrong type" error):
   than a quarantined record. Times must lie in 0001-01-01 .. 9999-12-30 UTC: the last day of
   year 9999 is refused because the derived tables bound every event by the end of its day and
   minute, which do not exist for it.
-  An aware ``datetime`` (what an Avro timestamp decodes to, ``payloads.py``) is taken as it is.
+  An aware ``datetime`` (what an Avro timestamp decodes to, ``payloads.py``) is taken as it is;
+  a naive one (an Avro local-timestamp) is refused, its zone unknown.
 - date: an ISO-8601 date string (or a ``date``, an Avro date). decimal(p,s): a number or
   numeric string with at most ``s`` fraction digits and ``p - s`` integer digits (never rounded).
 """
@@ -373,6 +374,8 @@ def _bad_timestamp(field: EventField, value: Any, exc: Exception) -> str:
         )
     if isinstance(value, str):
         return f"field {field.name!r}: unparseable timestamp {excerpt(value)}: {exc}"
+    if isinstance(value, datetime):  # a naive one: the Avro decoder's local-timestamp
+        return f"field {field.name!r}: timestamp {excerpt(value)}: {exc}"
     return f"field {field.name!r}: epoch milliseconds {excerpt(value)} out of range"
 
 

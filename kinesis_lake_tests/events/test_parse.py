@@ -10,7 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.events.parse import parse_events
+from kinesis_lake.events.declaration import declaration_from_dict
+from kinesis_lake.events.parse import parse_events, route_events
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_arrow_schema, quarantine_arrow_schema
 from kinesis_lake_tests.events.raw import (
@@ -22,6 +23,7 @@ from kinesis_lake_tests.events.raw import (
     raw_table,
     seed_schema,
 )
+from kinesis_lake_tests.events.registry import avro_datum
 
 UTC = UTC
 
@@ -388,3 +390,24 @@ def test_wiring_mistakes_raise() -> None:
         parse_events(raw_table([_json(GOOD)]).drop_columns(["source_error"]), demo_schema())
     with pytest.raises(ValueError, match="now must be timezone-aware"):
         parse_events(raw_table([_json(GOOD)]), demo_schema(), now=datetime(2024, 1, 1))
+
+
+def test_an_avro_local_timestamp_is_quarantined_for_its_missing_offset() -> None:
+    """An Avro local-timestamp decodes to a naive datetime: its zone is unknown, and the
+    reason must say so (not that a number is out of range)."""
+    local = {"type": "long", "logicalType": "local-timestamp-millis"}
+    schema = {"type": "record", "name": "R", "fields": [{"name": "at", "type": local}]}
+    lake = declaration_from_dict(
+        {
+            "streams": [{"name": "events", "format": "avro", "schema": schema}],
+            "tables": [{"name": "t", "fields": [{"name": "at", "type": "timestamp"}]}],
+        }
+    )
+    payload = avro_datum(schema, {"at": datetime(2020, 1, 1)})
+
+    (row,) = route_events(raw_table([payload]), lake, now=NOW).quarantine.to_pylist()
+
+    assert row["error"] == (
+        "field 'at': timestamp 2020-01-01 00:00:00: no UTC offset (an Avro local-timestamp "
+        "has no zone)"
+    )
