@@ -27,6 +27,7 @@ from kinesis_lake.events.convert import RowErrors
 from kinesis_lake.events.glue_registry import (
     SchemaVersion,
     WireFormatError,
+    is_known,
     schema_version,
     unframe,
 )
@@ -42,6 +43,12 @@ JsonDecoder = Callable[[list[bytes | None], list[str | None], RowErrors], list[d
 """The parser's JSON decoding: payloads and source errors in, one object per row out."""
 
 _NO_OBJECT: dict[str, Any] = {}
+MAX_UNKNOWN_VERSIONS_ASKED = 8
+"""New versions the registry turns out not to know that one batch may ask it about; records
+naming more are quarantined unasked, so random bytes after the header cannot throttle the
+registry and fail every retry of the batch. Answers are remembered (found or not), so a
+version already answered costs nothing and never counts: a version registered since
+still gets asked about however much garbage the batch holds before it."""
 _Reader = Callable[[bytes], Any]
 _READERS: dict[tuple[str, str], _Reader] = {}
 
@@ -109,6 +116,7 @@ def decode_binary(
     versions: dict[UUID, SchemaVersion | None] = {}
     readers: dict[UUID, _Reader | str] = {}
     labels: dict[UUID, str] = {}  # a version's label, made once: most rows are read well
+    unknown_asked = 0
     avro = _reader(fmt.schema, None) if fmt.kind == AVRO else None
     for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
         if source_error is not None or not payload:
@@ -122,7 +130,13 @@ def decode_binary(
                 errors.add(row, f"{GLUE_SCHEMA_REGISTRY}: {exc}")
                 continue
             if version_id not in versions:
-                versions[version_id] = schema_version(version_id, fmt.region, fmt.endpoint_url)
+                asked_before = is_known(version_id, fmt.region, fmt.endpoint_url)
+                if not asked_before and unknown_asked >= MAX_UNKNOWN_VERSIONS_ASKED:
+                    errors.add(row, _not_asked(version_id))
+                    continue
+                found = schema_version(version_id, fmt.region, fmt.endpoint_url)
+                unknown_asked += found is None and not asked_before
+                versions[version_id] = found
             version = versions[version_id]
             if version is None:
                 errors.add(
@@ -151,6 +165,14 @@ def decode_binary(
         label = f"{GLUE_SCHEMA_REGISTRY}: {versions[version_id].describe()}: "  # type: ignore[union-attr]
         _decode_wrapped_json(entries, decode_json, label, objects, errors)
     return objects
+
+
+def _not_asked(version_id: UUID) -> str:
+    return (
+        f"{GLUE_SCHEMA_REGISTRY}: schema version {version_id} not asked: more than "
+        f"{MAX_UNKNOWN_VERSIONS_ASKED} versions in this batch are not in the registry (random "
+        "bytes after the header, or a producer of another registry)"
+    )
 
 
 def _decode_wrapped_json(

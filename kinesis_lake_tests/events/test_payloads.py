@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 from kinesis_lake.events.declaration import LakeDeclaration, declaration_from_dict
-from kinesis_lake.events.glue_registry import SchemaRegistryError
+from kinesis_lake.events.glue_registry import SchemaRegistryError, schema_registry_client
 from kinesis_lake.events.parse import route_events
+from kinesis_lake.events.payloads import MAX_UNKNOWN_VERSIONS_ASKED
 from kinesis_lake_tests.events.raw import NOW, raw_table
 from kinesis_lake_tests.events.registry import ZLIB, Registry, avro_datum, framed
 
@@ -260,3 +261,37 @@ def test_a_registry_that_cannot_be_asked_fails_the_batch_naming_the_setting():
     )
     with pytest.raises(SchemaRegistryError, match=r"registry: \{region, endpoint_url\}"):
         _route(lake, [framed(uuid.uuid4(), b"\x00")])
+
+
+def test_records_naming_many_unknown_versions_cost_few_registry_calls(registry):
+    """Review of issue 35: a producer bug (or anyone who can put records) writing the
+    header's two bytes then random ones made one GetSchemaVersion call per distinct UUID,
+    in every batch and every retry: Glue throttles, the batch fails, and bad input stops
+    the pipeline. Every answer is remembered (an id is never reused), and a batch asks about
+    a bounded number of new unknown ones, quarantining the rest unasked."""
+    known = registry.create("clicks", CLICK_V1)
+    body = avro_datum(CLICK_V1, _click("ok"))
+    strays = [framed(uuid.uuid4(), b"\x00") for _ in range(40)]
+    lake = _registry_lake(registry)
+    asked: list[str] = []
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        asked.append(params.get("SchemaVersionId", ""))
+
+    events = schema_registry_client("us-east-1", registry.endpoint_url).meta.events
+    events.register("provide-client-params.glue.GetSchemaVersion", count)  # process-wide
+    try:
+        rows, quarantine = _route(lake, [framed(known, body), *strays])
+        first = list(asked)
+        again_rows, again = _route(lake, [framed(known, body), *strays])  # a retry
+    finally:
+        events.unregister("provide-client-params.glue.GetSchemaVersion", count)
+
+    assert [r["id"] for r in rows] == [r["id"] for r in again_rows] == ["ok"]
+    assert len(quarantine) == len(again) == 40
+    assert len(first) == 1 + MAX_UNKNOWN_VERSIONS_ASKED  # the known version, then the cap
+    retried = asked[len(first) :]
+    assert len(retried) == MAX_UNKNOWN_VERSIONS_ASKED and not set(retried) & set(first)
+    reasons = set(_reasons(quarantine).values())
+    assert any("is not in the registry" in reason for reason in reasons)
+    assert any(f"not asked: more than {MAX_UNKNOWN_VERSIONS_ASKED}" in r for r in reasons)
