@@ -13,12 +13,15 @@ session and the log readers stay the library's.
 import time
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from dagster_aws.pipes import PipesEMRClient
 
 from kinesis_lake.errors import KinesisLakeError
 
 ENDED = ("TERMINATED", "TERMINATED_WITH_ERRORS")
 STEP_FAILED = ("FAILED", "CANCELLED", "INTERRUPTED")
+FAILED_POLLS_TOLERATED = 10
+"""Polls in a row that may fail (after boto3's own retries) before the wait gives up."""
 
 
 class EMRStepFailedError(KinesisLakeError):
@@ -35,8 +38,20 @@ class PipesEMRStepClient(PipesEMRClient):
 
     def _wait_for_completion(self, context: Any, response: Any) -> Any:
         cluster_id = response["JobFlowId"]
+        failed_polls = 0
         while True:
-            described = self._client.describe_cluster(ClusterId=cluster_id)
+            try:
+                described = self._client.describe_cluster(ClusterId=cluster_id)
+            except (BotoCoreError, ClientError, OSError) as exc:
+                # Hours of polling meet a throttle or a dropped connection; failing the asset
+                # then would leave the cluster writing unattended.
+                failed_polls += 1
+                if failed_polls > FAILED_POLLS_TOLERATED:
+                    raise
+                context.log.warning(f"[pipes] EMR cluster {cluster_id}: poll failed: {exc}")
+                time.sleep(self._poll_seconds)
+                continue
+            failed_polls = 0
             state = described["Cluster"]["Status"]["State"]
             if state in ENDED:
                 break

@@ -159,6 +159,11 @@ class LaunchResource(dg.ConfigurableResource):
                     f"KINESIS_LAKE_LAUNCHER={self.launcher} needs {VARIABLES[field]}: set it "
                     f"to {fix}"
                 )
+        if self.emr_poll_seconds < 1:
+            raise SettingsError(
+                f"KINESIS_LAKE_EMR_POLL_SECONDS={self.emr_poll_seconds}: set it to a whole "
+                "number of seconds >= 1 (default 30)"
+            )
         if self.package_uri and not self.package_uri.startswith("s3://"):
             raise SettingsError(
                 f"KINESIS_LAKE_PACKAGE_URI={self.package_uri}: use the s3:// folder that "

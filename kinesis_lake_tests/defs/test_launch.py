@@ -11,6 +11,7 @@ through the S3 bucket. The asset's materialization must then carry that metadata
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from dagster_pipes import PipesContext
 
 from kinesis_lake.config import SettingsError
 from kinesis_lake.defs.assets import derived_tables_asset, raw_asset
+from kinesis_lake.defs.emr_client import PipesEMRStepClient
 from kinesis_lake.defs.launch import LaunchResource, launched
 from kinesis_lake.defs.resources import PipelineSettingsResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM
@@ -243,6 +245,15 @@ def test_the_raw_asset_runs_as_a_glue_job_whose_context_is_in_s3(aws) -> None:
         ),
         (
             {
+                "KINESIS_LAKE_LAUNCHER": "emr",
+                "KINESIS_LAKE_PACKAGE_URI": PACKAGE,
+                "KINESIS_LAKE_PIPES_BUCKET": PIPES_BUCKET,
+                "KINESIS_LAKE_EMR_POLL_SECONDS": "0",
+            },
+            "KINESIS_LAKE_EMR_POLL_SECONDS=0: set it to a whole number of seconds >= 1",
+        ),
+        (
+            {
                 "KINESIS_LAKE_LAUNCHER": "glue",
                 "KINESIS_LAKE_PACKAGE_URI": "/tmp/package",
                 "KINESIS_LAKE_PIPES_BUCKET": PIPES_BUCKET,
@@ -309,3 +320,45 @@ def test_a_failed_emr_step_fails_the_asset_naming_the_cluster_the_cause_and_the_
     assert "TERMINATED_WITH_ERRORS" in message and "Shut down as step failed" in message
     assert "ingest --stream clicks" in message and "FAILED" in message and log in message
     assert message.count("\n") == 0  # one line: what failed, why, where to look, what to do
+
+
+def test_the_emr_wait_replaced_is_the_one_dagster_aws_still_calls() -> None:
+    """PipesEMRStepClient replaces a private method of dagster-aws's client; an upgrade that
+    renamed it would bring back the 30-minute waiter without a word."""
+    from dagster_aws.pipes import PipesEMRClient
+
+    assert "self._wait_for_completion(" in inspect.getsource(PipesEMRClient.run)
+    assert PipesEMRStepClient._wait_for_completion is not PipesEMRClient._wait_for_completion
+
+
+def test_a_failed_poll_during_a_long_step_is_asked_again_not_fatal(aws) -> None:
+    """Hours of polling meet a throttle or a dropped connection: the asset must not fail
+    (the cluster would go on writing, unattended) while the cluster can still be asked."""
+    emr = boto3.client("emr")
+    cluster_id = emr.run_job_flow(
+        Name="long",
+        ReleaseLabel="emr-7.0.0",
+        Instances={"InstanceCount": 1, "KeepJobFlowAliveWhenNoSteps": False},
+        JobFlowRole="EMR_EC2_DefaultRole",
+        ServiceRole="EMR_DefaultRole",
+    )["JobFlowId"]
+    polls: list[int] = []
+
+    def flaky(**_: Any) -> None:
+        polls.append(1)
+        if len(polls) in (1, 2):
+            raise ConnectionResetError("the connection dropped mid-poll")
+        if len(polls) == 3:
+            emr.terminate_job_flows(JobFlowIds=[cluster_id])
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("before-call.emr.DescribeCluster", flaky)
+    client = PipesEMRStepClient(
+        client=boto3.client("emr"), message_reader=dg.PipesTempFileMessageReader(), poll_seconds=0
+    )
+    context = dg.build_asset_context()
+
+    described = client._wait_for_completion(context, {"JobFlowId": cluster_id})
+
+    assert described["Cluster"]["Status"]["State"] == "TERMINATED"
+    assert len(polls) == 3  # two polls failed; the third found the cluster ended
