@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kinesis_lake.kinesis.start_positions import StartPosition
-from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_plan
+from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_plan, with_earlier_start
 from kinesis_lake.spark.kinesis.offsets import SourceOffset
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake_tests.spark.offset_helpers import initial, shard
@@ -99,3 +99,37 @@ def test_a_shard_the_earlier_plan_finished_was_read_to_its_end_before_that_listi
     assert learned.shards["0"].tip_ms == 9_000
     assert learned.shards["1"].tip_ms == 9_000
     assert learned.quiet_since("1") == 9_000
+
+
+def test_latest_resumes_a_shard_without_committed_record_at_its_earlier_read_to_the_tip():
+    """``latest`` pins 'arrived at or after now' for a new query: right for a deployment's
+    first start, but a query started without checkpoint (a lost folder, a second machine)
+    skipped, silently, what arrived on a shard with no committed record since an earlier
+    run read it to its tip, or since the deployment started (the review of issue 36's
+    fresh read found it). Such a shard now starts at that time; one resumed after a
+    committed record keeps its position, and a first start (nothing earlier) keeps now."""
+    now_ms = 50_000
+    pinned = StartPosition.at_timestamp(now_ms)
+    offset = SourceOffset.initial(
+        stream_created_ms=1,
+        shards=[shard("read"), shard("never-read"), shard("committed")],
+        start=pinned,
+        new_shard_start=StartPosition.trim_horizon(),
+        per_shard_start={"committed": AFTER_7},
+        started_ms=49_000,
+    )
+    read = replace(offset.shards["read"], tip_ms=30_000)
+    earlier = replace(offset, shards={**offset.shards, "read": read}, started_ms=10_000)
+    latest = StartPosition("LATEST")
+
+    resumed = with_earlier_start(earlier, latest)
+
+    assert resumed.shards["read"].start == StartPosition.at_timestamp(30_000)
+    assert resumed.shards["never-read"].start == StartPosition.at_timestamp(10_000)
+    assert resumed.shards["committed"].start == AFTER_7
+    assert with_earlier_start(offset, latest).shards["never-read"].start == (
+        StartPosition.at_timestamp(49_000)  # this query's own start: the server's clock
+    )
+    chosen = StartPosition.at_timestamp(5_000)  # a user's instant is the user's
+    at_instant = replace(earlier, shards={"x": replace(read, start=chosen)})
+    assert with_earlier_start(at_instant, chosen) == at_instant

@@ -114,7 +114,9 @@ def test_latest_is_pinned_at_the_initial_offset_and_the_checkpoint_wins(
     non-retryable GetShardIterator error), so its plan sits in the checkpoint unread.
     Records put after that arrived between planning and the first read. The second run
     asks for ``trim_horizon``, but the checkpoint wins: it replays the pinned plan,
-    reading the new records and none of the older ones.
+    reading the new records and none of the older ones. A third run, its checkpoint
+    lost, asks for ``latest`` again and reads what arrived since the second run's read to
+    the tip (a new query's "now" skipped it).
     """
     url = kinesalite_endpoint.url
     stream = new_stream(url, shards=1)
@@ -132,6 +134,13 @@ def test_latest_is_pinned_at_the_initial_offset_and_the_checkpoint_wins(
         put(url, stream, later)
         restarted = source_options(proxy.url, stream, metadata, startingPosition="trim_horizon")
         rows = run_source(spark, restarted, checkpoint)
+
+        # The checkpoint lost, a new query with latest goes on where the last read to the
+        # tip left the shard: what arrived since is read, not skipped as before "now".
+        while_down = keyed_events("down", keys=2, per_key=2)
+        put(url, stream, while_down)
+        resumed = run_source(spark, latest, tmp_path / "new-checkpoint")
     finally:
         proxy.stop()
     assert sorted(payloads(rows)) == sorted(d.decode() for _, d in later)
+    assert sorted(payloads(resumed)) == sorted(d.decode() for _, d in while_down)

@@ -55,7 +55,31 @@ def with_earlier_runs(
     offset = with_gone_unfinished(offset, status, per_shard_start)
     offset = with_earlier_tips(offset, status, listed)
     offset = with_earlier_plan(offset, store.latest_plan(), listed)
-    return with_earlier_reads(offset, options.earlier_reads)
+    offset = with_earlier_reads(offset, options.earlier_reads)
+    return with_earlier_start(offset, options.starting_position)
+
+
+def with_earlier_start(offset: SourceOffset, starting_position: StartPosition) -> SourceOffset:
+    """``offset`` with each ``latest`` shard that no committed record resumes starting where
+    the deployment's reading of it stands: its last read to the tip, else the deployment's
+    start (:meth:`SourceOffset.quiet_since`), when earlier than this query's "now".
+
+    ``latest`` means "what arrives once the deployment reads the stream", pinned as
+    "arrived at or after now" by a new query. A query started without checkpoint (a lost
+    folder, a second machine) skipped, without a word, what arrived on a shard with no
+    committed record since the deployment last read it to its tip: such a read found the
+    shard empty up to then, so starting at that time reads every record once. A user's
+    ``at_timestamp`` instant is the user's, and a committed record's position wins.
+    """
+    if starting_position.kind != "LATEST":
+        return offset
+    shards = dict(offset.shards)
+    for shard_id, cursor in offset.shards.items():
+        since = offset.quiet_since(shard_id)
+        pinned = cursor.start.timestamp_ms
+        if cursor.start.kind == "AT_TIMESTAMP" and since is not None and since < (pinned or 0):
+            shards[shard_id] = replace(cursor, start=StartPosition.at_timestamp(since))
+    return replace(offset, shards=shards)
 
 
 def with_earlier_reads(offset: SourceOffset, reads: EarlierReads) -> SourceOffset:
