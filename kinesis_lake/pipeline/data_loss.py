@@ -61,7 +61,11 @@ def quiet_proof(settings: Settings, positions: Mapping[str, str]) -> QuietProof:
 
     A shard the source read to its tip while it held nothing (a split's child, a shard
     empty when ingestion started) has no committed position, but its next read checks
-    the same proof: records that arrived after that read and expired are loss.
+    the same proof: records that arrived after that read and expired are loss. Once an
+    epoch completed, so does every shard still to be read (a split's child waiting for its
+    parent inherits the parent's read, any other the deployment's start): with no read to
+    the tip on record, a run is due (simulation seed 150052: a split's children were never
+    read in 3.7 days, then a second writer reported a loss that did not happen).
     """
     store = _store(settings)
     status = store.latest_status()
@@ -74,8 +78,6 @@ def quiet_proof(settings: Settings, positions: Mapping[str, str]) -> QuietProof:
         for sid, entry in status.get("shards", {}).items()
         if sid in positions or entry.get("tip_ms") is not None
     }
-    if not positions and not live:
-        return QuietProof(needed=False, read_to_tip_ms=None)
     if not live:
         return QuietProof(needed=True, read_to_tip_ms=None)
     tips = [entry.get("tip_ms") for entry in live.values()]

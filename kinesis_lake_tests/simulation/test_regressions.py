@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from kinesis_lake_tests.simulation.invariants import Violation
 from kinesis_lake_tests.simulation.kinesis import REFUSE
 from kinesis_lake_tests.simulation.world import run_schedule
 
@@ -773,16 +770,15 @@ def test_a_child_read_to_its_end_is_not_reported_after_a_checkpoint_lost(tmp_pat
     )
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a false loss (issue 31)")
 def test_a_second_writer_after_days_of_quiet_runs_is_not_told_of_a_loss(tmp_path: Path):
-    """Found by the simulation (seed 150052 of a 240 s run from 150000, at 5ca147b; the
-    same schedule fails at 953297d, so it predates this session's changes), not yet
-    analysed: open. A split, the first run reads the children to their tip at +2 s; for
-    3.7 days the sensor's quiet runs read them again; then a second writer started without
-    checkpoint races the main query over four new records and reports possible loss on a
-    child with a read-to-tip time of +2 s, though nothing expired unread. Suspect: the
-    quiet runs' reads to the tip reach neither the second writer's folder nor the table's
-    read-to-tip property (pipeline/earlier_reads.py)."""
+    """Found by the simulation (seed 150052 of a 240 s run from 150000, at 5ca147b; it
+    failed at 953297d too). A split; the first run reads the parent to its end, and its
+    last status holds no shard (the children wait for their parent), so the sensor took
+    the stream for one with nothing to prove and never launched a quiet run: for 3.7 days
+    nothing read the children. A second writer started without checkpoint then reported
+    possible loss on a child, its only read to the tip on record the parent's at +2 s,
+    though nothing had arrived. Now, once an epoch completed, a shard with no read to the
+    tip on record makes a run due (pipeline/data_loss.py ``quiet_proof``)."""
     run_schedule(
         tmp_path,
         [
