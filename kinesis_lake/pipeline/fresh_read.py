@@ -324,16 +324,9 @@ def _fresh_upsert(base: FreshBase, upsert: UpsertBase, source: FreshRead) -> Fre
     fresh = source.table.slice(source.rows_from_snapshot)
     new_rows = pa.concat_tables([not_merged.select(schema.names).cast(schema), fresh])
     rows = upsert_winners(committed, tombstones, new_rows, spec)
-    return FreshRead(
-        table=rows,
-        snapshot_id=snapshot_id,
-        rows_from_snapshot=committed.num_rows,
-        rows_from_raw=source.rows_from_raw,
-        rows_from_tail=source.rows_from_tail,
-        tail_records=source.tail_records,
-        shards_read=source.shards_read,
-        left_out=source.left_out,
-        warnings=source.warnings,
+    # What the source read (raw, tail, shards, what was left out) is what this read read.
+    return replace(
+        source, table=rows, snapshot_id=snapshot_id, rows_from_snapshot=committed.num_rows
     )
 
 
