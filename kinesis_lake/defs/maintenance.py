@@ -77,7 +77,8 @@ class MaintenanceConfig(dg.Config):
         description=(
             "Expire snapshots older than this (time travel reaches this far back); None: the "
             "table's history.expire.max-snapshot-age-ms (raw tables: 1 h), else 24 h. "
-            "Snapshots a downstream table has not processed yet are never expired."
+            "Snapshots a downstream table has not processed yet are never expired, nor any "
+            "until each declared downstream table had its first refresh."
         ),
     )
     retain_last_snapshots: int | None = Field(

@@ -2,8 +2,9 @@
 
 The order matters: files compaction replaces stay referenced by older snapshots until
 those expire, and only then can orphan removal (past its age window) delete them. Expiry
-never removes a snapshot a downstream table has not processed yet, so every incremental
-reader still finds where it left off.
+never removes a snapshot a downstream table has not processed yet, nor any before a
+declared downstream table's first refresh, so every incremental reader finds where it
+left off.
 """
 
 from __future__ import annotations
@@ -92,16 +93,23 @@ class MaintenancePass:
     seconds: float
 
 
-def expiry_cutoff_ms(table: Table, consumers: list[Table], max_age_hours: float) -> int:
+def expiry_cutoff_ms(table: Table, consumers: list[Table | None], max_age_hours: float) -> int:
     """Expire before this time: ``max_age_hours`` ago, but no later than the oldest
     snapshot of ``table`` a consumer last caught up to (so its next incremental read
-    still finds where it left off)."""
+    still finds where it left off).
+
+    A consumer that has not caught up yet (None: declared, not created) holds back all
+    expiry: its first refresh reads ``table`` at whatever snapshot is current when it
+    starts and names that snapshot only when it commits, so any snapshot may be the one it
+    will record (the soak found a pass expiring it mid-refresh: the table was stuck).
+    """
     cutoff = int((time.time() - max_age_hours * 3600) * 1000)
     for consumer in consumers:
-        source = caught_up_snapshot_id(table, consumer)
+        source = caught_up_snapshot_id(table, consumer) if consumer is not None else None
         snapshot = table.snapshot_by_id(source) if source is not None else None
-        if snapshot is not None:
-            cutoff = min(cutoff, snapshot.timestamp_ms)
+        if snapshot is None:
+            return 0
+        cutoff = min(cutoff, snapshot.timestamp_ms)
     return cutoff
 
 
@@ -127,11 +135,7 @@ def run_maintenance(settings: Settings, name: str, policy: MaintenancePolicy) ->
     table = catalog.load_table(identifier)
     declaration = load_declaration(settings.event_schema_path)
     readers = consumers(declaration, settings.raw_table_name)[name]
-    downstream = [
-        found
-        for reader in readers
-        if (found := load_table(catalog, settings.table_identifier(reader))) is not None
-    ]
+    downstream = [load_table(catalog, settings.table_identifier(reader)) for reader in readers]
     started = time.monotonic()
     snapshots_before = len(table.metadata.snapshots)
     target = policy.target_file_size_bytes or _int_property(
