@@ -98,7 +98,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
 
 def _measure(ctx: BenchContext, extra_env: dict[str, str]) -> dict[str, Any]:
     from kinesis_lake.config import Settings
-    from kinesis_lake.events.declaration import load_declaration
+    from kinesis_lake.events.declaration_file import load_declaration
     from kinesis_lake.kinesis.client import kinesis_client
     from kinesis_lake.kinesis.producer import put_records, sample_events
     from kinesis_lake.kinesis.streams import ensure_stream

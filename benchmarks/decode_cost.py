@@ -24,7 +24,8 @@ import pyarrow as pa
 from benchmarks.context import BenchContext
 from benchmarks.machine import load_now
 from benchmarks.stats import ratio
-from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import LakeDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.payload_formats import GLUE_SCHEMA_REGISTRY, PayloadFormat
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA

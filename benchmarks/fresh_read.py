@@ -31,7 +31,7 @@ from benchmarks.context import BenchContext
 from benchmarks.machine import load_now
 from benchmarks.stats import percentile, ratio, verdict
 from benchmarks.streams import SHARDS, settings_for
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.query import run_sql
 from kinesis_lake.iceberg.raw_table import ensure_raw_table

@@ -518,7 +518,7 @@ def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
 
     import yaml
 
-    from kinesis_lake.events.declaration import declaration_from_dict
+    from kinesis_lake.events.declaration_file import declaration_from_dict
     from kinesis_lake.events.tables import parsed_table_schema
     from kinesis_lake.iceberg.catalog import ensure_namespace
     from kinesis_lake.iceberg.data_files import table_arrow_schema

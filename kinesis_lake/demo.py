@@ -152,7 +152,7 @@ def _shown(path: Path) -> str:
 
 
 def _report(settings, sent: int, run_ok: bool, evaluations) -> int:
-    from kinesis_lake.events.declaration import load_declaration
+    from kinesis_lake.events.declaration_file import load_declaration
     from kinesis_lake.iceberg.query import format_table, run_sql
     from kinesis_lake.pipeline.lake import open_lake
 

@@ -162,7 +162,7 @@ class _Reporter:
     metadata of what the run changed after it: the in-process assets' keys."""
 
     def __init__(self, settings: Settings, asset_keys: Sequence[str]) -> None:
-        from kinesis_lake.events.declaration import load_declaration
+        from kinesis_lake.events.declaration_file import load_declaration
         from kinesis_lake.pipeline.lake import lake_streams
         from kinesis_lake.pipeline.run_report import table_state
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 
 from kinesis_lake.config import Settings
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.pipeline_helpers import produce, run_cli, run_cli_with, settings_env
 

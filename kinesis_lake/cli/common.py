@@ -20,7 +20,7 @@ def current_settings() -> Settings:
 def chosen_streams(settings: Settings, chosen: str | None, *, one: bool = False) -> list[Settings]:
     """The settings of the streams a command works on: ``--stream``, else every stream the
     declaration names (exactly one, for commands that run one query)."""
-    from kinesis_lake.events.declaration import load_declaration
+    from kinesis_lake.events.declaration_file import load_declaration
     from kinesis_lake.pipeline.lake import lake_streams
     from kinesis_lake.pipeline.preflight import check_event_schema
 

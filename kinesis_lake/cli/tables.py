@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def cmd_maintain(args: argparse.Namespace) -> None:
     """One upkeep pass over every table that exists (what the hourly schedule runs)."""
     from kinesis_lake.console import steps
-    from kinesis_lake.events.declaration import load_declaration
+    from kinesis_lake.events.declaration_file import load_declaration
     from kinesis_lake.pipeline.lake import load_table, open_lake
     from kinesis_lake.pipeline.maintain import MaintenancePolicy, consumers, run_maintenance
 

@@ -13,7 +13,7 @@ from kinesis_lake.defs.maintenance import maintenance_job, maintenance_schedule
 from kinesis_lake.defs.resources import lake_resources
 from kinesis_lake.defs.sensors import lake_sensors
 from kinesis_lake.defs.streams import stream_asset, stream_keys
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:

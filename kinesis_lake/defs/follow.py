@@ -43,7 +43,7 @@ from kinesis_lake.defs.raw_checks import raw_checks
 from kinesis_lake.defs.streams import StreamKeys, stream_keys
 from kinesis_lake.defs.table_checks import table_checks
 from kinesis_lake.defs.tables import DERIVE_POOL, refresh_materialization
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.pipeline.lake import open_lake
 
 if TYPE_CHECKING:

@@ -17,12 +17,8 @@ from kinesis_lake.defs.resources import PipelineSettingsResource
 from kinesis_lake.defs.streams import StreamKeys
 from kinesis_lake.defs.tables import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.errors import SnapshotExpiredError
-from kinesis_lake.events.declaration import (
-    QUARANTINE_TABLE,
-    LakeDeclaration,
-    TableDeclaration,
-    load_declaration,
-)
+from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration, TableDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import DerivedTable
 from kinesis_lake.pipeline.derived_reconciliation import (
     SAMPLED_HISTORY_ROWS,

@@ -44,12 +44,8 @@ from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import (
-    AGGREGATE_TABLE,
-    QUARANTINE_TABLE,
-    LakeDeclaration,
-    load_declaration,
-)
+from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE, LakeDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (

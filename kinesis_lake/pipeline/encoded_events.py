@@ -34,7 +34,7 @@ import yaml
 
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.glue_registry import (
     COMPRESSION_NONE,
     COMPRESSION_ZLIB,

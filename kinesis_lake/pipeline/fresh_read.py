@@ -50,7 +50,8 @@ from pyiceberg.table import Table
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import LakeDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.tables import parsed_arrow_schema

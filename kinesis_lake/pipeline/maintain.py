@@ -21,8 +21,8 @@ from kinesis_lake.events.declaration import (
     QUARANTINE_TABLE,
     RAW_TABLE,
     LakeDeclaration,
-    load_declaration,
 )
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg import maintenance
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import load_table, open_lake

@@ -28,7 +28,7 @@ from botocore.exceptions import (
 
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.schema import EventSchemaError
 from kinesis_lake.kinesis.client import AssumeRoleError, kinesis_client
 from kinesis_lake.kinesis.retry import RetryPolicy, call_with_retry, error_code

@@ -32,7 +32,8 @@ from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
-from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.tables import quarantine_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.pipeline.derive import (

@@ -16,7 +16,7 @@ from kinesis_lake.defs.assets import derived_tables_asset, raw_events
 from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.maintenance import maintenance_job
 from kinesis_lake.defs.streams import DEFAULT_STREAM
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake

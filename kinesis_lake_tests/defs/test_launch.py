@@ -28,7 +28,7 @@ from kinesis_lake.defs.emr_client import PipesEMRStepClient
 from kinesis_lake.defs.launch import LaunchResource, launched
 from kinesis_lake.defs.resources import PipelineSettingsResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.submit import parse_invocation, pipes_session
 
 PACKAGE = "s3://lake-package/kinesis-lake"

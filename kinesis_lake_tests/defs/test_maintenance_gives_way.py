@@ -17,7 +17,7 @@ from kinesis_lake.defs.maintenance import (
     maintenance_job,
     maintenance_schedule,
 )
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = maintenance_job(load_declaration(REPO_ROOT / "schemas" / "events.yaml"))

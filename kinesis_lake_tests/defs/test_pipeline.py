@@ -33,7 +33,7 @@ from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.maintenance import MaintenanceConfig, maintenance_job
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
 from kinesis_lake.defs.streams import DEFAULT_STREAM, KINESIS_STREAM, kinesis_stream
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
 from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake

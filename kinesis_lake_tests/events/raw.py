@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.schema import EventSchema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

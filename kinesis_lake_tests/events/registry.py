@@ -53,7 +53,7 @@ class Registry:
             SchemaName=schema_name,
             DataFormat=data_format,
             Compatibility="BACKWARD",
-            SchemaDefinition=json.dumps(definition),
+            SchemaDefinition=_text(definition),
         )
         return uuid.UUID(answer["SchemaVersionId"])
 
@@ -61,6 +61,11 @@ class Registry:
         """A new version of an existing schema; its id."""
         answer = self.glue.register_schema_version(
             SchemaId={"RegistryName": self.name, "SchemaName": schema_name},
-            SchemaDefinition=json.dumps(definition),
+            SchemaDefinition=_text(definition),
         )
         return uuid.UUID(answer["SchemaVersionId"])
+
+
+def _text(definition: Any) -> str:
+    """A definition as registered: .proto text as it is, a JSON schema as JSON text."""
+    return definition if isinstance(definition, str) else json.dumps(definition)

@@ -10,12 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_lake.events.declaration import (
-    DeclarationError,
-    LakeDeclaration,
-    PartitionDeclaration,
-    load_declaration,
-)
+from kinesis_lake.events.declaration import DeclarationError, LakeDeclaration, PartitionDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.routes import NO_ROUTE, Condition, Route, RouteError
 from kinesis_lake_tests.events.raw import NOW, raw_table

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_lake.events.declaration import DeclarationError, load_declaration
+from kinesis_lake.events.declaration import DeclarationError
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import DeleteRule, UpsertSpec, WindowSpec
 
 TABLES = """\

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.events.declaration import declaration_from_dict
+from kinesis_lake.events.declaration_file import declaration_from_dict
 from kinesis_lake.events.parse import parse_events, route_events
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_arrow_schema, quarantine_arrow_schema

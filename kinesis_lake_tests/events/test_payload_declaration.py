@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_lake.events.declaration import DeclarationError, LakeDeclaration, load_declaration
+from kinesis_lake.events.declaration import DeclarationError, LakeDeclaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.payload_formats import JSON_FORMAT
 
 SCHEMA = {"type": "record", "name": "Click", "fields": [{"name": "id", "type": "string"}]}

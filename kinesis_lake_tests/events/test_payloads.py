@@ -13,7 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.events.declaration import LakeDeclaration, declaration_from_dict
+from kinesis_lake.events.declaration import LakeDeclaration
+from kinesis_lake.events.declaration_file import declaration_from_dict
 from kinesis_lake.events.glue_registry import SchemaRegistryError, schema_registry_client
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.payloads import MAX_UNKNOWN_VERSIONS_ASKED

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.schema import EventField, EventSchema, EventSchemaError
 from kinesis_lake_tests.events.raw import SCHEMAS, demo_schema, seed_schema
 

@@ -14,12 +14,8 @@ from typing import Any
 import pytest
 from pyiceberg.types import MapType, StringType
 
-from kinesis_lake.events.declaration import (
-    DeclarationError,
-    LakeDeclaration,
-    declaration_from_dict,
-    load_declaration,
-)
+from kinesis_lake.events.declaration import DeclarationError, LakeDeclaration
+from kinesis_lake.events.declaration_file import declaration_from_dict, load_declaration
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.schema import EventField
 from kinesis_lake.events.tables import parsed_table_schema

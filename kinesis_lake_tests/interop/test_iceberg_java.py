@@ -15,7 +15,7 @@ import pytest
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.producer import put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream

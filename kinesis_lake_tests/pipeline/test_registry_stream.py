@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import lake_streams, open_lake

@@ -13,7 +13,8 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.types import DoubleType, LongType, StringType
 
-from kinesis_lake.events.declaration import LakeDeclaration, declaration_from_dict
+from kinesis_lake.events.declaration import LakeDeclaration
+from kinesis_lake.events.declaration_file import declaration_from_dict
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.iceberg.tables import SchemaEvolutionError
 from kinesis_lake.pipeline.routed_tables import FOLLOWS_PROPERTY, ensure_routed_table

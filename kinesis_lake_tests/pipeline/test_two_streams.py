@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from kinesis_lake.config import Settings
-from kinesis_lake.events.declaration import load_declaration
+from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
 from kinesis_lake.pipeline.lake import lake_streams, open_lake

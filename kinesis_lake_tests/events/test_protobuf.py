@@ -1,0 +1,343 @@
+"""Protobuf: tables declared from a .proto message, ``format: protobuf`` streams and the
+registry's PROTOBUF data format, through the real declaration loader and parser. Records
+are built by the protobuf library from protoc's own descriptors (``protobuf_records.py``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_lake.events.declaration import LakeDeclaration
+from kinesis_lake.events.declaration_file import (
+    DeclarationError,
+    declaration_from_dict,
+    load_declaration,
+)
+from kinesis_lake.events.parse import route_events
+from kinesis_lake.events.schema import EventField
+from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
+from kinesis_lake_tests.events.raw import NOW, raw_table
+from kinesis_lake_tests.events.registry import ZLIB, Registry, framed
+
+ORDER_PROTO = """\
+syntax = "proto3";
+package shop;
+
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message Order {
+  string id = 1;
+  google.protobuf.Timestamp at = 2;
+  Status status = 3;
+  repeated Line lines = 4;
+  map<string, int64> counts = 5;
+  optional string note = 6;
+  uint32 qty = 7;
+  google.protobuf.DoubleValue discount = 8;
+  oneof paid_by {
+    string card = 9;
+    string voucher = 10;
+  }
+  optional Address ship_to = 11;
+
+  message Line {
+    string sku = 1;
+    double price = 2;
+  }
+}
+
+message Address {
+  string city = 1;
+}
+
+enum Status {
+  NEW = 0;
+  PAID = 1;
+}
+"""
+LINE = [
+    {"name": "sku", "type": "string", "required": True},
+    {"name": "price", "type": "double", "required": True},
+]
+LISTED = [
+    {"name": "id", "type": "string", "required": True},
+    {"name": "at", "type": "timestamp", "required": True},
+    {"name": "status", "type": "string", "required": True},
+    {
+        "name": "lines",
+        "type": "list",
+        "required": True,
+        "items": {"type": "struct", "required": True, "fields": LINE},
+    },
+    {
+        "name": "counts",
+        "type": "map",
+        "required": True,
+        "values": {"type": "long", "required": True},
+    },
+    {"name": "note", "type": "string"},
+    {"name": "qty", "type": "long", "required": True},
+    {"name": "discount", "type": "double"},
+    {"name": "card", "type": "string"},
+    {"name": "voucher", "type": "string"},
+    {
+        "name": "ship_to",
+        "type": "struct",
+        "fields": [{"name": "city", "type": "string", "required": True}],
+    },
+]
+AT = datetime(2024, 5, 1, 10, 0, 0, 123456, tzinfo=UTC)
+CLASSES = message_classes(ORDER_PROTO, "order.proto")
+
+
+def _order(order_id: str, **changes: Any) -> Any:
+    order = CLASSES["shop.Order"](id=order_id, status=1, qty=3, card="visa")
+    order.at.FromDatetime(AT)
+    order.lines.add(sku="a", price=2.5)
+    order.counts["x"] = 7
+    for name, value in changes.items():
+        setattr(order, name, value)
+    return order
+
+
+def _fields(listed: list[dict[str, Any]]) -> tuple[EventField, ...]:
+    return tuple(EventField.from_dict(field, f"fields[{i}]") for i, field in enumerate(listed))
+
+
+def _lake_file(tmp_path: Path, text: str, stream: str = "") -> Path:
+    (tmp_path / "order.proto").write_text(ORDER_PROTO)
+    lake = tmp_path / "lake.yaml"
+    lake.write_text(stream + text)
+    return lake
+
+
+TABLE = "tables:\n  - name: orders\n    schema_file: order.proto\n    dedup: id\n"
+
+
+def test_a_proto_message_declares_the_fields_a_listed_table_would_have(tmp_path):
+    (table,) = load_declaration(_lake_file(tmp_path, TABLE)).tables
+    assert table.schema.fields == _fields(LISTED)
+    assert table.origin is not None and table.origin.data_format == "PROTOBUF"
+
+
+REFUSED = {
+    "bytes": (
+        "message M {\n  string id = 1;\n  bytes blob = 2;\n}\n",
+        "line 4: field 'blob': protobuf bytes have no column type",
+        "send the value as a string",
+    ),
+    "recursive": (
+        "message M {\n  string id = 1;\n  repeated M children = 2;\n}\n",
+        "line 4: field 'children': message M contains itself",
+        "cut the recursion",
+    ),
+    "duration": (
+        'import "google/protobuf/duration.proto";\nmessage M {\n'
+        "  google.protobuf.Duration took = 1;\n}\n",
+        "line 5: field 'took': google.protobuf.Duration has no column type",
+        "use a message of your own",
+    ),
+    "syntax": (
+        "message M {\n  strin id = 1;\n}\n",
+        'the .proto schema does not compile: order.proto:4:3: "strin" is not defined.',
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize(("proto", "what", "fix"), REFUSED.values(), ids=REFUSED.keys())
+def test_what_a_proto_cannot_map_stops_the_load_naming_file_line_path_and_fix(
+    tmp_path, proto, what, fix
+):
+    lake = _lake_file(tmp_path, TABLE)
+    (tmp_path / "order.proto").write_text('syntax = "proto3";\n' + proto)
+
+    with pytest.raises(DeclarationError) as raised:
+        load_declaration(lake)
+
+    message = str(raised.value)
+    assert message.startswith(f"{lake}:2: table 'orders': schema_file 'order.proto'"), message
+    assert what in message and fix in message, message
+
+
+STREAM = "streams:\n  - {name: events, format: protobuf, schema_file: order.proto}\n"
+
+
+def _route(lake: LakeDeclaration, payloads: list[bytes | None]) -> tuple[list[dict], dict]:
+    shipped = LakeDeclaration.from_dict(lake.to_dict())  # as the executors get it
+    routed = route_events(raw_table(payloads), shipped, now=NOW)
+    reasons = {row["sequence_number"]: row["error"] for row in routed.quarantine.to_pylist()}
+    return routed.tables["orders"].to_pylist(), reasons
+
+
+def test_protobuf_records_come_out_typed_and_the_broken_ones_quarantined(tmp_path):
+    lake = load_declaration(_lake_file(tmp_path, TABLE, STREAM))
+    full = _order("o1", note="gift")
+    full.discount.value = 0.5
+    full.ship_to.city = "Oslo"
+    bare = CLASSES["shop.Order"](id="o2")  # no time: a plain message field is required
+    payloads = [
+        full.SerializeToString(),
+        _order("o3").SerializeToString(),
+        bare.SerializeToString(),
+        b"\x0a\x05ab",  # a string cut short
+        b"\x0a\x02\xff\xfe",  # a string that is not UTF-8
+        b"",
+    ]
+
+    rows, reasons = _route(lake, payloads)
+
+    first, second = rows
+    assert first == {
+        **first,
+        "id": "o1",
+        "at": AT,
+        "status": "PAID",
+        "lines": [{"sku": "a", "price": 2.5}],
+        "counts": {"x": 7},
+        "note": "gift",
+        "qty": 3,
+        "discount": 0.5,
+        "card": "visa",
+        "voucher": None,
+        "ship_to": {"city": "Oslo"},
+    }
+    assert (second["note"], second["discount"], second["ship_to"]) == (None, None, None)
+    assert reasons["3"] == "required field 'at' is null"
+    assert reasons["4"].startswith("protobuf payload does not decode: DecodeError")
+    assert reasons["5"].startswith("protobuf payload does not decode: DecodeError")
+    assert reasons["6"] == "record payload is empty (0 bytes); expected protobuf data"
+    assert len(reasons) == 4
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        ("{name: s, format: protobuf}", "format protobuf needs the .proto schema"),
+        ("{name: s, format: protobuf, schema_file: order.proto, message: Nope}", "'Nope' is not"),
+        ("{name: s, format: avro, schema_file: x.avsc, message: Order}", "message applies to"),
+    ],
+)
+def test_a_protobuf_stream_that_cannot_be_used_stops_the_load(tmp_path, stream, message):
+    lake = _lake_file(tmp_path, TABLE, f"streams:\n  - {stream}\n")
+    with pytest.raises(DeclarationError) as raised:
+        load_declaration(lake)
+    assert str(raised.value).startswith(f"{lake}:2: streams[0]: stream 's': ")
+    assert message in str(raised.value)
+
+
+def test_a_stream_names_which_message_its_records_are(tmp_path):
+    stream = "streams:\n  - {name: events, format: protobuf, schema_file: order.proto, "
+    lake = load_declaration(_lake_file(tmp_path, TABLE, stream + "message: shop.Address}\n"))
+    address = CLASSES["shop.Address"](city="Oslo").SerializeToString()
+    (stream_declared,) = lake.streams
+    assert stream_declared.format.message == "shop.Address"
+    _, reasons = _route(lake, [address])
+    assert reasons["1"] == "missing required field 'id'"
+
+
+def _registry_lake(registry: Registry, table: dict[str, Any]) -> LakeDeclaration:
+    where = {"region": "us-east-1", "endpoint_url": registry.endpoint_url}
+    stream = {"name": "events", "format": "glue-schema-registry", "registry": where}
+    return declaration_from_dict({"streams": [stream], "tables": [table]})
+
+
+def test_registry_protobuf_records_decode_by_their_message_index(registry):
+    version = registry.create("orders", ORDER_PROTO, "PROTOBUF")
+    lake = _registry_lake(
+        registry,
+        {"name": "orders", "registry_schema": {"registry": registry.name, "schema": "orders"}},
+    )
+    assert lake.tables[0].schema.fields == _fields(LISTED)
+    good = registry_body(_order("o1"))
+    address = registry_body(CLASSES["shop.Address"](city="Oslo"))
+    payloads = [
+        framed(version, good),
+        framed(version, registry_body(_order("o2")), ZLIB),
+        framed(version, address),  # another message of the schema: not an order
+        framed(version, b"\x63" + good[1:]),  # index 99: no such message
+        framed(version, good[:-2]),
+    ]
+
+    rows, reasons = _route(lake, payloads)
+
+    assert [(r["id"], r["at"], r["status"]) for r in rows] == [
+        ("o1", AT, "PAID"),
+        ("o2", AT, "PAID"),
+    ]
+    label = f"glue-schema-registry: schema version {version} (version 1 of "
+    assert all(reason.startswith(label) for reason in list(reasons.values())[1:])
+    assert reasons["3"] == "missing required field 'id'"
+    assert reasons["4"].endswith(
+        ": Protobuf payload does not decode: ValueError: message index 99 is past the "
+        "schema's 4 messages"
+    )
+    assert ": Protobuf payload does not decode: DecodeError" in reasons["5"]
+
+
+def test_a_registered_proto_that_does_not_compile_quarantines_its_records(registry):
+    broken = registry.create(
+        "orders", 'syntax = "proto3";\nmessage M { strin id = 1; }', "PROTOBUF"
+    )
+    lake = _registry_lake(
+        registry, {"name": "orders", "fields": [{"name": "id", "type": "string"}]}
+    )
+    _, reasons = _route(lake, [framed(broken, b"\x00")])
+    assert reasons["1"].startswith(f"glue-schema-registry: schema version {broken}")
+    assert (
+        ': Protobuf schema does not parse: the .proto schema does not compile: schema.proto:2:13: "strin"'
+        in reasons["1"]
+    )
+
+
+EVENT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "minLength": 2},
+        "n": {"type": "integer", "minimum": 0},
+        "kind": {"enum": ["a", "b"]},
+    },
+}
+
+
+def test_registry_json_records_are_validated_against_their_json_schema(registry):
+    version = registry.create("events", EVENT_SCHEMA, "JSON")
+    lake = _registry_lake(
+        registry,
+        {"name": "orders", "registry_schema": {"registry": registry.name, "schema": "events"}},
+    )
+    payloads = [
+        framed(version, json.dumps({"id": "e1", "n": 3, "kind": "a"}).encode()),
+        framed(version, json.dumps({"id": "e2", "n": -1}).encode()),
+        framed(version, json.dumps({"id": "e3", "kind": "c"}).encode(), ZLIB),
+        framed(version, json.dumps({"n": 1}).encode()),
+        framed(version, json.dumps({"id": "e"}).encode()),
+    ]
+
+    rows, reasons = _route(lake, payloads)
+
+    assert [(r["id"], r["n"], r["kind"]) for r in rows] == [("e1", 3, "a")]
+    label = f"glue-schema-registry: schema version {version} (version 1 of "
+    assert all(reason.startswith(label) for reason in reasons.values())
+    suffix = ": JSON payload does not validate against its JSON Schema: "
+    assert reasons["2"].endswith(suffix + "at n: -1 is less than the minimum of 0")
+    assert reasons["3"].endswith(suffix + "at kind: 'c' is not one of ['a', 'b']")
+    assert reasons["4"].endswith(suffix + "'id' is a required property")
+    assert reasons["5"].endswith(suffix + "at id: 'e' is too short")
+
+
+def test_a_registered_json_schema_that_is_invalid_quarantines_its_records(registry):
+    broken = registry.create("events", {"type": "object", "minProperties": "two"}, "JSON")
+    lake = _registry_lake(
+        registry, {"name": "orders", "fields": [{"name": "id", "type": "string"}]}
+    )
+    _, reasons = _route(lake, [framed(broken, b'{"id": "x"}')])
+    assert reasons["1"].startswith(f"glue-schema-registry: schema version {broken}")
+    assert ": JSON Schema does not parse: " in reasons["1"]
