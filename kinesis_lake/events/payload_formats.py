@@ -4,8 +4,11 @@
 * ``avro``: one Avro datum per record (binary encoding, no container file), written with the
   schema the stream declares inline (``schema:``) or in a file (``schema_file:``, relative to
   the declaration file).
+* ``protobuf``: one Protobuf message per record, of the .proto given in a file
+  (``schema_file:``) or inline (``schema:``, the .proto text), compiled at load time
+  (``proto_schemas.py``); ``message:`` names which of its messages (default: its first).
 * ``glue-schema-registry``: the AWS Glue Schema Registry's wire format (its serializers'
-  header, then an Avro or JSON payload); each record names its schema version, which is
+  header, then an Avro, JSON or Protobuf payload); each record names its schema version, which is
   fetched from the registry (``registry: {region, endpoint_url}``, else boto3's own
   resolution). A ``schema:`` or ``schema_file:`` there is the reader's schema: every writer's
   version is resolved against it, so records of older versions come out in today's shape.
@@ -25,12 +28,14 @@ from typing import Any
 import fastavro
 
 from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.events.proto_schemas import ProtoSchemaError, compile_proto, compile_proto_file
 
 JSON = "json"
 AVRO = "avro"
+PROTOBUF = "protobuf"
 GLUE_SCHEMA_REGISTRY = "glue-schema-registry"
-FORMATS = (JSON, AVRO, GLUE_SCHEMA_REGISTRY)
-FORMAT_KEYS = ("format", "schema", "schema_file", "registry")
+FORMATS = (JSON, AVRO, PROTOBUF, GLUE_SCHEMA_REGISTRY)
+FORMAT_KEYS = ("format", "schema", "schema_file", "registry", "message")
 """A stream entry's keys that describe its payloads."""
 _REGISTRY_KEYS = ("region", "endpoint_url")
 
@@ -42,7 +47,7 @@ class PayloadFormatError(ConfigurationError):
 @dataclass(frozen=True)
 class PayloadFormat:
     """How one stream's payloads decode: the format, the Avro (reader's) schema as parsed
-    JSON, and where the schema registry is."""
+    JSON or the compiled .proto (``ProtoSchema.to_dict``), and where the schema registry is."""
 
     kind: str = JSON
     schema: Any = None
@@ -51,6 +56,8 @@ class PayloadFormat:
     readers: Any = None
     """Without ``schema``: per registry schema ARN, the version its tables were declared
     from, ``{"number": n, "schema": parsed Avro}``, the reader's schema of its records."""
+    message: str | None = None
+    """A ``protobuf`` stream's message (None: the .proto's first)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +66,7 @@ class PayloadFormat:
             "region": self.region,
             "endpoint_url": self.endpoint_url,
             "readers": self.readers,
+            "message": self.message,
         }
 
     @classmethod
@@ -76,13 +84,17 @@ def payload_format(entry: Mapping[str, Any], base: Path | None) -> PayloadFormat
     if kind not in FORMATS:
         raise PayloadFormatError(f"format {kind!r} is unknown; use one of {', '.join(FORMATS)}")
     if kind == JSON:
-        extra = [key for key in ("schema", "schema_file", "registry") if key in entry]
+        extra = [key for key in ("schema", "schema_file", "registry", "message") if key in entry]
         if extra:
             raise PayloadFormatError(
-                f"{extra[0]} applies to format avro or {GLUE_SCHEMA_REGISTRY}, and the format "
-                "is json; set format: or remove it"
+                f"{extra[0]} applies to format avro, protobuf or {GLUE_SCHEMA_REGISTRY}, and the "
+                "format is json; set format: or remove it"
             )
         return JSON_FORMAT
+    if kind == PROTOBUF:
+        return _protobuf(entry, base)
+    if "message" in entry:
+        raise PayloadFormatError(f"message applies to format protobuf, and the format is {kind}")
     schema = _schema(entry, base, kind)
     if schema is not None:
         if not isinstance(schema, dict) or schema.get("type") != "record":
@@ -96,6 +108,28 @@ def payload_format(entry: Mapping[str, Any], base: Path | None) -> PayloadFormat
             raise PayloadFormatError(f"the Avro schema does not parse: {exc!r}") from None
     region, endpoint_url = _registry(entry.get("registry"), kind)
     return PayloadFormat(kind, schema, region, endpoint_url)
+
+
+def _protobuf(entry: Mapping[str, Any], base: Path | None) -> PayloadFormat:
+    inline, file, message = entry.get("schema"), entry.get("schema_file"), entry.get("message")
+    if "registry" in entry:
+        raise PayloadFormatError(f"registry applies to format {GLUE_SCHEMA_REGISTRY} only")
+    if (inline is None) == (file is None) or not isinstance(inline or file, str):
+        raise PayloadFormatError(
+            "format protobuf needs the .proto schema, once: schema_file: (a .proto file) or "
+            "schema: (the .proto text)"
+        )
+    if message is not None and not isinstance(message, str):
+        raise PayloadFormatError("message must be a message name of the .proto")
+    try:
+        if file is not None:
+            compiled = compile_proto_file(Path(file) if base is None else base / file, file)
+        else:
+            compiled = compile_proto(str(inline))
+        compiled.message(message)
+    except ProtoSchemaError as exc:
+        raise PayloadFormatError(str(exc)) from None
+    return PayloadFormat(PROTOBUF, compiled.to_dict(), message=message)
 
 
 def _schema(entry: Mapping[str, Any], base: Path | None, kind: str) -> Any:

@@ -1,11 +1,12 @@
 """Binary payloads -> the Python values the converters take (``convert.py``).
 
 Each stream's records are decoded by its declared format (``payload_formats.py``): JSON by
-the parser's own decoder, Avro with fastavro, the Glue Schema Registry's wire format by its
-header and then by the schema version it names. Avro values come out as the JSON path's do
-(records as dicts, arrays as lists, enums as strings) except for the logical types, which
-are already typed: timestamps as aware datetimes, dates as dates, decimals as Decimals; the
-converters take those as they are.
+the parser's own decoder, Avro with fastavro, Protobuf with the protobuf library
+(``proto_payloads.py``), the Glue Schema Registry's wire format by its header and then by
+the schema version it names (JSON ones validated against their JSON Schema too). Avro
+values come out as the JSON path's do (records as dicts, arrays as lists, enums as strings)
+except for the logical types, which are already typed: timestamps as aware datetimes, dates
+as dates, decimals as Decimals; the converters take those as they are.
 
 Runs on the executors, so like the JSON decoder it never raises on bad data: a record that
 does not decode gets a reason naming the format and, when known, the schema version, and the
@@ -31,13 +32,17 @@ from kinesis_lake.events.glue_registry import (
     schema_version,
     unframe,
 )
+from kinesis_lake.events.json_schema_validation import json_schema_validator
 from kinesis_lake.events.payload_formats import (
     AVRO,
     GLUE_SCHEMA_REGISTRY,
     JSON,
     JSON_FORMAT,
+    PROTOBUF,
     PayloadFormat,
 )
+from kinesis_lake.events.proto_payloads import proto_reader, registry_proto_reader
+from kinesis_lake.events.proto_schemas import ProtoSchema
 
 JsonDecoder = Callable[[list[bytes | None], list[str | None], RowErrors], list[dict[str, Any]]]
 """The parser's JSON decoding: payloads and source errors in, one object per row out."""
@@ -110,19 +115,20 @@ def decode_binary(
     decode_json: JsonDecoder,
     errors: RowErrors,
 ) -> list[dict[str, Any]]:
-    """Payloads of an ``avro`` or ``glue-schema-registry`` stream, one object per row."""
+    """Payloads of an ``avro``, ``protobuf`` or ``glue-schema-registry`` stream, one object
+    per row."""
     objects: list[dict[str, Any]] = [_NO_OBJECT] * len(payloads)
     wrapped_json: dict[UUID, list[tuple[int, bytes]]] = {}
     versions: dict[UUID, SchemaVersion | None] = {}
     readers: dict[UUID, _Reader | str] = {}
     labels: dict[UUID, str] = {}  # a version's label, made once: most rows are read well
     unknown_asked = 0
-    avro = _reader(fmt.schema, None) if fmt.kind == AVRO else None
+    plain = _plain_reader(fmt)
     for row, (payload, source_error) in enumerate(zip(payloads, source_errors, strict=True)):
         if source_error is not None or not payload:
             errors.add(row, unreadable(payload, source_error, f"{fmt.kind} data"))
-        elif avro is not None:
-            objects[row] = _avro_record(payload, avro, AVRO, errors, row)
+        elif plain is not None:
+            objects[row] = _record(payload, plain, fmt.kind, errors, row)
         else:
             try:
                 version_id, body = unframe(payload)
@@ -144,27 +150,61 @@ def decode_binary(
                     f"{GLUE_SCHEMA_REGISTRY}: schema version {version_id} is not in the "
                     "registry (deleted, or another registry's)",
                 )
-            elif version.data_format == "AVRO":
+            elif version.data_format in _BINARY:
                 if version_id not in readers:
-                    readers[version_id] = _registered_reader(version, _reader_schema(fmt, version))
-                    labels[version_id] = f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: Avro"
+                    readers[version_id] = _registered_reader(version, fmt)
+                    name = _BINARY[version.data_format]
+                    labels[version_id] = f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: {name}"
                 reader, label = readers[version_id], labels[version_id]
                 if isinstance(reader, str):
                     errors.add(row, f"{label} {reader}")
                 else:
-                    objects[row] = _avro_record(body, reader, label, errors, row)
+                    objects[row] = _record(body, reader, label, errors, row)
             elif version.data_format == "JSON":
                 wrapped_json.setdefault(version_id, []).append((row, body))
             else:
                 errors.add(
                     row,
                     f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: data format "
-                    f"{version.data_format} is not decoded yet (AVRO and JSON are)",
+                    f"{version.data_format} is unknown (AVRO, JSON and PROTOBUF are known)",
                 )
     for version_id, entries in wrapped_json.items():
-        label = f"{GLUE_SCHEMA_REGISTRY}: {versions[version_id].describe()}: "  # type: ignore[union-attr]
+        version = versions[version_id]
+        assert version is not None
+        label = f"{GLUE_SCHEMA_REGISTRY}: {version.describe()}: "
         _decode_wrapped_json(entries, decode_json, label, objects, errors)
+        _validate(entries, json_schema_validator(version.definition), label, objects, errors)
     return objects
+
+
+_BINARY = {"AVRO": "Avro", "PROTOBUF": "Protobuf"}
+"""The registry's binary data formats, as reasons name them."""
+
+
+def _plain_reader(fmt: PayloadFormat) -> _Reader | None:
+    """The reader of an ``avro`` or ``protobuf`` stream's records (None: a registry's)."""
+    if fmt.kind == AVRO:
+        return _reader(fmt.schema, None)
+    if fmt.kind == PROTOBUF:
+        return proto_reader(ProtoSchema(**fmt.schema), fmt.message)
+    return None
+
+
+def _validate(
+    entries: list[tuple[int, bytes]],
+    validate: Callable[[Any], str | None] | str,
+    label: str,
+    objects: list[dict[str, Any]],
+    errors: RowErrors,
+) -> None:
+    """Rows of ``entries`` that decoded, checked against their version's JSON Schema."""
+    for row, _ in entries:
+        if objects[row] is _NO_OBJECT:
+            continue
+        reason = validate if isinstance(validate, str) else validate(objects[row])
+        if reason is not None:
+            errors.add(row, label + reason)
+            objects[row] = _NO_OBJECT
 
 
 def _not_asked(version_id: UUID) -> str:
@@ -192,12 +232,12 @@ def _decode_wrapped_json(
             errors.add(row, label + message, part.fields[index])
 
 
-def _avro_record(
+def _record(
     payload: bytes, read: _Reader, label: str, errors: RowErrors, row: int
 ) -> dict[str, Any]:
     try:
         value = read(payload)
-    except Exception as exc:  # fastavro fails corrupt data with many unrelated types
+    except Exception as exc:  # fastavro and protobuf fail corrupt data with many types
         errors.add(row, f"{label} payload does not decode: {type(exc).__name__}: {exc}")
         return _NO_OBJECT
     if type(value) is not dict:
@@ -219,12 +259,14 @@ def _reader_schema(fmt: PayloadFormat, version: SchemaVersion) -> Any:
     return declared["schema"]
 
 
-def _registered_reader(version: SchemaVersion, reader: Any) -> _Reader | str:
-    """The reader of a registered version, or why there is none: the registry's own
-    validation is not to be relied on (moto's has none)."""
+def _registered_reader(version: SchemaVersion, fmt: PayloadFormat) -> _Reader | str:
+    """The reader of a registered Avro or Protobuf version, or why there is none: the
+    registry's own validation is not to be relied on (moto's has none)."""
     try:
-        return _reader(json.loads(version.definition), reader)
-    except Exception as exc:  # invalid JSON, or any of fastavro's schema errors
+        if version.data_format == "PROTOBUF":
+            return registry_proto_reader(version.definition)
+        return _reader(json.loads(version.definition), _reader_schema(fmt, version))
+    except Exception as exc:  # invalid JSON or .proto, or any of fastavro's schema errors
         return f"schema does not parse: {type(exc).__name__}: {exc}"
 
 

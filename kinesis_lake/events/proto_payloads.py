@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.internal.decoder import _DecodeVarint  # type: ignore[attr-defined]
+from google.protobuf.internal.decoder import _DecodeVarint
 
 from kinesis_lake.events.proto_schemas import (
     ProtoSchema,

@@ -171,7 +171,7 @@ def _lines(descriptor_set: str, file_name: str) -> dict[tuple[str, int], int]:
             }
             known = {}
             prefix = f"{proto.package}." if proto.package else ""
-            queue = [
+            queue: list[tuple[str, Any, tuple[int, ...]]] = [
                 (prefix + message.name, message, (4, index))
                 for index, message in enumerate(proto.message_type)
             ]

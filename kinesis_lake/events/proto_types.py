@@ -15,7 +15,10 @@ well-known types) stops the load naming the .proto's line, the path and what to 
 
 from __future__ import annotations
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+import functools
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
 
 from kinesis_lake.events.proto_schemas import ProtoSchema
 from kinesis_lake.events.schema import LIST_ELEMENT, MAP_VALUE, EventField
@@ -68,9 +71,15 @@ def is_optional(field: FieldDescriptor) -> bool:
     """Whether the field's absence is a value of its own (see the module's docstring)."""
     if field.containing_oneof is not None:  # proto3 ``optional`` is a oneof of its own
         return True
-    if field.file.syntax == "proto2":
+    if is_proto2(field.file):
         return not field.is_required
     return field.message_type is None and field.has_presence
+
+
+@functools.cache
+def is_proto2(file: FileDescriptor) -> bool:
+    """Whether ``file`` is proto2 (upb's descriptors do not say: its descriptor proto does)."""
+    return FileDescriptorProto.FromString(file.serialized_pb).syntax in ("", "proto2")
 
 
 class _ProtoMapper:

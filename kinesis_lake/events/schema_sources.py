@@ -2,10 +2,11 @@
 
 A table may say ``schema_file:`` (an Avro ``.avsc``, a JSON Schema or a ``.proto`` file,
 relative to the declaration file) or ``registry_schema:`` (a schema in the AWS Glue Schema
-Registry, at a version number or the latest). Its fields are then derived here, as the ``EventField``s a
-hand-written ``fields:`` list would give, so routing, dedup, partitioning, upserts and SQL
-tables treat the table like any other, and a new registry version evolves it the way a new
-declared field does (the declaration is loaded afresh by every refresh).
+Registry, at a version number or the latest). Its fields are then derived here, as the
+``EventField``s a hand-written ``fields:`` list would give, so routing, dedup,
+partitioning, upserts and SQL tables treat the table like any other, and a new registry
+version evolves it the way a new declared field does (the declaration is loaded afresh by
+every refresh).
 
 How each schema maps to columns, and what it refuses: ``avro_types.py``,
 ``json_schema_types.py`` and ``proto_types.py`` (a .proto's table is its first message, or

@@ -48,7 +48,7 @@ def test_formats_load_with_their_schemas_and_survive_the_trip_to_the_executors(t
     [
         ("{name: s, format: parquet}", "format 'parquet' is unknown; use one of json, avro"),
         ("{name: s, format: avro}", "format avro needs the writers' schema: schema: (inline)"),
-        ("{name: s, schema_file: x.avsc}", "schema_file applies to format avro or glue-"),
+        ("{name: s, schema_file: x.avsc}", "schema_file applies to format avro, protobuf or glue-"),
         ("{name: s, format: avro, schema_file: nope.avsc}", "schema_file 'nope.avsc' cannot be"),
         ("{name: s, format: avro, schema: {type: string}}", "the Avro schema must be a record"),
         (

@@ -133,18 +133,18 @@ REFUSED = {
     ),
     "recursive": (
         "message M {\n  string id = 1;\n  repeated M children = 2;\n}\n",
-        "line 4: field 'children': message M contains itself",
+        "line 4: field 'children[]': message M contains itself",
         "cut the recursion",
     ),
     "duration": (
         'import "google/protobuf/duration.proto";\nmessage M {\n'
         "  google.protobuf.Duration took = 1;\n}\n",
-        "line 5: field 'took': google.protobuf.Duration has no column type",
+        "line 4: field 'took': google.protobuf.Duration has no column type",
         "use a message of your own",
     ),
     "syntax": (
         "message M {\n  strin id = 1;\n}\n",
-        'the .proto schema does not compile: order.proto:4:3: "strin" is not defined.',
+        'the .proto schema does not compile: order.proto:3:3: "strin" is not defined.',
         "",
     ),
 }
@@ -199,7 +199,7 @@ def test_protobuf_records_come_out_typed_and_the_broken_ones_quarantined(tmp_pat
         "at": AT,
         "status": "PAID",
         "lines": [{"sku": "a", "price": 2.5}],
-        "counts": {"x": 7},
+        "counts": [("x", 7)],
         "note": "gift",
         "qty": 3,
         "discount": 0.5,
@@ -271,7 +271,7 @@ def test_registry_protobuf_records_decode_by_their_message_index(registry):
         ("o2", AT, "PAID"),
     ]
     label = f"glue-schema-registry: schema version {version} (version 1 of "
-    assert all(reason.startswith(label) for reason in list(reasons.values())[1:])
+    assert reasons["4"].startswith(label) and reasons["5"].startswith(label)
     assert reasons["3"] == "missing required field 'id'"
     assert reasons["4"].endswith(
         ": Protobuf payload does not decode: ValueError: message index 99 is past the "
@@ -290,8 +290,8 @@ def test_a_registered_proto_that_does_not_compile_quarantines_its_records(regist
     _, reasons = _route(lake, [framed(broken, b"\x00")])
     assert reasons["1"].startswith(f"glue-schema-registry: schema version {broken}")
     assert (
-        ': Protobuf schema does not parse: the .proto schema does not compile: schema.proto:2:13: "strin"'
-        in reasons["1"]
+        ": Protobuf schema does not parse: ProtoSchemaError: the .proto schema does not "
+        'compile: schema.proto:2:13: "strin" is not defined.' in reasons["1"]
     )
 
 
