@@ -1,0 +1,146 @@
+"""Property tests: hostile Protobuf records through the real decoder, plain (``format:
+protobuf``) and behind the Glue Schema Registry's header. Whatever the bytes hold (valid
+messages, any header, unknown message indexes, truncated, flipped or random bodies), nothing
+raises, each record comes out exactly once, and a valid message comes out equal to what was
+sent."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kinesis_lake.events.convert import RowErrors
+from kinesis_lake.events.payload_formats import (
+    GLUE_SCHEMA_REGISTRY,
+    PROTOBUF,
+    PayloadFormat,
+    payload_format,
+)
+from kinesis_lake.events.payloads import decode_binary
+from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
+from kinesis_lake_tests.events.registry import Registry
+
+PROTO = """\
+syntax = "proto3";
+package p;
+message Event {
+  string id = 1;
+  optional int64 n = 2;
+  repeated string tags = 3;
+  Kind kind = 4;
+  map<string, int32> counts = 5;
+}
+enum Kind {
+  A = 0;
+  B = 1;
+}
+"""
+EVENT = message_classes(PROTO)["p.Event"]
+RECORDS = st.fixed_dictionaries(
+    {
+        "id": st.text(max_size=10),
+        "n": st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        "tags": st.lists(st.text(max_size=4), max_size=3),
+        "kind": st.sampled_from(["A", "B"]),
+        "counts": st.dictionaries(
+            st.text(max_size=3), st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=3
+        ),
+    }
+)
+MAYBE = "maybe"
+
+
+def _message(record: dict[str, Any]) -> Any:
+    message = EVENT(id=record["id"], tags=record["tags"], kind=record["kind"])
+    if record["n"] is not None:
+        message.n = record["n"]
+    message.counts.update(record["counts"])
+    return message
+
+
+@pytest.fixture(scope="module")
+def known(moto_endpoint) -> Iterator[tuple[PayloadFormat, uuid.UUID]]:
+    with Registry(moto_endpoint.url) as registry:
+        version = registry.create("events", PROTO, "PROTOBUF")
+        yield PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url), version
+
+
+def _json_never(*_: Any) -> list[dict[str, Any]]:
+    raise AssertionError("a PROTOBUF schema's records never take the JSON path")
+
+
+def _check(fmt: PayloadFormat, sent: list[tuple[bytes, Any]], label: str) -> None:
+    errors = RowErrors(len(sent))
+
+    objects = decode_binary([p for p, _ in sent], [None] * len(sent), fmt, _json_never, errors)
+
+    assert len(objects) == len(sent)
+    for (payload, expected), obj, reason in zip(sent, objects, errors.messages, strict=True):
+        if isinstance(expected, dict):
+            assert (reason, obj) == (None, expected), payload
+        elif expected is None or reason is not None:
+            assert reason is not None and label in reason, payload
+        else:  # corrupt bytes that still parse: an Event, every field there
+            assert type(obj) is dict and set(obj) == set(EVENT.DESCRIPTOR.fields_by_name), payload
+
+
+@st.composite
+def framed_records(draw: st.DrawFn, version: uuid.UUID) -> tuple[bytes, Any]:
+    """A registry record and what it must decode to (None: quarantined; MAYBE: either)."""
+    record = draw(RECORDS)
+    body = registry_body(_message(record))
+    compressed = draw(st.booleans())
+    header = bytes([3, 5 if compressed else 0]) + version.bytes
+    framed_body = zlib.compress(body) if compressed else body
+    kind = draw(st.sampled_from(["valid", "truncate", "index", "flip", "junk", "unknown"]))
+    if kind == "valid":
+        return header + framed_body, record
+    if kind == "truncate":
+        cut = draw(st.integers(min_value=0, max_value=len(header) + len(framed_body) - 1))
+        return (header + framed_body)[:cut], MAYBE if cut > len(header) else None
+    if kind == "index":  # the schema has one message: any other index is none of its own
+        return bytes([3, 0]) + version.bytes + bytes([draw(st.integers(1, 127))]) + body, None
+    if kind == "unknown":
+        return bytes([3, 0]) + uuid.uuid4().bytes + body, None
+    if kind == "junk":
+        return header + draw(st.binary(max_size=40)), MAYBE
+    data = bytearray(header + framed_body)
+    position = draw(st.integers(min_value=len(header), max_value=len(data) - 1))
+    data[position] ^= draw(st.integers(min_value=1, max_value=255))
+    return bytes(data), MAYBE
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_every_registry_record_comes_out_once_decoded_or_quarantined(known, data):
+    fmt, version = known
+    _check(fmt, data.draw(st.lists(framed_records(version), min_size=1, max_size=12)), "registry")
+
+
+PLAIN = payload_format({"format": PROTOBUF, "schema": PROTO}, None)
+
+
+@st.composite
+def plain_records(draw: st.DrawFn) -> tuple[bytes, Any]:
+    record = draw(RECORDS)
+    data = _message(record).SerializeToString()
+    kind = draw(st.sampled_from(["valid", "truncate", "junk"]))
+    if kind == "valid" and data:
+        return data, record
+    if kind == "truncate" and data:
+        return data[: draw(st.integers(min_value=1, max_value=len(data)))], MAYBE
+    return draw(st.binary(min_size=1, max_size=40)), MAYBE
+
+
+@settings(max_examples=150, deadline=None)
+@given(sent=st.lists(plain_records(), min_size=1, max_size=12))
+def test_every_protobuf_record_comes_out_once_decoded_or_quarantined(sent):
+    _check(PLAIN, sent, "protobuf payload does not decode")
