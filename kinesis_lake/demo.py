@@ -41,13 +41,13 @@ FORMAT_SETTING = "KINESIS_LAKE_DEMO_FORMAT"
 def run_demo(events: int = 2000, payload_format: str | None = None) -> int:
     from kinesis_lake.config import load_profile
     from kinesis_lake.errors import ConfigurationError
-    from kinesis_lake.events.payload_formats import FORMATS, JSON
+    from kinesis_lake.events.payload_formats import JSON, PRODUCED_FORMATS
 
     load_profile(REPO_ROOT / "profiles" / "local.env")
     kind = payload_format or os.environ.get(FORMAT_SETTING) or JSON
-    if kind not in FORMATS:
+    if kind not in PRODUCED_FORMATS:
         raise ConfigurationError(
-            f"{FORMAT_SETTING}={kind!r}: the demo sends {', '.join(FORMATS)}; pick one"
+            f"{FORMAT_SETTING}={kind!r}: the demo sends {', '.join(PRODUCED_FORMATS)}; pick one"
         )
     data_dir = Path(os.environ.get("KINESIS_LAKE_DEMO_DIR", REPO_ROOT / ".data" / "demo"))
     shutil.rmtree(data_dir, ignore_errors=True)

@@ -12,7 +12,7 @@ import threading
 
 from kinesis_lake.cli.common import Commands, add_command, current_settings
 from kinesis_lake.config import SPARK_CONNECT_PORT
-from kinesis_lake.events.payload_formats import FORMATS
+from kinesis_lake.events.payload_formats import PRODUCED_FORMATS
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
 from kinesis_lake.spark.runtime.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
 
@@ -111,7 +111,7 @@ def add_demo(commands: Commands) -> None:
     demo.add_argument("--events", type=int, default=2000, help="records to send, in two waves")
     demo.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=PRODUCED_FORMATS,
         default=None,
         help="how the events are sent: JSON, Avro, or Avro behind the Glue Schema Registry's "
         "header with a local moto registry; default: $KINESIS_LAKE_DEMO_FORMAT, else json",

@@ -35,6 +35,9 @@ AVRO = "avro"
 PROTOBUF = "protobuf"
 GLUE_SCHEMA_REGISTRY = "glue-schema-registry"
 FORMATS = (JSON, AVRO, PROTOBUF, GLUE_SCHEMA_REGISTRY)
+PRODUCED_FORMATS = (JSON, AVRO, GLUE_SCHEMA_REGISTRY)
+"""The formats ``kinesis-lake produce`` and the demo write the demo's events in (Avro behind
+the registry's header); a Protobuf stream's records come from its own producers."""
 FORMAT_KEYS = ("format", "schema", "schema_file", "registry", "message")
 """A stream entry's keys that describe its payloads."""
 _REGISTRY_KEYS = ("region", "endpoint_url")

@@ -44,6 +44,7 @@ from kinesis_lake.events.payload_formats import (
     GLUE_SCHEMA_REGISTRY,
     JSON,
     JSON_FORMAT,
+    PRODUCED_FORMATS,
     PayloadFormat,
 )
 from kinesis_lake.kinesis.producer import Entry, sample_events
@@ -89,6 +90,11 @@ def demo_payloads(
             unrouted_every=unrouted_every,
             seed=seed,
             start_ms=start_ms,
+        )
+    if fmt.kind not in PRODUCED_FORMATS:
+        raise ConfigurationError(
+            f"stream {stream_name!r} is declared {fmt.kind}; produce sends the demo's events "
+            f"as {', '.join(PRODUCED_FORMATS)}: send {fmt.kind} records with your own producer"
         )
     if zlib_compressed and fmt.kind != GLUE_SCHEMA_REGISTRY:
         raise ConfigurationError(f"zlib compression applies to {GLUE_SCHEMA_REGISTRY} streams")

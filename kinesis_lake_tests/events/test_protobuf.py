@@ -341,3 +341,13 @@ def test_a_registered_json_schema_that_is_invalid_quarantines_its_records(regist
     _, reasons = _route(lake, [framed(broken, b'{"id": "x"}')])
     assert reasons["1"].startswith(f"glue-schema-registry: schema version {broken}")
     assert ": JSON Schema does not parse: " in reasons["1"]
+
+
+def test_produce_refuses_a_protobuf_stream_naming_what_it_sends(tmp_path):
+    """The demo's producer writes JSON and Avro only: a Protobuf stream must not get Avro."""
+    from kinesis_lake.errors import ConfigurationError
+    from kinesis_lake.pipeline.encoded_events import demo_payloads
+
+    (stream,) = load_declaration(_lake_file(tmp_path, TABLE, STREAM)).streams
+    with pytest.raises(ConfigurationError, match="stream 'events' is declared protobuf; produce"):
+        demo_payloads(stream.format, stream.name, 3)
