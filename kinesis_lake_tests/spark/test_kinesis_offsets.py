@@ -7,14 +7,9 @@ from dataclasses import replace
 import pytest
 
 from kinesis_lake.kinesis.start_positions import StartPosition
-from kinesis_lake.spark.kinesis.offsets import (
-    PlanningInput,
-    SourceOffset,
-    SourcePlanningError,
-    epoch_byte_limits,
-    epoch_limits,
-    plan_next_offset,
-)
+from kinesis_lake.spark.kinesis.offsets import SourceOffset, SourcePlanningError
+from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset
+from kinesis_lake.spark.kinesis.read_limits import epoch_byte_limits, epoch_limits
 from kinesis_lake_tests.kinesis.helpers import outcome
 from kinesis_lake_tests.spark.offset_helpers import initial, shard
 

@@ -328,7 +328,8 @@ def test_a_gone_shard_an_earlier_query_left_unfinished_is_planned_to_be_reported
     nor when nothing is known of it (the table names a gone shard for ever)."""
     from kinesis_lake.kinesis.start_positions import StartPosition
     from kinesis_lake.spark.kinesis.earlier_runs import with_gone_unfinished
-    from kinesis_lake.spark.kinesis.offsets import PlanningInput, SourceOffset, plan_next_offset
+    from kinesis_lake.spark.kinesis.offsets import SourceOffset
+    from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset
 
     children = [Shard(f"shardId-00000000000{i}", PARENT, None, "1", None) for i in (1, 2)]
     committed = {PARENT: StartPosition.after("49")}

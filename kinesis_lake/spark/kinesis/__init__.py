@@ -4,8 +4,11 @@
   executors).
 * ``arrow``: the rows Spark receives, one per user record, and their schema.
 * ``options``: the source's options, parsed and checked before any read.
-* ``offsets``: which shards a micro-batch reads and from where (resharding order, start
-  positions, read limits).
+* ``offsets``: a micro-batch's read plan (which shards, from where, how much) as Spark's
+  offset log keeps it.
+* ``planning``: the next plan from the last one and what executors recorded (resharding
+  order, start positions, data loss, availableNow's end, idle back-off).
+* ``read_limits``: an epoch's record and byte limits shared among its shards.
 * ``progress``: the per-shard progress records executors write and the driver reads.
 * ``available_now``: a bounded run (what arrived before it started, then stop) on every
   supported Spark, 4.0/4.1 included.

@@ -32,8 +32,9 @@ from dataclasses import replace
 
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import Shard, shard_lineage_order
-from kinesis_lake.spark.kinesis.offsets import ShardCursor, SourceOffset, inherited_tip
+from kinesis_lake.spark.kinesis.offsets import ShardCursor, SourceOffset
 from kinesis_lake.spark.kinesis.options import EarlierReads, KinesisSourceOptions
+from kinesis_lake.spark.kinesis.planning import inherited_tip
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 
@@ -119,7 +120,7 @@ def with_earlier_plan(
 
     A shard the plan read takes the plan's tip; one it never saw takes the time its
     parents were last read to the tip or the plan's listing time, the earlier
-    (:func:`~kinesis_lake.spark.kinesis.offsets.inherited_tip`: the child was created
+    (:func:`~kinesis_lake.spark.kinesis.planning.inherited_tip`: the child was created
     after that listing). A shard the plan finished takes its listing time too
     (:func:`finished_tips`). The plan's start (the first run's, carried on) is when the
     deployment became answerable for every record that arrives: a first batch that failed

@@ -1,7 +1,7 @@
 """Where each executor records how far it read a shard in an epoch.
 
 The driver plans an epoch without knowing where a shard's records end (see
-:mod:`kinesis_lake.spark.kinesis.offsets`), so the executor that reads a shard writes one
+:mod:`kinesis_lake.spark.kinesis.planning`), so the executor that reads a shard writes one
 small JSON record, ``<metadataPath>/<runId>/<epoch>/<shardId>.json``, holding its
 :class:`~kinesis_lake.kinesis.shard_reader.ReadOutcome` and who read it (host, process,
 Spark task). Two readers use it:

@@ -24,7 +24,7 @@ How a micro-batch is made
    arrive before the first read are kept.
 2. ``latestOffset`` (driver): the progress records of the epoch just completed, the
    stream identity check, one ListShards call, and
-   :func:`~kinesis_lake.spark.kinesis.offsets.plan_next_offset`, which turns them into
+   :func:`~kinesis_lake.spark.kinesis.planning.plan_next_offset`, which turns them into
    the next read plan: start position, record limit and byte budget per shard, parents
    before children, Spark's read limit split across shards. No records are read on the driver.
    When the last epoch found the stream idle, the answer for the next
@@ -114,18 +114,13 @@ from kinesis_lake.spark.datasource_api import (
 )
 from kinesis_lake.spark.kinesis.arrow import KINESIS_SCHEMA_DDL, records_to_arrow
 from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_runs
-from kinesis_lake.spark.kinesis.offsets import (
-    PlanningInput,
-    SourceOffset,
-    SourcePlanningError,
-    plan_next_offset,
-    resting,
-)
+from kinesis_lake.spark.kinesis.offsets import SourceOffset, SourcePlanningError
 from kinesis_lake.spark.kinesis.options import (
     KinesisOptionError,
     KinesisSourceOptions,
     check_against_stream,
 )
+from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset, resting
 from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore, source_status
 from kinesis_lake.spark.spark_version import require_spark
 from kinesis_lake.spark.worker_process import freeze_imported_objects
