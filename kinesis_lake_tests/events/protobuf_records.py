@@ -13,6 +13,46 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
 from grpc_tools import protoc
 
+ORDER_PROTO = """\
+syntax = "proto3";
+package shop;
+
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message Order {
+  string id = 1;
+  google.protobuf.Timestamp at = 2;
+  Status status = 3;
+  repeated Line lines = 4;
+  map<string, int64> counts = 5;
+  optional string note = 6;
+  uint32 qty = 7;
+  google.protobuf.DoubleValue discount = 8;
+  oneof paid_by {
+    string card = 9;
+    string voucher = 10;
+  }
+  optional Address ship_to = 11;
+
+  message Line {
+    string sku = 1;
+    double price = 2;
+  }
+}
+
+message Address {
+  string city = 1;
+}
+
+enum Status {
+  NEW = 0;
+  PAID = 1;
+}
+"""
+"""An order of every kind of field a table maps: scalars, Timestamp, an enum, a repeated
+message, a map, a wrapper, a oneof, an ``optional`` scalar and message."""
+
 
 def message_classes(text: str, file_name: str = "test.proto") -> dict[str, Any]:
     """Every message class of the .proto ``text``, by short and by full name."""

@@ -11,8 +11,26 @@ from typing import Any
 
 import boto3
 import fastavro
+from hypothesis import strategies as st
+
+from kinesis_lake.events.convert import RowErrors
+from kinesis_lake.events.payload_formats import PayloadFormat
+from kinesis_lake.events.payloads import decode_binary
 
 NONE, ZLIB = 0, 5
+EVENT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "minLength": 2},
+        "n": {"type": "integer", "minimum": 0},
+        "kind": {"enum": ["a", "b"]},
+    },
+}
+"""A JSON Schema with constraints beyond types, which only validation catches."""
+MAYBE = "maybe"
+"""A hostile record's fate when corrupt bytes may still decode: decoded or quarantined."""
 
 
 def avro_datum(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
@@ -69,3 +87,62 @@ class Registry:
 def _text(definition: Any) -> str:
     """A definition as registered: .proto text as it is, a JSON schema as JSON text."""
     return definition if isinstance(definition, str) else json.dumps(definition)
+
+
+@st.composite
+def hostile_framings(
+    draw: st.DrawFn, version: uuid.UUID, body: bytes, record: Any, cut_body: Any = None
+) -> tuple[bytes, Any]:
+    """``body`` behind the header naming ``version``, valid or broken in one of the ways a
+    decoder must survive (any header bytes, truncated, a byte flipped, random bytes after
+    the header, a version no registry knows), with what must come of it: ``record`` when
+    valid, None when it must be quarantined, MAYBE when either may (``cut_body``: the fate
+    of a record cut inside its body)."""
+    compressed = draw(st.booleans())
+    framed_body = zlib.compress(body) if compressed else body
+    header = bytes([3, ZLIB if compressed else NONE]) + version.bytes
+    kind = draw(st.sampled_from(["valid", "header", "truncate", "flip", "junk", "unknown"]))
+    # (a version the registry does not know costs a call per batch: one kind in six)
+    if kind == "valid":
+        return header + framed_body, record
+    if kind == "header":  # any header bytes but the valid ones
+        first = draw(
+            st.binary(min_size=2, max_size=2).filter(lambda b: b not in (b"\3\0", b"\3\5"))
+        )
+        return first + version.bytes + framed_body, None
+    if kind == "truncate":
+        cut = draw(st.integers(min_value=0, max_value=len(header) + len(framed_body) - 1))
+        inside = cut > len(header) and not compressed
+        return (header + framed_body)[:cut], cut_body if inside else None
+    if kind == "unknown":
+        return bytes([3, NONE]) + uuid.uuid4().bytes + body, None
+    if kind == "junk":
+        return header + draw(st.binary(max_size=40)), MAYBE
+    data = bytearray(header + framed_body)
+    position = draw(st.integers(min_value=len(header), max_value=len(data) - 1))
+    data[position] ^= draw(st.integers(min_value=1, max_value=255))
+    return bytes(data), MAYBE
+
+
+def assert_each_comes_out_once(
+    fmt: PayloadFormat, sent: list[tuple[bytes, Any]], label: str, fields: set[str]
+) -> None:
+    """Hostile records (payload and fate, as ``hostile_framings`` gives) through the real
+    decoder: nothing raises, each comes out once, decoded as sent when valid, else with a
+    reason that has ``label`` in it, or (MAYBE) as a record with every one of ``fields``."""
+    errors = RowErrors(len(sent))
+
+    objects = decode_binary([p for p, _ in sent], [None] * len(sent), fmt, _json_never, errors)
+
+    assert len(objects) == len(sent)
+    for (payload, expected), obj, reason in zip(sent, objects, errors.messages, strict=True):
+        if isinstance(expected, dict):
+            assert (reason, obj) == (None, expected), payload
+        elif expected is None or reason is not None:
+            assert reason is not None and label in reason, payload
+        else:  # corrupt bytes that still decode: a record, all of it read
+            assert type(obj) is dict and set(obj) == fields, payload
+
+
+def _json_never(*_: Any) -> list[dict[str, Any]]:
+    raise AssertionError("binary records never take the JSON path")

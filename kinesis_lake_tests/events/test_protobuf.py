@@ -19,47 +19,10 @@ from kinesis_lake.events.declaration_file import (
 )
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.schema import EventField
-from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
+from kinesis_lake_tests.events.protobuf_records import ORDER_PROTO, message_classes, registry_body
 from kinesis_lake_tests.events.raw import NOW, raw_table
-from kinesis_lake_tests.events.registry import ZLIB, Registry, framed
+from kinesis_lake_tests.events.registry import EVENT_SCHEMA, ZLIB, Registry, framed
 
-ORDER_PROTO = """\
-syntax = "proto3";
-package shop;
-
-import "google/protobuf/timestamp.proto";
-import "google/protobuf/wrappers.proto";
-
-message Order {
-  string id = 1;
-  google.protobuf.Timestamp at = 2;
-  Status status = 3;
-  repeated Line lines = 4;
-  map<string, int64> counts = 5;
-  optional string note = 6;
-  uint32 qty = 7;
-  google.protobuf.DoubleValue discount = 8;
-  oneof paid_by {
-    string card = 9;
-    string voucher = 10;
-  }
-  optional Address ship_to = 11;
-
-  message Line {
-    string sku = 1;
-    double price = 2;
-  }
-}
-
-message Address {
-  string city = 1;
-}
-
-enum Status {
-  NEW = 0;
-  PAID = 1;
-}
-"""
 LINE = [
     {"name": "sku", "type": "string", "required": True},
     {"name": "price", "type": "double", "required": True},
@@ -293,18 +256,6 @@ def test_a_registered_proto_that_does_not_compile_quarantines_its_records(regist
         ": Protobuf schema does not parse: ProtoSchemaError: the .proto schema does not "
         'compile: schema.proto:2:13: "strin" is not defined.' in reasons["1"]
     )
-
-
-EVENT_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["id"],
-    "properties": {
-        "id": {"type": "string", "minLength": 2},
-        "n": {"type": "integer", "minimum": 0},
-        "kind": {"enum": ["a", "b"]},
-    },
-}
 
 
 def test_registry_json_records_are_validated_against_their_json_schema(registry):

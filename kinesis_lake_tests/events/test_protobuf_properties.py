@@ -7,7 +7,6 @@ sent."""
 from __future__ import annotations
 
 import uuid
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,16 +14,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kinesis_lake.events.convert import RowErrors
 from kinesis_lake.events.payload_formats import (
     GLUE_SCHEMA_REGISTRY,
     PROTOBUF,
     PayloadFormat,
     payload_format,
 )
-from kinesis_lake.events.payloads import decode_binary
 from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
-from kinesis_lake_tests.events.registry import Registry
+from kinesis_lake_tests.events.registry import (
+    MAYBE,
+    Registry,
+    assert_each_comes_out_once,
+    hostile_framings,
+)
 
 PROTO = """\
 syntax = "proto3";
@@ -53,7 +55,6 @@ RECORDS = st.fixed_dictionaries(
         ),
     }
 )
-MAYBE = "maybe"
 
 
 def _message(record: dict[str, Any]) -> Any:
@@ -71,49 +72,19 @@ def known(moto_endpoint) -> Iterator[tuple[PayloadFormat, uuid.UUID]]:
         yield PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url), version
 
 
-def _json_never(*_: Any) -> list[dict[str, Any]]:
-    raise AssertionError("a PROTOBUF schema's records never take the JSON path")
-
-
 def _check(fmt: PayloadFormat, sent: list[tuple[bytes, Any]], label: str) -> None:
-    errors = RowErrors(len(sent))
-
-    objects = decode_binary([p for p, _ in sent], [None] * len(sent), fmt, _json_never, errors)
-
-    assert len(objects) == len(sent)
-    for (payload, expected), obj, reason in zip(sent, objects, errors.messages, strict=True):
-        if isinstance(expected, dict):
-            assert (reason, obj) == (None, expected), payload
-        elif expected is None or reason is not None:
-            assert reason is not None and label in reason, payload
-        else:  # corrupt bytes that still parse: an Event, every field there
-            assert type(obj) is dict and set(obj) == set(EVENT.DESCRIPTOR.fields_by_name), payload
+    assert_each_comes_out_once(fmt, sent, label, set(EVENT.DESCRIPTOR.fields_by_name))
 
 
 @st.composite
 def framed_records(draw: st.DrawFn, version: uuid.UUID) -> tuple[bytes, Any]:
-    """A registry record and what it must decode to (None: quarantined; MAYBE: either)."""
+    """A registry record and what it must decode to (None: quarantined; MAYBE: either; a
+    message cut short may still be a message)."""
     record = draw(RECORDS)
     body = registry_body(_message(record))
-    compressed = draw(st.booleans())
-    header = bytes([3, 5 if compressed else 0]) + version.bytes
-    framed_body = zlib.compress(body) if compressed else body
-    kind = draw(st.sampled_from(["valid", "truncate", "index", "flip", "junk", "unknown"]))
-    if kind == "valid":
-        return header + framed_body, record
-    if kind == "truncate":
-        cut = draw(st.integers(min_value=0, max_value=len(header) + len(framed_body) - 1))
-        return (header + framed_body)[:cut], MAYBE if cut > len(header) else None
-    if kind == "index":  # the schema has one message: any other index is none of its own
+    if draw(st.integers(min_value=0, max_value=6)) == 0:  # the schema has one message
         return bytes([3, 0]) + version.bytes + bytes([draw(st.integers(1, 127))]) + body, None
-    if kind == "unknown":
-        return bytes([3, 0]) + uuid.uuid4().bytes + body, None
-    if kind == "junk":
-        return header + draw(st.binary(max_size=40)), MAYBE
-    data = bytearray(header + framed_body)
-    position = draw(st.integers(min_value=len(header), max_value=len(data) - 1))
-    data[position] ^= draw(st.integers(min_value=1, max_value=255))
-    return bytes(data), MAYBE
+    return draw(hostile_framings(version, body, record, cut_body=MAYBE))
 
 
 @settings(
