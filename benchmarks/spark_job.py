@@ -144,7 +144,7 @@ def _table_shape(settings: Settings, table_name: str) -> dict[str, int]:
 def _storage(settings: Settings) -> dict[str, int]:
     """What the run left beside the table: Spark's checkpoint and the source's progress
     records (one JSON per shard per epoch), in files and bytes."""
-    from kinesis_lake.pipeline.ingest import checkpoint_location, source_metadata_path
+    from kinesis_lake.pipeline.ingest_query import checkpoint_location, source_metadata_path
 
     def files(root: str, pattern: str = "*") -> list[Path]:
         return [p for p in Path(root).rglob(pattern) if p.is_file()]
@@ -231,7 +231,9 @@ def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
 
 
 def cmd_continuous(spark: Any, args: Any) -> dict[str, Any]:
-    from kinesis_lake.pipeline.ingest import BatchReport, ensure_raw_table, run_continuous
+    from kinesis_lake.iceberg.raw_table import ensure_raw_table
+    from kinesis_lake.pipeline.ingest import run_continuous
+    from kinesis_lake.pipeline.ingest_report import BatchReport
 
     settings = _settings(args, args.namespace)
     ensure_raw_table(settings)

@@ -22,7 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from kinesis_lake.pipeline.ingest import BatchReport
+from kinesis_lake.pipeline.ingest_report import BatchReport
 
 
 class IngestProgress:

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from kinesis_lake.console import IngestProgress, steps
-from kinesis_lake.pipeline.ingest import BatchReport
+from kinesis_lake.pipeline.ingest_report import BatchReport
 
 
 def _batch(batch_id: int, rows: int, lag_ms: int) -> BatchReport:

@@ -43,7 +43,7 @@ from kinesis_lake.config import Settings  # noqa: E402
 from kinesis_lake.iceberg.catalog import open_catalog  # noqa: E402
 from kinesis_lake.iceberg.commit import last_committed_batch  # noqa: E402
 from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint  # noqa: E402
-from kinesis_lake.pipeline.ingest import checkpoint_location  # noqa: E402
+from kinesis_lake.pipeline.ingest_query import checkpoint_location  # noqa: E402
 from kinesis_lake_tests.pipeline_helpers import (  # noqa: E402
     produce,
     raw_keys,

@@ -23,7 +23,7 @@ from kinesis_lake.config import Settings
 
 if TYPE_CHECKING:
     from kinesis_lake.pipeline.derive import DeriveResult
-    from kinesis_lake.pipeline.ingest import BatchReport
+    from kinesis_lake.pipeline.ingest_report import BatchReport
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:

@@ -68,7 +68,7 @@ from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 if TYPE_CHECKING:
     # Type only: loading the definitions must not import PySpark.
     from kinesis_lake.pipeline.derive import DeriveResult
-    from kinesis_lake.pipeline.ingest import BatchReport, IngestResult
+    from kinesis_lake.pipeline.ingest_report import BatchReport, IngestResult
     from kinesis_lake.pipeline.refresh import TableRefresh
 
 DERIVED_GROUP = "derived"

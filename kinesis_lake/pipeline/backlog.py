@@ -23,7 +23,7 @@ from typing import Any
 from kinesis_lake.config import Settings
 from kinesis_lake.kinesis.freshness import StreamFreshness, stream_freshness
 from kinesis_lake.kinesis.start_positions import StartPosition, parse_timestamp_ms
-from kinesis_lake.pipeline.ingest import source_metadata_path
+from kinesis_lake.pipeline.ingest_query import source_metadata_path
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 

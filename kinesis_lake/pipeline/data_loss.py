@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import fsspec
 
 from kinesis_lake.config import Settings
-from kinesis_lake.pipeline.ingest import source_metadata_path
+from kinesis_lake.pipeline.ingest_query import source_metadata_path
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 
 KEEP_ALIVE_SHARE = 4

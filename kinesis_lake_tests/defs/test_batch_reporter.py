@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kinesis_lake.defs.assets import raw_batch_reporter
-from kinesis_lake.pipeline.ingest import BatchReport
+from kinesis_lake.pipeline.ingest_report import BatchReport
 
 
 class _UnreachableEventStorage:

@@ -10,7 +10,7 @@ import threading
 import dagster as dg
 
 from kinesis_lake.defs.assets import RAW_EVENTS, ingest_continuously
-from kinesis_lake.pipeline.ingest import BatchReport
+from kinesis_lake.pipeline.ingest_report import BatchReport
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 
 SENT = 30

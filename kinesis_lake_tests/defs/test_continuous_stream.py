@@ -27,7 +27,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.defs.assets import RAW_EVENTS
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.pipeline.ingest import checkpoint_location
+from kinesis_lake.pipeline.ingest_query import checkpoint_location
 from kinesis_lake_tests.pipeline_helpers import (
     produce,
     raw_keys,

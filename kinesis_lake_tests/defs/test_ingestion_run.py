@@ -10,7 +10,7 @@ import dagster as dg
 
 from kinesis_lake.defs.assets import RAW_EVENTS, raw_events
 from kinesis_lake.defs.streams import KINESIS_STREAM, kinesis_stream
-from kinesis_lake.pipeline.ingest import prepare_raw_table
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake
 from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.pipeline_helpers import produce, raw_rows

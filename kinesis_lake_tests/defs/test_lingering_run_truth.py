@@ -20,7 +20,7 @@ import pytest
 from kinesis_lake.defs.build import build_definitions
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE
-from kinesis_lake.pipeline.ingest import prepare_raw_table
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.defs.helpers import Lake, make_lake
 from kinesis_lake_tests.pipeline_helpers import produce, raw_rows

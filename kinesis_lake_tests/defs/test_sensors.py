@@ -31,7 +31,7 @@ from kinesis_lake.defs.sensors import HANDOVER_MARGIN_S, BacklogCursor, kinesis_
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
-from kinesis_lake.pipeline.ingest import source_metadata_path
+from kinesis_lake.pipeline.ingest_query import source_metadata_path
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import produce, read_stream

@@ -29,7 +29,8 @@ from kinesis_lake.pipeline.fresh_read import (
     fresh_read,
     read_fresh,
 )
-from kinesis_lake.pipeline.ingest import prepare_raw_table, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.pipeline.declared_lakes import AT
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.source_helpers import merge, split

@@ -16,7 +16,7 @@ from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
 from kinesis_lake.pipeline.fresh_read import fresh_read
-from kinesis_lake.pipeline.ingest import prepare_raw_table
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.pipeline.declared_lakes import PROFILES
 

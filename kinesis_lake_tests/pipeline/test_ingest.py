@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import checkpoint_location
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth
 

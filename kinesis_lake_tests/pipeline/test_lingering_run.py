@@ -9,7 +9,8 @@ import time
 from collections import Counter
 from dataclasses import replace
 
-from kinesis_lake.pipeline.ingest import prepare_raw_table, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, raw_rows, stream_truth
 
 

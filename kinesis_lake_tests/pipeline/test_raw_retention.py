@@ -12,7 +12,8 @@ import pytest
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import KinesisLakeError
 from kinesis_lake.pipeline.derive import refresh_downstream
-from kinesis_lake.pipeline.ingest import prepare_raw_table, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys

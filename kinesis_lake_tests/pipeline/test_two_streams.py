@@ -10,7 +10,8 @@ from pathlib import Path
 from kinesis_lake.config import Settings
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.pipeline.derive import refresh_downstream
-from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import checkpoint_location
 from kinesis_lake.pipeline.lake import lake_streams, open_lake
 from kinesis_lake.pipeline.reconcile import reconcile_routed
 from kinesis_lake_tests.pipeline_helpers import put, table_rows

@@ -25,7 +25,7 @@ import boto3
 import pytest
 from s3fs import S3FileSystem
 
-from kinesis_lake.pipeline.ingest import checkpoint_location
+from kinesis_lake.pipeline.ingest_query import checkpoint_location
 from kinesis_lake.spark.kinesis.progress import EPOCHS_RETAINED, ProgressRecord, ShardProgressStore
 from kinesis_lake_tests.kinesis.helpers import outcome
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, run_cli, stream_truth

@@ -8,7 +8,7 @@ module replicates exactly that, nothing more:
   whose sink commit Spark recorded);
 * a **restart**: with a checkpoint, a batch in the offset log but not in the commit log is
   run again with the same start and end (the replay); without one, a new query id and the
-  starting position ``pipeline/ingest.py`` gives (after the table's committed positions);
+  starting position ``pipeline/ingest_query.py`` gives (after the table's committed positions);
 * a **micro-batch**: plan (the source's ``latestOffset``), log, one task per shard read,
   the sink's ``write`` per task and ``commit`` on the driver, ``abort`` when the commit
   raised, then the commit log and the source's ``commit``.
@@ -126,13 +126,13 @@ class Query:
             "maxRecordsPerShard": str(max_records_per_shard),
             "maxRetries": "3",
         }
-        # pipeline/ingest.py passes the table's positions whenever it has some: a query
+        # pipeline/ingest_query.py passes the table's positions whenever it has some: a query
         # without checkpoint resumes after them, and a replay of a range they cover
         # reads nothing (Spark ignores startingPosition when a checkpoint exists, but
         # the source still sees the option).
         reads = earlier_reads(lake.table())
         if reads != EarlierReads():
-            options["earlierReads"] = reads.to_option()  # as pipeline/ingest.py passes
+            options["earlierReads"] = reads.to_option()  # as pipeline/ingest_query.py passes
         resume_after = committed_positions(lake.table())
         options["startingPosition"] = (
             json.dumps(resume_after, sort_keys=True) if resume_after else "trim_horizon"
@@ -260,7 +260,7 @@ def read_shard(
             **_virtual_read_start(kinesis),
         )
 
-    # pipeline/ingest.py adds ingested_at (Spark's current_timestamp) to every row.
+    # pipeline/ingest_query.py adds ingested_at (Spark's current_timestamp) to every row.
     ingested_at = pa.scalar(kinesis.now_ms() * 1000, pa.timestamp("us", tz="UTC"))
     read = read_task(task, store, open_reader, {"simulated": True})
     batches = []

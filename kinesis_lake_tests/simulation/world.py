@@ -27,7 +27,7 @@ from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.backlog import BacklogProbe, probe_backlog
 from kinesis_lake.kinesis.kpl import aggregate
 from kinesis_lake.pipeline.earlier_reads import record_earlier_reads
-from kinesis_lake.pipeline.ingest import source_metadata_path
+from kinesis_lake.pipeline.ingest_query import source_metadata_path
 from kinesis_lake.spark.iceberg.writer import OverlappingPositionsError
 from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore

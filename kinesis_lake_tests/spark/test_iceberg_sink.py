@@ -14,7 +14,8 @@ from kinesis_lake.iceberg.commit import commit_arrow
 from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import committed_positions
-from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import checkpoint_location
 from kinesis_lake.spark.iceberg.options import SinkOptions
 from kinesis_lake.spark.iceberg.writer import IcebergStreamWriter
 from kinesis_lake_tests.ambiguous_catalog import catalog_environment, pause_commits

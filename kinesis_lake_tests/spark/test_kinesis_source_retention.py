@@ -17,7 +17,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from kinesis_lake.kinesis.streams import Shard
-from kinesis_lake.pipeline.ingest import checkpoint_location, run_ingestion
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import checkpoint_location
 from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
 from kinesis_lake.spark.kinesis.options import (
     KinesisOptionError,

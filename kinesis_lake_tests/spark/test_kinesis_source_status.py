@@ -9,7 +9,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kinesis_lake.pipeline.ingest import run_ingestion, source_metadata_path
+from kinesis_lake.pipeline.ingest import run_ingestion
+from kinesis_lake.pipeline.ingest_query import source_metadata_path
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.source_helpers import keyed_events, new_stream, put

@@ -32,7 +32,7 @@ last committed position in the table property ``kinesis-lake.positions``, atomic
 with the data. That is what the Iceberg Kafka Connect sink does with Kafka offsets: the
 table itself says how far the stream has been committed, so a backlog sensor or a
 reconciliation check needs no scan and no side store. It is also where a query with no
-checkpoint starts (:func:`kinesis_lake.pipeline.ingest.start_ingestion_query`), and why a
+checkpoint starts (:func:`kinesis_lake.pipeline.ingest_query.start_ingestion_query`), and why a
 batch that would re-add a committed position is refused rather than committed: that is
 a second, stale checkpoint (a machine that was replaced, then came back) writing what
 another query already wrote (:class:`~kinesis_lake.spark.iceberg.writer.OverlappingPositionsError`).

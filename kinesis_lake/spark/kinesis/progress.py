@@ -27,7 +27,7 @@ record agrees with it and goes on.
 
 The driver also keeps ``<metadataPath>/<runId>/status.json``: the last completed epoch's
 numbers and the latest known state of every shard still being read (lag dashboards,
-``kinesis_lake.pipeline.ingest``).
+``kinesis_lake.pipeline.ingest_report``).
 
 The store is fsspec, so ``metadataPath`` may be a local folder or any fsspec URL (s3://).
 On a multi-host cluster it must be storage that the driver and all executors share.
@@ -316,7 +316,7 @@ def _planned_at(plan: Mapping[str, Any]) -> int:
 
 SKIPPED_GAPS_KEPT = 100
 """Skipped gaps a status keeps by name. Each run reports those of its own epochs
-(:mod:`kinesis_lake.pipeline.ingest`), so a gap's name only has to outlive the run that
+(:mod:`kinesis_lake.pipeline.ingest_report`), so a gap's name only has to outlive the run that
 skipped it; the count, ``skippedRanges``, is kept whole for the no_data_loss check."""
 
 
