@@ -4,15 +4,15 @@ read .proto text, and the Glue Schema Registry keeps Protobuf schemas as .proto 
 A schema is compiled once per process into a serialized ``FileDescriptorSet`` (with its
 imports, so the well-known types come along, and with source info, so a field's line can
 be told), which is what the declaration ships to the executors and what they build message
-classes from. protoc runs as a child process: its errors (``file:line:column: what``) are
-then ours to tell, and a crash of it is not the executor's.
+classes from. protoc runs in this process (grpcio-tools' compiler module: ``run_main`` is
+what its ``protoc`` command runs, ``get_protos`` what its import hook uses and the one way
+to get protoc's errors as values rather than on stderr), so reading a schema starts no
+process, on the driver or on an executor.
 """
 
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -24,7 +24,6 @@ from google.protobuf.descriptor import Descriptor, FileDescriptor
 
 from kinesis_lake.errors import KinesisLakeError
 
-_PROTOC_TIMEOUT_S = 60
 _FILE_NAME = "schema.proto"
 """The name a registered definition is compiled under (the registry keeps no file name)."""
 
@@ -82,6 +81,8 @@ def compile_proto_file(path: Path, shown: str) -> ProtoSchema:
 
 _COMPILED: dict[tuple[str, str, str], ProtoSchema] = {}
 _LOCK = threading.Lock()
+_PROTOC = threading.Lock()
+"""One compile at a time: protoc's compiler is not known to be safe to run concurrently."""
 
 
 def compile_proto(
@@ -96,25 +97,39 @@ def compile_proto(
     with tempfile.TemporaryDirectory(prefix="kinesis-lake-proto-") as folder:
         root = Path(folder)
         (root / file_name).write_text(text, encoding="utf-8")
-        out = root / "schema.desc"
-        args = [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}"]
-        if include is not None:
-            args.append(f"-I{include}")
-        args += ["--include_imports", "--include_source_info", f"--descriptor_set_out={out}"]
-        done = subprocess.run(
-            [*args, file_name], capture_output=True, text=True, timeout=_PROTOC_TIMEOUT_S
-        )
-        if done.returncode != 0:
-            told = done.stderr.strip().replace(f"{root}/", "") or f"protoc exit {done.returncode}"
-            if shown is not None:
-                told = told.replace(file_name, shown)
-            raise ProtoSchemaError(f"the .proto schema does not compile: {told}")
-        data = out.read_bytes()
+        includes = [root, *([] if include is None else [include])]
+        with _PROTOC:
+            data = _protoc(root / "schema.desc", includes, file_name, shown or file_name)
     schema = ProtoSchema(base64.b64encode(data).decode("ascii"), file_name)
     schema.file()  # loads, so a descriptor set protobuf refuses fails here, not later
     with _LOCK:
         _COMPILED[key] = schema
     return schema
+
+
+def _protoc(out: Path, includes: list[Path], file_name: str, shown: str) -> bytes:
+    """The descriptor set of ``file_name`` (imports and source info included), by protoc in
+    this process: first asked for the file's errors, which it gives as values (``line`` and
+    ``column`` from 0) where its command line would print them, then for the set."""
+    import grpc_tools
+    from grpc_tools import _protoc_compiler
+
+    well_known = Path(grpc_tools.__file__).parent / "_proto"  # google/protobuf/*.proto
+    paths = [str(path).encode() for path in [*includes, well_known]]
+    try:
+        _protoc_compiler.get_protos(file_name.encode(), paths)
+    except _protoc_compiler.ProtocErrors as exc:
+        told = "; ".join(
+            f"{error.filename.decode().replace(file_name, shown)}:{error.line + 1}:"
+            f"{error.column + 1}: {error.message.decode()}"
+            for error in exc.errors()
+        )
+        raise ProtoSchemaError(f"the .proto schema does not compile: {told}") from None
+    args = [b"protoc", *(b"-I" + path for path in paths), b"--include_imports"]
+    args += [b"--include_source_info", b"--descriptor_set_out=" + str(out).encode()]
+    if _protoc_compiler.run_main([*args, file_name.encode()]) != 0:
+        raise ProtoSchemaError(f"the .proto schema does not compile: protoc refused {shown}")
+    return out.read_bytes()
 
 
 def all_messages(file: FileDescriptor) -> list[Descriptor]:

@@ -72,18 +72,14 @@ def known(moto_endpoint) -> Iterator[tuple[PayloadFormat, uuid.UUID]]:
         yield PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url), version
 
 
-def _check(fmt: PayloadFormat, sent: list[tuple[bytes, Any]], label: str) -> None:
-    assert_each_comes_out_once(fmt, sent, label, set(EVENT.DESCRIPTOR.fields_by_name))
-
-
 @st.composite
 def framed_records(draw: st.DrawFn, version: uuid.UUID) -> tuple[bytes, Any]:
     """A registry record and what it must decode to (None: quarantined; MAYBE: either; a
     message cut short may still be a message)."""
     record = draw(RECORDS)
     body = registry_body(_message(record))
-    if draw(st.integers(min_value=0, max_value=6)) == 0:  # the schema has one message
-        return bytes([3, 0]) + version.bytes + bytes([draw(st.integers(1, 127))]) + body, None
+    if draw(st.integers(min_value=0, max_value=6)) == 0:  # past Event and its CountsEntry
+        return bytes([3, 0]) + version.bytes + bytes([draw(st.integers(2, 127))]) + body, None
     return draw(hostile_framings(version, body, record, cut_body=MAYBE))
 
 
@@ -93,7 +89,8 @@ def framed_records(draw: st.DrawFn, version: uuid.UUID) -> tuple[bytes, Any]:
 @given(data=st.data())
 def test_every_registry_record_comes_out_once_decoded_or_quarantined(known, data):
     fmt, version = known
-    _check(fmt, data.draw(st.lists(framed_records(version), min_size=1, max_size=12)), "registry")
+    sent = data.draw(st.lists(framed_records(version), min_size=1, max_size=12))
+    assert_each_comes_out_once(fmt, sent, "registry", None)  # a flipped index: another message
 
 
 PLAIN = payload_format({"format": PROTOBUF, "schema": PROTO}, None)
@@ -114,4 +111,5 @@ def plain_records(draw: st.DrawFn) -> tuple[bytes, Any]:
 @settings(max_examples=150, deadline=None)
 @given(sent=st.lists(plain_records(), min_size=1, max_size=12))
 def test_every_protobuf_record_comes_out_once_decoded_or_quarantined(sent):
-    _check(PLAIN, sent, "protobuf payload does not decode")
+    fields = set(EVENT.DESCRIPTOR.fields_by_name)
+    assert_each_comes_out_once(PLAIN, sent, "protobuf payload does not decode", fields)
