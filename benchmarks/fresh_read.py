@@ -38,7 +38,7 @@ from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.producer import put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream
-from kinesis_lake.pipeline.derive import ensure_downstream_tables
+from kinesis_lake.pipeline.downstream_tables import ensure_downstream_tables
 from kinesis_lake.pipeline.fresh_read import fresh_read
 from kinesis_lake.pipeline.lake import open_lake
 

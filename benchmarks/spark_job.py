@@ -355,7 +355,7 @@ def _timed(log: dict[str, float], name: str, original: Callable[..., Any]) -> Ca
 def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     from kinesis_lake.iceberg.catalog import ensure_namespace
     from kinesis_lake.iceberg.raw_table import ensure_raw_table
-    from kinesis_lake.pipeline import derive
+    from kinesis_lake.pipeline import dedup, derive, routed_refresh
     from kinesis_lake.pipeline.lake import open_lake
 
     # Instrument (in this process only, undone afterwards) the steps refresh_downstream
@@ -363,22 +363,22 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
     read_log = _ReadLog()
     step_seconds: dict[str, float] = {}
     originals = {
-        name: getattr(derive, name)
-        for name in (
-            "read_table_files",
-            "refresh_routed",
-            "refresh_aggregate",
-            "deduplicate",
+        (module, name): getattr(module, name)
+        for module, name in (
+            (routed_refresh, "read_table_files"),
+            (dedup, "read_table_files"),
+            (derive, "refresh_routed"),
+            (derive, "refresh_aggregate"),
+            (routed_refresh, "deduplicate"),
         )
-        if hasattr(derive, name)
     }
-    for name, original in originals.items():
+    for (module, name), original in originals.items():
         wrapped = (
             read_log.wrap(original)
             if name == "read_table_files"
             else _timed(step_seconds, name, original)
         )
-        setattr(derive, name, wrapped)
+        setattr(module, name, wrapped)
 
     sizes = {"small": args.small, "large": args.large}
     # All events fall on one UTC day (01:00 onwards, 10 ms apart): a busy stream's day,
@@ -449,8 +449,8 @@ def cmd_derive(spark: Any, args: Any) -> dict[str, Any]:
                 )
                 emit("BENCH_EVENT", refreshes[-1])
     finally:
-        for name, original in originals.items():
-            setattr(derive, name, original)
+        for (module, name), original in originals.items():
+            setattr(module, name, original)
     return {"build": build, "refreshes": refreshes}
 
 

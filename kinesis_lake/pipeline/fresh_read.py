@@ -350,7 +350,7 @@ def first_occurrences(rows: pa.Table, committed: pa.Table, key: str) -> pa.Table
     """The rows that are the first occurrence of their key and UTC day of event time:
     none of the committed rows has it, and no row before it in Kinesis order (shard, then
     sequence number as an integer, then sub-sequence) does. The pipeline's rule
-    (``pipeline.derive.deduplicate``: a window over key and day, then a join with the
+    (``pipeline.dedup.deduplicate``: a window over key and day, then a join with the
     table's rows, which no null key matches), which sends the others to quarantine."""
     keys, days = rows.column(key).to_pylist(), _days(rows)
     seen = {

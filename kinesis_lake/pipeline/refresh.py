@@ -1,8 +1,10 @@
-"""What every incremental refresh of a derived table shares: its result, where it resumes in
-its source, and how it appends through the Iceberg sink."""
+"""What every incremental refresh of a derived table shares: its result (and how a caller
+hears of it as its commit lands), where it resumes in its source, and how it appends
+through the Iceberg sink."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -30,6 +32,29 @@ class TableRefresh:
     @property
     def up_to_date(self) -> bool:
         return self.source_files_read == 0
+
+
+OnCommit = Callable[[str, TableRefresh, dict[str, int]], None]
+"""Told each table's refresh (by the table's short name, with numbers of its own such as
+the aggregate's ``windows_recomputed``) as soon as its commit has landed, before the next
+table's work starts: a caller shows each table fresh when it is, not when the slowest
+table of the refresh is."""
+
+
+def no_report(name: str, refresh: TableRefresh, numbers: dict[str, int]) -> None:
+    """The default ``OnCommit``: nobody is watching."""
+
+
+def combined(identifier: str, refreshes: list[TableRefresh]) -> TableRefresh:
+    """One table's refreshes from several raw tables, as one."""
+    return TableRefresh(
+        identifier,
+        sum(r.source_files_read for r in refreshes),
+        sum(r.source_rows_read for r in refreshes),
+        sum(r.rows_written for r in refreshes),
+        refreshes[-1].source_snapshot_id if refreshes else None,
+        any(r.committed for r in refreshes),
+    )
 
 
 def pending_slice(source: Table, derived: Table | None) -> IncrementalSlice:

@@ -36,15 +36,11 @@ from kinesis_lake.events.declaration import QUARANTINE_TABLE, LakeDeclaration
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.tables import quarantine_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.pipeline.derive import (
-    DownstreamTables,
-    ensure_downstream_tables,
-    refresh_aggregate,
-    refresh_routed,
-    target_rows,
-)
+from kinesis_lake.pipeline.aggregate import refresh_aggregate
+from kinesis_lake.pipeline.downstream_tables import DownstreamTables, ensure_downstream_tables
 from kinesis_lake.pipeline.lake import declared_stream, lake_streams, load_table, open_lake
 from kinesis_lake.pipeline.refresh import append_rows
+from kinesis_lake.pipeline.routed_refresh import refresh_routed, target_rows
 from kinesis_lake.spark.iceberg.files_reader import read_table_files
 from kinesis_lake.spark.routing import QUARANTINE, route_on_executors
 
