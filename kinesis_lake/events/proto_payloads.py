@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.internal.decoder import _DecodeVarint
 
 from kinesis_lake.events.proto_schemas import (
     ProtoSchema,
@@ -45,13 +44,24 @@ def registry_proto_reader(definition: str) -> Reader:
     readers = [(message_class(m).FromString, _converter(m)) for m in messages]
 
     def read(body: bytes) -> dict[str, Any]:
-        index, start = _DecodeVarint(body, 0)
+        index, start = _varint(body)
         if index >= len(readers):
             raise ValueError(f"message index {index} is past the schema's {len(readers)} messages")
         parse, convert = readers[index]
         return convert(parse(body[start:]))
 
     return read
+
+
+def _varint(body: bytes) -> tuple[int, int]:
+    """The unsigned varint at the start of ``body`` (as Java's ``readUInt32`` reads the
+    index: at most 5 bytes), and where it ends."""
+    value = 0
+    for position, byte in enumerate(body[:5]):
+        value |= (byte & 0x7F) << (7 * position)
+        if not byte & 0x80:
+            return value, position + 1
+    raise ValueError("the message index is not a varint (truncated, or over 5 bytes)")
 
 
 def _full_name(message: Descriptor) -> str:
