@@ -38,4 +38,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         schedules=[maintenance_schedule(upkeep, settings.maintenance_cron)],
         sensors=lake_sensors(streams, jobs, settings.sensor_interval_seconds),
         resources={**lake_resources(), "launch": LaunchResource.from_env()},
+        # One process per run, not per step: one Python start and one Spark driver for
+        # the raw step, the derive step and every check (Dagster's default started each).
+        executor=dg.in_process_executor,
     )
