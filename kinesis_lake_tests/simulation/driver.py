@@ -43,16 +43,13 @@ from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake.pipeline.earlier_reads import earlier_reads
 from kinesis_lake.spark.iceberg.writer import DataFilesWritten
+from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 from kinesis_lake.spark.kinesis.offsets import SourceOffset
 from kinesis_lake.spark.kinesis.options import EarlierReads, KinesisSourceOptions
 from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset, resting
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
-from kinesis_lake.spark.kinesis.source import (
-    KinesisStreamReader,
-    ShardReadTask,
-    read_task,
-    records_to_arrow,
-)
+from kinesis_lake.spark.kinesis.read_task import ShardReadTask, read_task
+from kinesis_lake.spark.kinesis.source import KinesisStreamReader
 from kinesis_lake_tests.simulation.kinesis import SimulatedKinesis
 from kinesis_lake_tests.simulation.lake import Lake
 

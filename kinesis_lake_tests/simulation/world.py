@@ -31,7 +31,7 @@ from kinesis_lake.pipeline.ingest_query import source_metadata_path
 from kinesis_lake.spark.iceberg.writer import OverlappingPositionsError
 from kinesis_lake.spark.kinesis.offsets import SourcePlanningError
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
-from kinesis_lake.spark.kinesis.source import DataLossError
+from kinesis_lake.spark.kinesis.read_task import DataLossError
 from kinesis_lake_tests.ambiguous_catalog import LANDS_THEN_RAISES, RAISES_BEFORE
 from kinesis_lake_tests.lake_settings import make_settings
 from kinesis_lake_tests.simulation import invariants

@@ -30,7 +30,7 @@ How a micro-batch is made
    When the last epoch found the stream idle, the answer for the next
    ``idleTimeBetweenReadsMs`` is "nothing new", given without any API call.
 3. ``partitions`` (driver): one input partition per shard the plan reads.
-4. ``read`` (executors): each task reads its shard with
+4. ``read`` (executors, :mod:`.read_task`): each task reads its shard with
    :class:`~kinesis_lake.kinesis.shard_reader.ShardReader` (at most one GetRecords call
    per ``minCallIntervalMs`` per shard, across epochs too; jittered backoff on
    throttling, LimitExceeded and 5xx; expired iterators renewed; bounded retries ending
@@ -73,32 +73,22 @@ every shard's ``MillisBehindLatest`` and reader, data-loss ranges skipped, finis
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyspark
 from botocore.exceptions import NoRegionError
-from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from kinesis_lake.errors import IngestionError
-from kinesis_lake.kinesis.client import AssumedRole, KinesisClient, kinesis_client
+from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.kinesis.consumers import (
     Consumer,
     deregister_consumer,
     ensure_consumer,
     find_consumer,
 )
-from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.retry import RetryPolicy
-from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
-from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import (
     StreamInfo,
     StreamNotFoundError,
@@ -112,7 +102,7 @@ from kinesis_lake.spark.datasource_api import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from kinesis_lake.spark.kinesis.arrow import KINESIS_SCHEMA_DDL, records_to_arrow
+from kinesis_lake.spark.kinesis.arrow import KINESIS_SCHEMA_DDL
 from kinesis_lake.spark.kinesis.earlier_runs import with_earlier_runs
 from kinesis_lake.spark.kinesis.offsets import SourceOffset, SourcePlanningError
 from kinesis_lake.spark.kinesis.options import (
@@ -122,8 +112,8 @@ from kinesis_lake.spark.kinesis.options import (
 )
 from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset, resting
 from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore, source_status
+from kinesis_lake.spark.kinesis.read_task import ShardReadTask, read_shard
 from kinesis_lake.spark.spark_version import require_spark
-from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 logger = logging.getLogger(__name__)
 
@@ -176,36 +166,6 @@ def _check_stream(options: KinesisSourceOptions) -> None:
         raise KinesisOptionError(f"Option 'streamName': {error}") from error
     if options.per_shard_start:
         check_against_stream(options, list_shards(client, options.stream_name))
-
-
-@dataclass(frozen=True)
-class ShardReadTask(InputPartition):
-    """One shard's share of one epoch: everything an executor needs, nothing it must ask."""
-
-    stream_name: str
-    shard_id: str
-    region_name: str | None
-    endpoint_url: str | None
-    role: AssumedRole | None
-    run_id: str
-    epoch: int
-    start: dict
-    limit: int
-    cutoff_ms: int | None
-    quiet_since_ms: int | None
-    retention_ms: int
-    processed_through: str | None
-    not_before_ms: int
-    metadata_path: str
-    fail_on_data_loss: bool
-    min_call_interval_s: float
-    max_retries: int
-    consumer_arn: str | None
-    max_bytes: int | None = None
-
-
-class DataLossError(IngestionError, RuntimeError):
-    """Records the query still had to read have expired from the stream."""
 
 
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -416,73 +376,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         done = SourceOffset.from_dict(end)
         self._store.forget_before(done.run_id, done.epoch)
 
-    # ---- executor: reading ------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        task: ShardReadTask = partition  # type: ignore[assignment]
-        freeze_imported_objects()
-
-        def open_reader() -> ShardReader:
-            _wait_until(task.not_before_ms)
-            return ShardReader(
-                kinesis_client(task.endpoint_url, task.region_name, role=task.role),
-                task.stream_name,
-                task.shard_id,
-                retry=RetryPolicy(max_retries=task.max_retries),
-                min_call_interval_s=task.min_call_interval_s,
-                consumer_arn=task.consumer_arn,
-            )
-
-        store = ShardProgressStore(task.metadata_path)
-        for records in read_task(task, store, open_reader, _reader_identity()):
-            yield records_to_arrow(task.stream_name, task.shard_id, records)
-
-
-def read_task(
-    task: ShardReadTask,
-    store: ShardProgressStore,
-    open_reader: Callable[[], ShardReader],
-    reader_identity: Mapping[str, Any],
-) -> Generator[list[KinesisRecord], None, ReadOutcome | None]:
-    """One task's read, the executor half of the protocol; returns its outcome (None when
-    there was nothing to read). ``open_reader`` builds the reader (an executor's boto3
-    client and clock; the simulator's) once the read is due.
-
-    A retried or replayed task reads exactly the range its first attempt recorded; the
-    first attempt records what it read once it has read it all.
-    """
-    pinned = store.load(task.run_id, task.epoch, task.shard_id)
-    end = pinned.outcome.last_sequence_number if pinned is not None else None
-    if pinned is not None and end is None:
-        return None  # the first attempt found nothing; the replay must find nothing too
-    if end is not None and _already_processed(task.processed_through, end):
-        # A replay of a range the sink already holds: Spark died after the sink's
-        # commit and before its own. The sink skips the batch, so re-reading it is
-        # pointless, and after an outage longer than retention it is impossible.
-        return None
-    reader = open_reader()
-    yield from reader.read(
-        StartPosition.from_dict(task.start),
-        max_records=task.limit,
-        end_sequence_number=end,
-        arrival_cutoff_ms=None if pinned is not None else task.cutoff_ms,
-        quiet_since_ms=task.quiet_since_ms,
-        retention_ms=task.retention_ms,
-        pinned_records=pinned.outcome.records_read if pinned is not None else None,
-        max_bytes=task.max_bytes,
-    )
-    outcome = reader.outcome
-    assert outcome is not None  # set once the generator is exhausted
-    # Failing here fails the task, and with it the micro-batch: rows already yielded
-    # by this attempt are never committed.
-    if outcome.data_loss and task.fail_on_data_loss:
-        raise _data_loss(task, outcome.data_loss)
-    if pinned is None:
-        store.save(task.run_id, task.epoch, ProgressRecord(outcome, dict(reader_identity)))
-    elif outcome.data_loss:
-        # A replay that lost part of its range (skipped, failOnDataLoss=false): the
-        # first attempt's record stands; the loss is recorded beside it, to be counted.
-        store.save_replay_loss(task.run_id, task.epoch, outcome)
-    return outcome
+        # Executors' half: Spark pickles this reader to them, and the task says it all.
+        return read_shard(partition)  # type: ignore[arg-type]
 
 
 def batch_caps(
@@ -524,45 +420,6 @@ def _processed_through(options: KinesisSourceOptions, shard_id: str) -> str | No
     """The last sequence number a JSON startingPosition says was already processed."""
     start = options.per_shard_start.get(shard_id)
     return start.sequence_number if start is not None else None
-
-
-def _already_processed(processed_through: str | None, end: str) -> bool:
-    return processed_through is not None and int(processed_through) >= int(end)
-
-
-def _wait_until(epoch_ms: int) -> None:
-    """Keep GetRecords at <= 5/s per shard across epochs, not only within one task.
-
-    Every call of the previous epoch happened before this epoch was planned, so waiting
-    until one call interval after planning spaces the first call of this epoch from the
-    last of the previous one. Usually Spark's own scheduling has taken longer already.
-    """
-    delay_s = (epoch_ms - _now_ms()) / 1000
-    if delay_s > 0:
-        time.sleep(delay_s)
-
-
-def _reader_identity() -> dict:
-    """Which process read the shard: for operators (and the proof that executors read)."""
-    context = TaskContext.get()
-    return {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "sparkTaskAttemptId": context.taskAttemptId() if context is not None else None,
-    }
-
-
-def _data_loss(task: ShardReadTask, detail: str) -> DataLossError:
-    return DataLossError(
-        f"Data loss on stream {task.stream_name!r}, shard {task.shard_id}: {detail}. "
-        "The records after the last committed position expired (retention) before they "
-        "were read, or cannot be shown not to have (nothing read the shard to its tip "
-        "within the retention period). To go on from the oldest record still available, "
-        "set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source option failOnDataLoss=false) for "
-        "one run, which names every range it skips (other shards may have lost records "
-        "too); the no_data_loss check counts them, and kinesis-lake acknowledge-loss "
-        "clears it."
-    )
 
 
 def _now_ms() -> int:
