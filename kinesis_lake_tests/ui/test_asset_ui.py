@@ -44,7 +44,7 @@ FIRST_EVENTS = 200
 MORE_EVENTS = 100
 MALFORMED_EVERY = 25
 RUN_SECONDS = 900
-"""Per run. Each step is a process and each Spark step starts a JVM: slow when busy."""
+"""Per run: a run worker process and its Spark JVM, slow when the machine is busy."""
 
 ROW_COUNT = "dagster/row_count"
 TABLES = {
