@@ -12,9 +12,10 @@ Two shapes are accepted, so today's schema files keep working unchanged:
 
 A stream entry may say what its payloads are (``format:``, with a schema or a registry:
 ``payload_formats.py``); the default is JSON. A table may name a schema instead of listing
-``fields`` (``schema_file:``, ``registry_schema:``: ``schema_sources.py``); a registry schema
-is fetched on every load, so the next refresh follows its latest version (which version a
-registry stream reads is ``registry_versions.py``'s rule).
+``fields`` (``schema_file:``, with ``message:`` for a .proto, ``registry_schema:``:
+``schema_sources.py``); a registry schema is fetched on every load, so the next refresh
+follows its latest version (which version a registry stream reads is
+``registry_versions.py``'s rule).
 
 Invariant: a declaration this module returns is whole and consistent (every name taken
 once, every table on a declared stream, every derived table reading what is declared
@@ -81,6 +82,7 @@ _TABLE_KEYS = (
     "event_time_field",
     "event_type_field",
     "partition",
+    "message",
 )
 _PARTITION_KEYS = ("field", "transform", "width")
 _FIELD_SOURCES = ("fields", "schema_file", "registry_schema")
@@ -197,13 +199,22 @@ def _fields(
             f"declare the columns once: one of {', '.join(_FIELD_SOURCES)}"
             + (f" (not {' and '.join(given)})" if given else "")
         )
+    file, message = raw.get("schema_file"), raw.get("message")
+    if message is not None and not (isinstance(file, str) and Path(file).suffix == ".proto"):
+        raise DeclarationError(
+            "message applies to a .proto schema_file (a registry_schema takes its own message:)"
+        )
+    if message is not None and not isinstance(message, str):
+        raise DeclarationError("message must be the name of a message of the .proto")
+    event_time = raw.get("event_time_field")
+    event_time = event_time if isinstance(event_time, str) else None  # checked with the schema
     if given[0] == "fields":
         return raw["fields"], None
     if given[0] == "schema_file":
-        file = raw["schema_file"]
         if not isinstance(file, str):
             raise DeclarationError("schema_file must be a path (relative to this file)")
-        derived = fields_from_file(Path(file) if base is None else base / file, file)
+        path = Path(file) if base is None else base / file
+        derived = fields_from_file(path, file, message, event_time)
     else:
         stream = next(
             (s for s in streams if s.name == raw.get("stream") or len(streams) == 1), None
@@ -211,7 +222,7 @@ def _fields(
         refuse_another_registry(raw["registry_schema"], stream)
         registry = stream.format if stream is not None else JSON_FORMAT
         derived = fields_from_registry(
-            raw["registry_schema"], registry.region, registry.endpoint_url
+            raw["registry_schema"], registry.region, registry.endpoint_url, event_time
         )
     return [field.to_dict() for field in derived.fields], derived.origin
 

@@ -1,8 +1,9 @@
 """Protobuf payloads -> the Python values the converters take, as ``proto_types.py`` types
-them: messages as dicts of every field (a field not sent has its default, or None when its
-absence is a value), repeated fields as lists, maps as dicts with string keys, enums as
-their value's name (an unknown number as its digits), ``google.protobuf.Timestamp`` as an
-aware datetime and a wrapper as its value.
+them: messages as dicts of their fields (a scalar not sent has its default, or None when its
+absence is a value; a message not sent is left out, as a JSON record leaves out what it
+lacks, so a missing event time is told as JSON's is), repeated fields as lists, maps as
+dicts with string keys, enums as their value's name (an unknown number as its digits),
+``google.protobuf.Timestamp`` as an aware datetime and a wrapper as its value.
 
 The Glue Schema Registry's Protobuf serializer writes, after its header, the index of the
 message among every message of the schema (nested ones too, level by level, sorted by full
@@ -104,7 +105,8 @@ def _build(message: Descriptor) -> Callable[[Any], dict[str, Any]]:
             empty_lists.append(field.name)
         else:
             fields[field] = (field.name, _value(field))
-            defaults[field.name] = _default(field)
+            if field.message_type is None:
+                defaults[field.name] = _default(field)
 
     def convert(parsed: Any) -> dict[str, Any]:
         row = dict(defaults)
@@ -133,7 +135,7 @@ def _value(field: FieldDescriptor) -> Callable[[Any], Any] | None:
 
 
 def _default(field: FieldDescriptor) -> Any:
-    if field.message_type is not None or is_optional(field):
+    if is_optional(field):
         return None
     if field.type == FieldDescriptor.TYPE_ENUM:
         value = field.enum_type.values_by_number.get(field.default_value)

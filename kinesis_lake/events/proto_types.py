@@ -5,17 +5,20 @@ Messages become structs, repeated fields lists, maps maps (keys as strings), enu
 (``google.protobuf.Int64Value``...) their optional value. Integers keep their width (a
 ``uint32`` needs a ``long``; a ``uint64`` past a long's range is quarantined).
 
-Proto3 has no ``required``, so a column is optional exactly when the field says its absence
-is a value: ``optional``, a member of a ``oneof``, or proto2's ``optional``. A plain scalar
-always has a value (its default when not sent) and a plain message field is required: a
-record without it is quarantined (declare it ``optional`` for a nullable column). What has
-no column type (``bytes``, a recursive message, a message without fields, the other
-well-known types) stops the load naming the .proto's line, the path and what to do instead.
+Proto3 has no ``required``: any field may be absent on the wire, and a field added by a
+newer version of the schema is absent from every record written before it. A plain scalar
+still always has a value (its default when not sent), so it is a required column; every
+other field whose absence can be told (a message field, ``optional``, a member of a
+``oneof``; in proto2 what is not ``required``) is an optional column, null when not sent.
+The one exception is the table's event time (``event_time_column``). What has no column
+type (``bytes``, a recursive message, a message without fields, the other well-known types)
+stops the load naming the .proto's line, the path and what to do instead.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
@@ -68,12 +71,23 @@ def proto_table_fields(
 
 
 def is_optional(field: FieldDescriptor) -> bool:
-    """Whether the field's absence is a value of its own (see the module's docstring)."""
+    """Whether a record without the field has it null, not its default (see the module's
+    docstring)."""
     if field.containing_oneof is not None:  # proto3 ``optional`` is a oneof of its own
         return True
     if is_proto2(field.file):
         return not field.is_required
-    return field.message_type is None and field.has_presence
+    return field.message_type is not None
+
+
+def event_time_column(fields: tuple[EventField, ...], name: str | None) -> tuple[EventField, ...]:
+    """``fields`` with the event time column ``name`` required: a .proto cannot say a field
+    is required, yet every event needs a time, so a record without it is quarantined as a
+    JSON record without its (required) event time is, rather than the load refusing it."""
+    return tuple(
+        replace(field, required=True) if field.name == name and field.type == "timestamp" else field
+        for field in fields
+    )
 
 
 @functools.cache

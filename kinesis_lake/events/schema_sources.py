@@ -10,7 +10,7 @@ every refresh).
 
 How each schema maps to columns, and what it refuses: ``avro_types.py``,
 ``json_schema_types.py`` and ``proto_types.py`` (a .proto's table is its first message, or
-the ``message`` a ``registry_schema:`` names).
+the ``message`` the table or its ``registry_schema:`` names; its event time is required).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kinesis_lake.events.proto_schemas import (
     compile_proto,
     compile_proto_file,
 )
-from kinesis_lake.events.proto_types import proto_table_fields
+from kinesis_lake.events.proto_types import event_time_column, proto_table_fields
 from kinesis_lake.events.schema import EventField, check_keys
 from kinesis_lake.events.schema_mapping import SchemaSourceError
 
@@ -76,8 +76,9 @@ class DerivedSchema:
     origin: SchemaOrigin
 
 
-def derive_fields(origin: SchemaOrigin) -> DerivedSchema:
-    """The table fields of a parsed Avro schema or JSON Schema."""
+def derive_fields(origin: SchemaOrigin, event_time: str | None = None) -> DerivedSchema:
+    """The table fields of a parsed Avro schema, JSON Schema or .proto message, whose event
+    time is the field ``event_time``."""
     where = origin.describe()
     if origin.data_format == AVRO:
         fields = avro_table_fields(where, origin.definition)
@@ -88,6 +89,7 @@ def derive_fields(origin: SchemaOrigin) -> DerivedSchema:
         message = definition.pop("message")
         try:
             fields = proto_table_fields(where, ProtoSchema(**definition), message)
+            fields = event_time_column(fields, event_time)
         except ProtoSchemaError as exc:
             raise SchemaSourceError(f"{where}: {exc}") from None
     else:
@@ -104,7 +106,7 @@ DEFAULT_REGISTRY = "default-registry"
 
 
 def fields_from_registry(
-    ref: object, region: str | None, endpoint_url: str | None
+    ref: object, region: str | None, endpoint_url: str | None, event_time: str | None = None
 ) -> DerivedSchema:
     """A ``registry_schema: {registry, schema, version, region, endpoint_url}``: the version
     (a number, or ``latest``, the default) fetched now; ``region`` and ``endpoint_url`` are
@@ -151,20 +153,23 @@ def fields_from_registry(
                 f"{label}: the registered definition is not JSON: {exc}"
             ) from None
     origin = SchemaOrigin(label, found.data_format, definition, found.number, found.schema_arn)
-    return derive_fields(origin)
+    return derive_fields(origin, event_time)
 
 
-def fields_from_file(path: Path, shown: str) -> DerivedSchema:
-    """A ``schema_file:``: a ``.proto`` file (its first message), else an Avro schema (a
-    record, usually ``.avsc``) or a JSON Schema (an object with ``properties``), told apart
-    by content; ``shown`` is how the file is named."""
+def fields_from_file(
+    path: Path, shown: str, message: str | None = None, event_time: str | None = None
+) -> DerivedSchema:
+    """A ``schema_file:``: a ``.proto`` file (its ``message``, by default its first), else an
+    Avro schema (a record, usually ``.avsc``) or a JSON Schema (an object with
+    ``properties``), told apart by content; ``shown`` is how the file is named."""
     if path.suffix == ".proto":
         try:
             compiled = compile_proto_file(path, shown)
         except ProtoSchemaError as exc:
             raise SchemaSourceError(f"schema_file {shown!r}: {exc}") from None
-        definition = {**compiled.to_dict(), "message": None}
-        return derive_fields(SchemaOrigin(f"schema_file {shown!r}", PROTOBUF, definition))
+        definition = {**compiled.to_dict(), "message": message}
+        origin = SchemaOrigin(f"schema_file {shown!r}", PROTOBUF, definition)
+        return derive_fields(origin, event_time)
     try:
         definition = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

@@ -29,7 +29,7 @@ LINE = [
 ]
 LISTED = [
     {"name": "id", "type": "string", "required": True},
-    {"name": "at", "type": "timestamp", "required": True},
+    {"name": "at", "type": "timestamp"},
     {"name": "status", "type": "string", "required": True},
     {
         "name": "lines",
@@ -143,7 +143,7 @@ def test_protobuf_records_come_out_typed_and_the_broken_ones_quarantined(tmp_pat
     full = _order("o1", note="gift")
     full.discount.value = 0.5
     full.ship_to.city = "Oslo"
-    bare = CLASSES["shop.Order"](id="o2")  # no time: a plain message field is required
+    bare = CLASSES["shop.Order"](id="o2")  # proto3: a plain message field may be unset
     payloads = [
         full.SerializeToString(),
         _order("o3").SerializeToString(),
@@ -155,7 +155,7 @@ def test_protobuf_records_come_out_typed_and_the_broken_ones_quarantined(tmp_pat
 
     rows, reasons = _route(lake, payloads)
 
-    first, second = rows
+    first, second, third = rows
     assert first == {
         **first,
         "id": "o1",
@@ -171,11 +171,98 @@ def test_protobuf_records_come_out_typed_and_the_broken_ones_quarantined(tmp_pat
         "ship_to": {"city": "Oslo"},
     }
     assert (second["note"], second["discount"], second["ship_to"]) == (None, None, None)
-    assert reasons["3"] == "required field 'at' is null"
+    assert (third["id"], third["at"], third["status"], third["qty"]) == ("o2", None, "NEW", 0)
     assert reasons["4"].startswith("protobuf payload does not decode: DecodeError")
     assert reasons["5"].startswith("protobuf payload does not decode: DecodeError")
     assert reasons["6"] == "record payload is empty (0 bytes); expected protobuf data"
-    assert len(reasons) == 4
+    assert len(reasons) == 3
+
+
+def test_records_of_an_older_version_without_a_new_message_field_land_with_it_null(tmp_path):
+    """Proto3 lets every field be absent on the wire: a message field added by a newer
+    version of the schema must not quarantine the records written before it."""
+    lake = load_declaration(_lake_file(tmp_path, TABLE, STREAM))
+    older = message_classes(ORDER_PROTO.replace("  optional Address ship_to = 11;\n", ""))
+    payloads = [older["shop.Order"](id="o1", qty=2).SerializeToString()]
+
+    rows, reasons = _route(lake, payloads)
+
+    assert reasons == {}
+    assert [(r["id"], r["qty"], r["ship_to"], r["at"]) for r in rows] == [("o1", 2, None, None)]
+
+
+def test_a_record_without_its_protobuf_event_time_is_quarantined_as_a_json_one_is(tmp_path):
+    """The event time is the one message field a record cannot lack: a proto table's
+    ``event_time_field`` is a required column, as a JSON table's must be declared."""
+    timed = TABLE + "    event_time_field: at\n"
+    proto_lake = load_declaration(_lake_file(tmp_path, timed, STREAM))
+    at = next(f for f in proto_lake.tables[0].schema.fields if f.name == "at")
+    assert at.required
+    listed = [
+        {"name": "id", "type": "string"},
+        {"name": "at", "type": "timestamp", "required": True},
+    ]
+    json_table = {"name": "orders", "fields": listed, "event_time_field": "at"}
+    json_lake = declaration_from_dict({"tables": [json_table]})
+    timeless = _order("o2")
+    timeless.ClearField("at")
+
+    proto_rows, proto_reasons = _route(
+        proto_lake, [_order("o1").SerializeToString(), timeless.SerializeToString()]
+    )
+    json_rows, json_reasons = _route(
+        json_lake, [b'{"id": "o1", "at": "2024-05-01T10:00:00Z"}', b'{"id": "o2"}']
+    )
+
+    assert [r["id"] for r in proto_rows] == [r["id"] for r in json_rows] == ["o1"]
+    assert proto_reasons == json_reasons == {"2": "missing required field 'at'"}
+
+
+def test_a_table_names_which_message_of_its_proto_it_is(tmp_path):
+    table = "tables:\n  - {name: addresses, schema_file: order.proto, message: Address}\n"
+    lake = load_declaration(_lake_file(tmp_path, table))
+    (table,) = lake.tables
+    assert table.schema.fields == _fields([{"name": "city", "type": "string", "required": True}])
+
+
+@pytest.mark.parametrize(
+    ("extra", "told"),
+    [
+        (
+            "    message: Nope\n",
+            "schema_file 'order.proto': message 'Nope' is not defined in order.proto; "
+            "messages: shop.Order, shop.Address, shop.Order.CountsEntry, shop.Order.Line",
+        ),
+        ("    message: 7\n", "message must be the name of a message of the .proto"),
+    ],
+)
+def test_a_table_naming_a_message_its_proto_lacks_stops_the_load(tmp_path, extra, told):
+    lake = _lake_file(tmp_path, TABLE + extra)
+    with pytest.raises(DeclarationError) as raised:
+        load_declaration(lake)
+    assert str(raised.value) == f"{lake}:2: table 'orders': {told}"
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        "tables:\n  - {name: orders, schema_file: x.avsc, message: Order}\n",
+        "tables:\n  - {name: orders, fields: [{name: id, type: string}], message: Order}\n",
+    ],
+)
+def test_message_applies_to_a_proto_schema_file_only(tmp_path, table):
+    (tmp_path / "x.avsc").write_text(
+        json.dumps(
+            {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
+        )
+    )
+    lake = _lake_file(tmp_path, table)
+    with pytest.raises(DeclarationError) as raised:
+        load_declaration(lake)
+    assert str(raised.value) == (
+        f"{lake}:2: table 'orders': message applies to a .proto schema_file (a registry_schema "
+        "takes its own message:)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -241,6 +328,27 @@ def test_registry_protobuf_records_decode_by_their_message_index(registry):
         "schema's 4 messages"
     )
     assert ": Protobuf payload does not decode: DecodeError" in reasons["5"]
+
+
+def test_a_message_field_a_newer_registry_version_adds_leaves_older_records_landing(registry):
+    older = ORDER_PROTO.replace("  optional Address ship_to = 11;\n", "")
+    first = registry.create("orders", older.replace("optional Address", "Address"), "PROTOBUF")
+    registry.register("orders", ORDER_PROTO.replace("optional Address", "Address"))
+    lake = _registry_lake(
+        registry,
+        {
+            "name": "orders",
+            "registry_schema": {"registry": registry.name, "schema": "orders"},
+            "event_time_field": "at",
+        },
+    )
+    written = message_classes(older)["shop.Order"](id="o1")
+    written.at.FromDatetime(AT)
+
+    rows, reasons = _route(lake, [framed(first, registry_body(written))])
+
+    assert reasons == {}
+    assert [(r["id"], r["at"], r["ship_to"]) for r in rows] == [("o1", AT, None)]
 
 
 def test_a_registered_proto_that_does_not_compile_quarantines_its_records(registry):
