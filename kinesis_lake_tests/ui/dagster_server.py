@@ -2,9 +2,9 @@
 over GraphQL what the UI did, and stopped together with everything it started.
 
 ``dagster dev`` starts the webserver, the daemon and a code server; the daemon's runs
-start run workers (a run's steps execute in its worker) and Spark JVMs. All of them share the process
-group of ``dagster dev`` (a new session), so stopping the group stops them all; anything
-that left the group is found as a descendant and stopped too.
+start run workers (a run's steps execute in its worker) and Spark JVMs. All of them share
+the process group of ``dagster dev`` (a new session), so stopping the group stops them
+all; anything that left the group is found as a descendant and stopped too.
 """
 
 from __future__ import annotations
