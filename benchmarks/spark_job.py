@@ -522,8 +522,8 @@ def cmd_upsert(spark: Any, args: Any) -> dict[str, Any]:
 
     from kinesis_lake.events.declaration_file import declaration_from_dict
     from kinesis_lake.events.tables import parsed_table_schema
+    from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
     from kinesis_lake.iceberg.catalog import ensure_namespace
-    from kinesis_lake.iceberg.data_files import table_arrow_schema
     from kinesis_lake.iceberg.tables import ensure_table
     from kinesis_lake.pipeline.lake import open_lake
     from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert

@@ -24,8 +24,8 @@ from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 
 from kinesis_lake.errors import SnapshotExpiredError, TableError
 from kinesis_lake.iceberg import summary as keys
+from kinesis_lake.iceberg.arrow_schema import conform_batch, table_arrow_schema
 from kinesis_lake.iceberg.commit import last_committed_batch
-from kinesis_lake.iceberg.data_files import conform_batch, table_arrow_schema
 
 # Summary key of a derived table's snapshot: the source snapshot its rows come up to.
 SOURCE_SNAPSHOT_PROPERTY = "kinesis-lake.source-snapshot-id"

@@ -26,7 +26,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from kinesis_lake.errors import TableError
 from kinesis_lake.iceberg import summary as keys
-from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 
 # Spark's show() layout, which people know: cells cut at 20 characters, columns at

@@ -55,7 +55,7 @@ from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.tables import parsed_arrow_schema
-from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id, read_files
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client

@@ -41,8 +41,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
 from kinesis_lake.iceberg.lineage import (
     full_refresh_batch,

@@ -37,8 +37,8 @@ from pyspark.sql import functions as F
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, UpsertSpec
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.filters import any_of
 from kinesis_lake.iceberg.lineage import (
     rebuild_if_source_moved_back,

@@ -17,7 +17,7 @@ from kinesis_lake.defs.checks import all_checks
 from kinesis_lake.defs.maintenance import maintenance_job
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration_file import load_declaration
-from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake
 from kinesis_lake_tests.pipeline.declared_lakes import PROFILES_WITH_SQL_TABLES, profile_at

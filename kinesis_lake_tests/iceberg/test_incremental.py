@@ -12,8 +12,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from kinesis_lake.errors import SnapshotExpiredError
 from kinesis_lake.iceberg import summary
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_files
-from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.incremental import (
     IncrementalReadError,
     appended_since,

@@ -8,8 +8,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, MapType, NestedField, StringType, StructType
 
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake_tests.iceberg.helpers import ORDER_ITEMS, ORDERS
 

@@ -17,8 +17,9 @@ from pyiceberg.types import (
     StringType,
 )
 
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow, commit_files
-from kinesis_lake.iceberg.data_files import TableWriteTarget, table_arrow_schema, write_data_files
+from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
 from kinesis_lake.iceberg.maintenance import compact
 from kinesis_lake.iceberg.query import QueryError, format_table, run_sql, table_history
 from kinesis_lake.iceberg.tables import ensure_table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from kinesis_lake.iceberg.data_files import table_arrow_schema
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.raw_table import (
     RAW_ARROW_SCHEMA,
     RAW_SCHEMA,

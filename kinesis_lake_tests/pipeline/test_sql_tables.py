@@ -16,8 +16,8 @@ from pyiceberg.types import LongType
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events.derived_tables import DerivedTable, WindowSpec
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.lineage import source_uuid_property
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow

@@ -9,8 +9,8 @@ from pyiceberg.catalog import Catalog
 
 from kinesis_lake.config import Settings
 from kinesis_lake.events.derived_tables import DerivedTable, UpsertSpec
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow
-from kinesis_lake.iceberg.data_files import table_arrow_schema
 from kinesis_lake.iceberg.tables import ensure_table_for_arrow
 from kinesis_lake.pipeline.derived_reconciliation import reconcile_upsert
 from kinesis_lake.pipeline.upsert import ensure_upsert_tables, refresh_upsert

@@ -32,7 +32,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from kinesis_lake.errors import ConfigurationError, TableError
-from kinesis_lake.iceberg.data_files import TableWriteTarget, table_arrow_schema
+from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
+from kinesis_lake.iceberg.data_files import TableWriteTarget
 from kinesis_lake.kinesis.start_positions import TIMESTAMP_FORMS, parse_timestamp_ms
 from kinesis_lake.spark.iceberg.files_reader import FilesReader, FileTask
 
