@@ -35,7 +35,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("aws",)
 CLUSTER_PROVIDES = {"pyspark", "py4j"}
-ORCHESTRATION = {"dagster", "dagster-webserver", "dagster-aws", "dagster-pyspark"}
+ORCHESTRATION = {"dagster", "dagster-shared", "dagster-webserver", "dagster-aws", "dagster-pyspark"}
 ENV_ARCHIVE = "kinesis_lake_env.tar.gz"
 ENTRY_POINT = "kinesis_lake_submit.py"
 ENTRY_POINT_TEXT = '''"""spark-submit entry point of kinesis-lake (written by make package)."""

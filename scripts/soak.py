@@ -514,6 +514,9 @@ def verify(
             settings.aggregate_table,
         )
     )
+    if parsed is None or quarantine is None or aggregate is None:
+        report.failures.append("the derived tables were never created: no refresh finished")
+        return
     derived = reconcile_routed(raw, {"events": parsed}, quarantine, routes_everything=True)
     report.reconciliation = (
         f"{derived.raw_processed} raw = {derived.routed['events']} parsed + "
