@@ -31,8 +31,6 @@ Accepted JSON values per type (anything else is a "wrong type" error):
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
 import sys
 from collections.abc import Callable
@@ -44,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, arrow_type, decimal_params
+from kinesis_lake.events.row_errors import HugeNumber, RowErrors, excerpt, json_kind
 from kinesis_lake.events.schema import MAP_VALUE, EventField
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -52,7 +51,6 @@ _MIN_TIMESTAMP = pa.scalar(datetime.min.replace(tzinfo=UTC), TIMESTAMP_ARROW_TYP
 LATEST_EVENT_TIME = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 _MAX_TIMESTAMP = pa.scalar(LATEST_EVENT_TIME, TIMESTAMP_ARROW_TYPE)
 AMBIGUOUS_EPOCH_BELOW = 10**11
-_EXCERPT_CHARS = 60
 _FLOAT32_MAX = 3.4028234663852886e38
 _INTEGER_RANGES = {"long": (-(2**63), 2**63 - 1), "int": (-(2**31), 2**31 - 1)}
 _FLOAT_LIMITS = {"double": sys.float_info.max, "float": _FLOAT32_MAX}
@@ -64,124 +62,10 @@ _DECIMAL_CONTEXT = Context(prec=100)
 _STRING = frozenset({str})
 _BOOLEAN = frozenset({bool})
 _INTEGER = frozenset({int})
-
-
-class HugeNumber(float):
-    """A JSON number beyond the double range (``1e400``): infinite as a float, but it keeps the
-    digits the producer sent so messages quote them rather than ``Infinity``."""
-
-    __slots__ = ("text",)
-    text: str
-
-    def __new__(cls, text: str) -> HugeNumber:
-        number = super().__new__(cls, text)
-        number.text = text
-        return number
-
-
-def parse_json_float(text: str) -> float:
-    """``parse_float`` for the JSON decoder: a float, or a ``HugeNumber`` past the double range."""
-    number = float(text)
-    return number if math.isfinite(number) else HugeNumber(text)
-
-
 _NUMBER = frozenset({int, float, Decimal, HugeNumber})
 _TIMESTAMP = frozenset({str, int, float, Decimal, HugeNumber, datetime})
 _DATE = frozenset({str, date})
 _DECIMAL = frozenset({int, Decimal, str})
-
-
-class RowErrors:
-    """The first error of each row, with the field it concerns.
-
-    Checks run in a fixed order (source error, decoding, then fields in declared order), so
-    keeping only the first error makes the reported reason deterministic.
-    """
-
-    __slots__ = ("fields", "messages")
-
-    def __init__(self, size: int) -> None:
-        self.messages: list[str | None] = [None] * size
-        self.fields: list[str | None] = [None] * size
-
-    def add(self, row: int, message: str, field: str | None = None) -> None:
-        if self.messages[row] is None:
-            # JSON strings may carry lone surrogates that Arrow cannot store as UTF-8.
-            self.messages[row] = message.encode("utf-8", "backslashreplace").decode("utf-8")
-            self.fields[row] = field
-
-    def ok_mask(self) -> pa.Array:
-        return pa.array([message is None for message in self.messages], pa.bool_())
-
-
-def json_kind(value: Any) -> str:
-    """The JSON name of a decoded value's type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, (float, Decimal)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-class _Punctuation(str):
-    """Text ``_render`` emits as is (brackets, separators), told apart from string values."""
-
-
-def _render(value: Any, limit: int) -> str:
-    """JSON text of a decoded value, stopping soon after ``limit`` characters.
-
-    Iterative, with its own stack: a value nested thousands deep (which the decoder accepts
-    when the interpreter's stack allows) must not raise ``RecursionError`` while its message is
-    written, and only the first ``limit`` characters are ever built, however big the value.
-    Numbers render as the producer wrote them where it matters: Decimals exactly,
-    ``HugeNumber`` with its digits.
-    """
-    parts: list[str] = []
-    size = 0
-    stack: list[Any] = [value]
-    while stack and size <= limit:
-        item = stack.pop()
-        piece: str
-        if type(item) is _Punctuation:
-            piece = item
-        elif isinstance(item, dict):
-            stack.append(_Punctuation("}"))
-            for index, (key, inner) in enumerate(reversed(item.items())):
-                stack.append(inner)
-                stack.append(_Punctuation(json.dumps(str(key)[:limit], ensure_ascii=False) + ": "))
-                if index < len(item) - 1:
-                    stack.append(_Punctuation(", "))
-            piece = "{"
-        elif isinstance(item, list):
-            stack.append(_Punctuation("]"))
-            for index, inner in enumerate(reversed(item)):
-                stack.append(inner)
-                if index < len(item) - 1:
-                    stack.append(_Punctuation(", "))
-            piece = "["
-        elif isinstance(item, str):
-            piece = json.dumps(item[:limit], ensure_ascii=False)
-        elif isinstance(item, HugeNumber):
-            piece = item.text
-        elif isinstance(item, (bool, type(None), float)):
-            piece = json.dumps(item)
-        else:  # int, Decimal
-            piece = str(item)
-        parts.append(piece)
-        size += len(piece)
-    return "".join(parts)
-
-
-def excerpt(value: Any) -> str:
-    """A short JSON rendering of a value, so messages show it without flooding the table."""
-    text = _render(value, _EXCERPT_CHARS)
-    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
 
 
 def _wrong_type(field: EventField, value: Any) -> str:

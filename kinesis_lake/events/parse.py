@@ -32,18 +32,13 @@ from kinesis_lake.events.columns import (
     STREAM_NAME,
     SUB_SEQUENCE_NUMBER,
 )
-from kinesis_lake.events.convert import (
-    RowErrors,
-    convert_field,
-    excerpt,
-    json_kind,
-    parse_json_float,
-)
+from kinesis_lake.events.convert import convert_field
 from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.events.field_types import TIMESTAMP_ARROW_TYPE, decimal_params
 from kinesis_lake.events.payload_formats import JSON
 from kinesis_lake.events.payloads import decode_streams, unreadable
 from kinesis_lake.events.routes import NO_ROUTE
+from kinesis_lake.events.row_errors import RowErrors, excerpt, json_kind, parse_json_float
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import (
     parsed_arrow_schema,

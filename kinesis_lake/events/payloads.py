@@ -24,7 +24,6 @@ from uuid import UUID
 
 import fastavro
 
-from kinesis_lake.events.convert import RowErrors
 from kinesis_lake.events.glue_registry import (
     SchemaVersion,
     WireFormatError,
@@ -43,6 +42,7 @@ from kinesis_lake.events.payload_formats import (
 )
 from kinesis_lake.events.proto_payloads import proto_reader, registry_proto_reader
 from kinesis_lake.events.proto_schemas import ProtoSchema
+from kinesis_lake.events.row_errors import RowErrors
 
 JsonDecoder = Callable[[list[bytes | None], list[str | None], RowErrors], list[dict[str, Any]]]
 """The parser's JSON decoding: payloads and source errors in, one object per row out."""

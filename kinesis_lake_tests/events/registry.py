@@ -13,9 +13,9 @@ import boto3
 import fastavro
 from hypothesis import strategies as st
 
-from kinesis_lake.events.convert import RowErrors
 from kinesis_lake.events.payload_formats import PayloadFormat
 from kinesis_lake.events.payloads import decode_binary
+from kinesis_lake.events.row_errors import RowErrors
 
 NONE, ZLIB = 0, 5
 EVENT_SCHEMA = {
