@@ -130,9 +130,9 @@ def _stream_reporter(
     settings: Settings, cleanup: contextlib.ExitStack
 ) -> Callable[[BatchReport], None]:
     """Print each batch; with $DAGSTER_HOME, record it there too, as
-    ``defs.assets.ingest_continuously`` does, so the stream shows in Dagster as raw_events
+    ``defs.raw_assets.ingest_continuously`` does, so the stream shows in Dagster as raw_events
     updates."""
-    from kinesis_lake.defs.assets import raw_batch_reporter
+    from kinesis_lake.defs.raw_assets import raw_batch_reporter
 
     instance = None
     if os.environ.get("DAGSTER_HOME"):

@@ -2,7 +2,7 @@
 
 * ``resources``: settings, the Kinesis client and the Spark session, all from env.
 * ``streams``: each stream's Dagster names, the stream as an external asset, its freshness.
-* ``assets``: raw_events (one raw table per stream), the derived tables.
+* ``raw_assets``: raw_events (one raw table per stream); ``derived_assets``: the derived tables.
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``:
   ``raw_checks`` of each raw table, ``table_checks`` of the tables they feed.
 * ``follow``: a lingering ingestion run's thread that checks each raw commit and brings

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dagster as dg
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import derived_tables_asset, raw_asset
 from kinesis_lake.defs.checks import all_checks
+from kinesis_lake.defs.derived_assets import derived_tables_asset
 from kinesis_lake.defs.jobs import lake_jobs
 from kinesis_lake.defs.launch import LaunchResource, launched
 from kinesis_lake.defs.maintenance import maintenance_job, maintenance_schedule
+from kinesis_lake.defs.raw_assets import raw_asset
 from kinesis_lake.defs.resources import lake_resources
 from kinesis_lake.defs.sensors import lake_sensors
 from kinesis_lake.defs.streams import stream_asset, stream_keys

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_lake.defs.assets import raw_batch_reporter
+from kinesis_lake.defs.raw_assets import raw_batch_reporter
 from kinesis_lake.pipeline.ingest_report import BatchReport
 
 

@@ -1,4 +1,4 @@
-"""The Dagster side of continuous ingestion: ``defs.assets.ingest_continuously`` records
+"""The Dagster side of continuous ingestion: ``defs.raw_assets.ingest_continuously`` records
 each micro-batch on the instance it is given, as ``kinesis-lake stream`` does with
 $DAGSTER_HOME's (``test_continuous_stream``): one raw_events materialization per batch that
 moved rows, with the same numeric metadata."""
@@ -9,7 +9,7 @@ import threading
 
 import dagster as dg
 
-from kinesis_lake.defs.assets import RAW_EVENTS, ingest_continuously
+from kinesis_lake.defs.raw_assets import RAW_EVENTS, ingest_continuously
 from kinesis_lake.pipeline.ingest_report import BatchReport
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 

@@ -24,7 +24,7 @@ import dagster as dg
 import pytest
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import RAW_EVENTS
+from kinesis_lake.defs.raw_assets import RAW_EVENTS
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.ingest_query import checkpoint_location

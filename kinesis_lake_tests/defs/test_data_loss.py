@@ -12,8 +12,8 @@ import dagster as dg
 import pytest
 
 from kinesis_lake.cli import main
-from kinesis_lake.defs.assets import RAW_EVENTS, raw_events
 from kinesis_lake.defs.backlog_runs import BACKLOG_SENSOR_NAME
+from kinesis_lake.defs.raw_assets import RAW_EVENTS, raw_events
 from kinesis_lake.defs.raw_checks import DATA_LOSS_CHECK, raw_checks
 from kinesis_lake.defs.sensors import kinesis_backlog_sensor
 from kinesis_lake.defs.streams import DEFAULT_STREAM, KINESIS_STREAM, kinesis_stream

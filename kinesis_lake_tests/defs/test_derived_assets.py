@@ -12,9 +12,10 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from kinesis_lake.defs.assets import derived_tables_asset, raw_events
 from kinesis_lake.defs.checks import all_checks
+from kinesis_lake.defs.derived_assets import derived_tables_asset
 from kinesis_lake.defs.maintenance import maintenance_job
+from kinesis_lake.defs.raw_assets import raw_events
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema

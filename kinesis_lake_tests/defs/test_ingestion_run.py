@@ -8,7 +8,7 @@ import time
 
 import dagster as dg
 
-from kinesis_lake.defs.assets import RAW_EVENTS, raw_events
+from kinesis_lake.defs.raw_assets import RAW_EVENTS, raw_events
 from kinesis_lake.defs.streams import KINESIS_STREAM, kinesis_stream
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake

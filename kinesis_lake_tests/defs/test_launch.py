@@ -23,9 +23,10 @@ import pytest
 from dagster_pipes import PipesContext
 
 from kinesis_lake.config import SettingsError
-from kinesis_lake.defs.assets import derived_tables_asset, raw_asset
+from kinesis_lake.defs.derived_assets import derived_tables_asset
 from kinesis_lake.defs.emr_client import PipesEMRStepClient
 from kinesis_lake.defs.launch import LaunchResource, launched
+from kinesis_lake.defs.raw_assets import raw_asset
 from kinesis_lake.defs.resources import PipelineSettingsResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM
 from kinesis_lake.events.declaration_file import load_declaration

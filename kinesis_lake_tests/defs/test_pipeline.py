@@ -22,17 +22,13 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import And, EqualTo
 
-from kinesis_lake.defs.assets import (
-    EVENT_COUNTS_PER_MINUTE,
-    EVENTS_QUARANTINE,
-    RAW_EVENTS,
-    derived_tables_asset,
-    raw_events,
-)
 from kinesis_lake.defs.checks import all_checks
+from kinesis_lake.defs.derived_assets import derived_tables_asset
 from kinesis_lake.defs.maintenance import MaintenanceConfig, maintenance_job
+from kinesis_lake.defs.raw_assets import RAW_EVENTS, raw_events
 from kinesis_lake.defs.sensors import backlog_run_key, kinesis_backlog_sensor
 from kinesis_lake.defs.streams import DEFAULT_STREAM, KINESIS_STREAM, kinesis_stream
+from kinesis_lake.defs.tables import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats

@@ -23,7 +23,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from kinesis_lake.config import Settings
-from kinesis_lake.defs.assets import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE, RAW_EVENTS
+from kinesis_lake.defs.raw_assets import RAW_EVENTS
 from kinesis_lake.defs.raw_checks import (
     DATA_LOSS_CHECK,
     DUPLICATES_CHECK,
@@ -37,6 +37,7 @@ from kinesis_lake.defs.table_checks import (
     RECONCILIATION_CHECK,
     SCHEMA_CHECK,
 )
+from kinesis_lake.defs.tables import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake_tests.pipeline_helpers import produce
 from kinesis_lake_tests.ui.dagster_server import BACKLOG_SENSOR, DagsterDevServer
 

@@ -1,0 +1,231 @@
+"""Each stream's raw table as a Dagster asset, and continuous ingestion's record of it.
+
+The stream it is ingested from, an external asset, is in :mod:`kinesis_lake.defs.streams`;
+the tables derived from it in :mod:`kinesis_lake.defs.derived_assets`. The asset only
+starts ``kinesis_lake.pipeline.ingest`` and reports what it did. Metadata keys are stable
+(dashboards, the CLI and the README refer to them) and numeric where the UI should plot them.
+
+Who runs it: the backlog sensor (``sensors.py``), only when the stream holds records past
+the committed positions; one at a time per stream (pool ``kinesis_lake_ingestion``,
+``kinesis_lake_ingestion_<raw table>`` for each declared stream; limit 1 in
+``dagster.yaml``), because one Spark checkpoint admits one query. With
+``KINESIS_LAKE_RUN_LINGER_SECONDS`` a run goes on while records keep arriving and records
+each committed micro-batch as a raw_events materialization as it goes. For low latency,
+``kinesis-lake stream`` (or ``ingest_continuously`` in a step of your own) runs the same query
+continuously instead (stop the backlog sensor meanwhile: the sensor does not know about
+it) and records each micro-batch as a runless raw_events materialization with the same
+metadata keys (``raw_batch_materialization``).
+
+Invariant: a raw table's materializations carry the same metadata keys whether a run, a
+lingering run or a stream made them (``rows_added``, ``dagster/row_count``, lag,
+``skipped_ranges``), so the asset's plots run on across all three and the data-loss
+check reads whichever came last.
+"""
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from kinesis_lake.config import Settings
+from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
+from kinesis_lake.defs.streams import DEFAULT_STREAM, INGESTION_GROUP, OWNERS, StreamKeys
+from kinesis_lake.defs.tables import rate, table_metadata
+from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake.pipeline.preflight import check_event_schema, preflight
+
+if TYPE_CHECKING:
+    # Type only: loading the definitions must not import PySpark.
+    from kinesis_lake.pipeline.ingest_report import BatchReport, IngestResult
+
+RAW_EVENTS = DEFAULT_STREAM.raw_asset
+
+
+def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
+    """The raw table one stream is ingested into."""
+
+    @dg.asset(
+        key=keys.raw_asset,
+        deps=[keys.stream_asset],
+        group_name=INGESTION_GROUP,
+        kinds={"spark", "iceberg"},
+        owners=OWNERS,
+        pool=keys.ingestion_pool,
+        # A lingering run records each commit as it lands and nothing more at its end.
+        output_required=False,
+        description=(
+            "Every Kinesis user record exactly once, payload bytes untouched. A run drains "
+            "what the stream holds when it starts (Spark availableNow; with "
+            "KINESIS_LAKE_RUN_LINGER_SECONDS it goes on while records keep arriving, records "
+            "each commit as a materialization as it lands, and brings the downstream tables "
+            "along after each) and commits each micro-batch with its shard positions; "
+            "replays are skipped by batch id."
+        ),
+    )
+    def raw(
+        context: dg.AssetExecutionContext,
+        settings: PipelineSettingsResource,
+        kinesis: KinesisResource,
+        spark: SparkResource,
+    ) -> Iterator[dg.MaterializeResult]:
+        lake = keys.lake(settings, kinesis)
+        from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
+
+        preflight(lake, event_schema=False)  # before the JVM starts, in one line
+        if lake.run_linger_seconds:
+            # A lingering run can go on for minutes: each commit is a materialization as it
+            # lands (one per commit: the run adds no total of its own at the end), and the
+            # downstream tables follow each (defs/follow.py), checks first.
+            _linger(context, lake, keys, spark, {"settings": settings, "kinesis": kinesis})
+            return
+        result = run_ingestion(spark.session, lake)
+        context.log.info(
+            f"Ingested {result.rows} rows in {result.batches} micro-batches from "
+            f"{result.shards_read} shards ({result.rows_per_second:,.0f} rows/s); "
+            f"skipped ranges: {result.skipped_ranges}"
+        )
+        table = open_lake(lake).load_table(lake.raw_table)
+        metadata = {
+            **table_metadata(lake.raw_table, table),
+            "dagster/row_count": result.raw_rows_total,
+            "rows_added": result.rows,
+            "batches": result.batches,
+            "seconds": round(result.seconds, 3),
+            "rows_per_second": round(result.rows_per_second, 1),
+            "shards_read": result.shards_read,
+            "skipped_ranges": result.skipped_ranges,
+            **_lag_metadata(result.max_millis_behind_latest, result.millis_behind_latest),
+        }
+        if result.snapshot_id is not None:
+            metadata["snapshot_id"] = int(result.snapshot_id)
+        yield dg.MaterializeResult(metadata=metadata)
+
+    return raw
+
+
+def _linger(
+    context: dg.AssetExecutionContext,
+    lake: Settings,
+    keys: StreamKeys,
+    spark: SparkResource,
+    check_resources: dict[str, Any],
+) -> None:
+    """A lingering run: ingest, recording each commit, with the downstream follower beside."""
+    from kinesis_lake.defs.follow import DownstreamFollower  # it imports the checks
+    from kinesis_lake.pipeline.ingest import run_ingestion
+
+    session = spark.session
+    follower: DownstreamFollower | None = None
+    try:
+        check_event_schema(lake)
+        follower = DownstreamFollower(context, lake, keys, session, check_resources).start()
+    except Exception as error:  # ingestion goes on; the automation derives after the run
+        context.log.error(f"The downstream tables will not follow this run: {error}")
+
+    def on_batch(batch: "BatchReport") -> None:
+        context.log_event(raw_batch_materialization(lake, batch))
+        if follower is not None:
+            follower.raw_committed()
+
+    try:
+        result = run_ingestion(
+            session, lake, on_batch=on_batch, busy=follower.busy if follower else None
+        )
+    finally:
+        if follower is not None:
+            follower.finish()
+    context.log.info(
+        f"Ingested {result.rows} rows in {result.batches} commits from {result.shards_read} "
+        f"shards in {result.seconds:.0f} s, lingering included; skipped ranges: "
+        f"{result.skipped_ranges}"
+    )
+
+
+raw_events = raw_asset(DEFAULT_STREAM)
+
+
+def _lag_metadata(max_lag: int, by_shard: dict[str, int]) -> dict[str, int]:
+    return {
+        "max_millis_behind_latest": max_lag,
+        **{f"millis_behind_latest/{shard}": lag for shard, lag in sorted(by_shard.items())},
+    }
+
+
+def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.AssetMaterialization:
+    """One micro-batch of continuous ingestion as a raw_events materialization.
+
+    The keys are a raw_events run's (``rows_added``, ``dagster/row_count``, lag,
+    ``skipped_ranges``), so the asset's plots run on across runs and streamed batches,
+    and the data-loss check reads whichever of the two came last.
+    """
+    metadata: dict[str, Any] = {
+        "dagster/table_name": settings.raw_table,
+        "dagster/row_count": batch.raw_rows_total,
+        "rows_added": batch.rows,
+        "batch_id": batch.batch_id,
+        "seconds": round(batch.seconds, 3),
+        "rows_per_second": rate(batch.rows, batch.seconds),
+        "skipped_ranges": batch.skipped_ranges,
+        **_lag_metadata(batch.max_millis_behind_latest, batch.millis_behind_latest),
+    }
+    if batch.snapshot_id is not None:
+        metadata["snapshot_id"] = int(batch.snapshot_id)
+    return dg.AssetMaterialization(
+        asset_key=dg.AssetKey(settings.raw_table_name),
+        description=f"Continuous ingestion: micro-batch {batch.batch_id} added {batch.rows} rows.",
+        metadata=metadata,
+    )
+
+
+def raw_batch_reporter(
+    settings: Settings,
+    instance: dg.DagsterInstance | None,
+    then: Callable[["BatchReport"], None] | None = None,
+) -> Callable[["BatchReport"], None]:
+    """The ``on_batch`` of continuous ingestion, the same for ``kinesis-lake stream`` and
+    ``ingest_continuously``: record each batch on ``instance`` (if any),
+    then pass it to ``then``.
+
+    Recorded as runless events: a stream outlives any run, so no run owns its batches.
+    ``then`` sees every batch even when recording it failed (the failure is raised after,
+    and the ingestion loop logs it and goes on).
+    """
+
+    def report(batch: "BatchReport") -> None:
+        try:
+            if instance is not None:
+                instance.report_runless_asset_event(raw_batch_materialization(settings, batch))
+        finally:
+            if then is not None:
+                then(batch)
+
+    return report
+
+
+def ingest_continuously(
+    spark: SparkResource,
+    settings: Settings,
+    *,
+    stop: threading.Event,
+    processing_time: str = "5 seconds",
+    on_batch: Callable[["BatchReport"], None] | None = None,
+    instance: dg.DagsterInstance | None = None,
+) -> "IngestResult":
+    """Continuous ingestion inside a Dagster step until ``stop`` is set (the batch in flight
+    commits first).
+
+    With ``instance`` (a step's ``context.instance``), each micro-batch that moved rows is
+    recorded there as a raw_events materialization before ``on_batch`` sees it, exactly as
+    ``kinesis-lake stream`` records it in $DAGSTER_HOME's instance.
+    """
+    from kinesis_lake.pipeline.ingest import run_continuous  # PySpark: only when a step runs
+
+    preflight(settings, event_schema=False)
+    return run_continuous(
+        spark.session,
+        settings,
+        stop=stop,
+        processing_time=processing_time,
+        on_batch=raw_batch_reporter(settings, instance, then=on_batch),
+    )
