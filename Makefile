@@ -69,7 +69,7 @@ bench-full: setup
 FUZZ_SECONDS ?= 600
 fuzz: setup
 	mkdir -p .data/fuzz
-	for target in kpl arrow parse; do \
+	for target in kpl arrow parse payloads; do \
 		$(BIN)/python -m kinesis_lake_tests.fuzz.targets $$target \
 			-max_total_time=$(FUZZ_SECONDS) -artifact_prefix=.data/fuzz/ || exit 1; \
 	done

@@ -12,25 +12,40 @@ Targets:
 - ``arrow``: arbitrary field values through ``records_to_arrow``.
 - ``parse``: arbitrary payloads (JSON-ish bytes) through the event parser, under a
   schema that declares every field type.
+- ``payloads``: arbitrary records of an ``avro``, a ``protobuf`` and a
+  ``glue-schema-registry`` stream (any header and compression bytes before the UUID of an
+  Avro, Protobuf or JSON Schema version registered on an in-process moto Glue, or of one it
+  does not know) through ``route_events``, the parser of a lake of such streams.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import sys
+import uuid
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import atheris
+import pyarrow as pa
+from moto.server import ThreadedMotoServer
 
 with atheris.instrument_imports(include=["kinesis_lake"]):
-    from kinesis_lake.events.parse import parse_events
+    from kinesis_lake.events.declaration import LakeDeclaration
+    from kinesis_lake.events.declaration_file import declaration_from_dict
+    from kinesis_lake.events.parse import parse_events, route_events
     from kinesis_lake.events.schema import EventSchema
     from kinesis_lake.kinesis.kpl import KPL_MAGIC, aggregate, user_records
     from kinesis_lake.kinesis.records import KinesisRecord
     from kinesis_lake.spark.kinesis.arrow import KINESIS_ARROW_SCHEMA, records_to_arrow
 
+from kinesis_lake_tests.events.avro_records import MAPPED, mapped_record
+from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
 from kinesis_lake_tests.events.raw import NOW, raw_table
+from kinesis_lake_tests.events.registry import Registry, avro_datum
 
 SHARD = "shardId-000000000000"
 REQUIRED = [f.name for f in KINESIS_ARROW_SCHEMA if not f.nullable]
@@ -125,11 +140,165 @@ def fuzz_parse(data: bytes) -> None:
     assert quarantine.column("error").null_count == 0, "a quarantined row says why"
 
 
+EVENT_PROTO = """\
+syntax = "proto3";
+package p;
+import "google/protobuf/timestamp.proto";
+message Event {
+  string id = 1;
+  optional int64 n = 2;
+  repeated string tags = 3;
+  Kind kind = 4;
+  map<string, int32> counts = 5;
+  google.protobuf.Timestamp at = 6;
+}
+enum Kind {
+  A = 0;
+  B = 1;
+}
+"""
+EVENT_JSON_SCHEMA = {
+    "type": "object",
+    "required": ["id"],
+    "properties": {"id": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
+}
+STREAMS = ("avro", "proto", "registry")
+"""A record's first byte picks its stream; a registry record's second, the version its
+header names (``_registry_lake``'s, then one no registry knows)."""
+RECORD_SEPARATOR = b"\xff\x00\xfe\x01"
+UNKNOWN_VERSION = uuid.UUID("00000000-0000-4000-8000-000000000000")
+
+
+@functools.cache
+def _registry_lake() -> tuple[LakeDeclaration, tuple[uuid.UUID, ...]]:
+    """The fuzzed lake and its registry's versions (Avro, Protobuf, JSON Schema), on a moto
+    server in this process: libFuzzer ends the process by exit(), which a child would
+    outlive. Started on the first input; each version is fetched once, then cached."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    registry = Registry(f"http://{host}:{port}")
+    versions = (
+        registry.create("mapped", MAPPED),
+        registry.create("events", EVENT_PROTO, "PROTOBUF"),
+        registry.create("plain", EVENT_JSON_SCHEMA, "JSON"),
+        UNKNOWN_VERSION,
+    )
+    where = {"region": "us-east-1", "endpoint_url": registry.endpoint_url}
+    common = [
+        {"name": "id", "type": "string", "required": True},
+        {"name": "kind", "type": "string"},
+    ]
+    lake = declaration_from_dict(
+        {
+            "streams": [
+                {"name": "avro", "format": "avro", "schema": MAPPED},
+                {"name": "proto", "format": "protobuf", "schema": EVENT_PROTO},
+                {"name": "registry", "format": "glue-schema-registry", "registry": where},
+            ],
+            "tables": [
+                {
+                    "name": "mapped",
+                    "stream": "avro",
+                    "fields": [
+                        *common,
+                        {"name": "at", "type": "timestamp"},
+                        {"name": "seen", "type": "timestamp"},
+                        {"name": "day", "type": "date"},
+                        {"name": "price", "type": "decimal(10,2)"},
+                        {"name": "tags", "type": "list<string>"},
+                        {"name": "counts", "type": "map<long>"},
+                        {
+                            "name": "page",
+                            "type": "struct",
+                            "fields": [{"name": "ms", "type": "int"}],
+                        },
+                        {"name": "ref", "type": "string"},
+                    ],
+                },
+                {
+                    "name": "events",
+                    "stream": "proto",
+                    "fields": [
+                        *common,
+                        {"name": "n", "type": "long"},
+                        {"name": "at", "type": "timestamp"},
+                        {"name": "counts", "type": "map<int>"},
+                    ],
+                },
+                {
+                    "name": "registered",
+                    "stream": "registry",
+                    "fields": [*common, {"name": "n", "type": "long"}],
+                },
+            ],
+        }
+    )
+    return LakeDeclaration.from_dict(lake.to_dict()), versions  # as the executors get it
+
+
+def fuzz_payloads(data: bytes) -> None:
+    """Records separated by ``RECORD_SEPARATOR``; each decodes and lands in every table
+    (typed or quarantined for it) or is quarantined once, always with a reason."""
+    lake, versions = _registry_lake()
+    streams, payloads = [], []
+    for record in data.split(RECORD_SEPARATOR)[:8]:
+        if len(record) < 2:
+            continue
+        stream = STREAMS[record[0] % len(STREAMS)]
+        streams.append(stream)
+        if stream == "registry":  # any header bytes, a known or unknown version's UUID
+            version = versions[record[1] % len(versions)]
+            payloads.append(record[2:4] + version.bytes + record[4:])
+        else:
+            payloads.append(record[1:])
+    raw = raw_table(payloads).set_column(0, "stream_name", pa.array(streams, pa.string()))
+
+    routed = route_events(raw, lake, now=NOW)
+
+    quarantine = routed.quarantine
+    assert quarantine.column("error").null_count == 0, "a quarantined row says why"
+    rows: dict[str, list[str | None]] = {str(i + 1): [] for i in range(len(payloads))}
+    for name, table in routed.tables.items():
+        for sequence in table.column("sequence_number").to_pylist():
+            rows[sequence].append(name)
+    targets = quarantine.column("target_table").to_pylist()
+    for sequence, target in zip(
+        quarantine.column("sequence_number").to_pylist(), targets, strict=True
+    ):
+        rows[sequence].append(target)
+    every_table = sorted(table.name for table in lake.tables)
+    for sequence, landed in rows.items():
+        assert landed == [None] or sorted(landed) == every_table, (sequence, landed)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "kpl": fuzz_kpl,
     "arrow": fuzz_arrow,
     "parse": fuzz_parse,
+    "payloads": fuzz_payloads,
 }
+
+
+def _payload_seeds() -> list[bytes]:
+    """Valid records of each stream and registry version, one input each and all together."""
+    event = message_classes(EVENT_PROTO)["p.Event"](id="e1", n=5, tags=["t"], kind="B")
+    event.counts.update({"k": 3})
+    event.at.FromSeconds(1_714_557_600)
+    avro = avro_datum(MAPPED, mapped_record(3))
+    records = [
+        b"\x00" + avro,
+        b"\x01" + event.SerializeToString(),
+        b"\x02\x00\x03\x00" + avro,
+        b"\x02\x00\x03\x05" + zlib.compress(avro),
+        b"\x02\x01\x03\x00" + registry_body(event),
+        b"\x02\x02\x03\x00" + b'{"id": "j1", "n": 2}',
+        b"\x02\x03\x03\x00" + avro,
+    ]
+    assert not any(RECORD_SEPARATOR in record for record in records)
+    return [*records, RECORD_SEPARATOR.join(records)]
 
 
 def seeds(target: str) -> list[bytes]:
@@ -152,6 +321,8 @@ def seeds(target: str) -> list[bytes]:
             b'{"id":"","kind":"k","t":"1714557600000","dt":"0001-01-01","f":3.5e38}',
         ]
         return [event, event + b"\x00" + b'{"id":"e2","t":1714557600000}', b"[]\x00{}", *hostile]
+    if target == "payloads":
+        return _payload_seeds()
     return [b"\x03" + bytes(range(64))]
 
 
