@@ -38,7 +38,7 @@ ORDER = (
     ("jvm_start", "11. Driver JVM start"),
     ("python_start", "12. Python start: compiled PySpark archive"),
     ("dagster_burst", "13. Burst in the Dagster mode"),
-    ("decode_cost", "14. Decode cost: Avro behind the Glue Schema Registry vs JSON"),
+    ("decode_cost", "14. Decode cost: Avro and Protobuf vs JSON"),
     ("fresh_read", "15. Fresh read: put -> visible through --fresh"),
 )
 
@@ -268,6 +268,11 @@ def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[
             measured = (
                 f"Avro/JSON records/s {_fmt(result['ratio'])} (zlib {_fmt(result['ratio_zlib'])})"
             )
+            if "ratio_protobuf" in result:  # results from before Protobuf was measured lack it
+                measured += (
+                    f"; Protobuf/JSON {_fmt(result['ratio_protobuf'])} (behind the header "
+                    f"{_fmt(result['ratio_protobuf_registry'])})"
+                )
         if name == "freshness":
             measured = (
                 f"p50 {_fmt(result['p50_s'])} s, p95 {_fmt(result['p95_s'])} s, "
@@ -762,11 +767,20 @@ def _decode_cost_section(result: dict[str, Any]) -> list[str]:
     lines += [
         "",
         f"Ratio Avro/JSON **{_fmt(result['ratio'])}** (zlib-compressed Avro: "
-        f"{_fmt(result['ratio_zlib'])}); load average {result['load_average']}. "
-        f"{result['notes']}",
+        f"{_fmt(result['ratio_zlib'])}){_protobuf_ratios(result)}; load average "
+        f"{result['load_average']}. {result['notes']}",
         "",
     ]
     return lines
+
+
+def _protobuf_ratios(result: dict[str, Any]) -> str:
+    if "ratio_protobuf" not in result:  # results from before Protobuf was measured
+        return ""
+    return (
+        f", Protobuf/JSON **{_fmt(result['ratio_protobuf'])}** (behind the registry's "
+        f"header: {_fmt(result['ratio_protobuf_registry'])})"
+    )
 
 
 def _fresh_read_section(result: dict[str, Any]) -> list[str]:

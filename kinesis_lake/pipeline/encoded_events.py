@@ -137,15 +137,17 @@ def declared_in_format(
     stream: str,
     raw_table: str,
     registry: Mapping[str, str | None] | None = None,
+    schema_file: Path = DEMO_AVRO_SCHEMA,
 ) -> str:
     """The declaration file's text with its one stream declared as ``kind``, the demo's
-    events' schema as its schema (``registry:`` as given): the shipped declaration's Avro
-    variant, for ``make demo`` and the decode-cost benchmark."""
+    events' schema (``schema_file``: Avro, or the .proto for ``protobuf``) as its schema
+    (``registry:`` as given): the shipped declaration's Avro variant, for ``make demo``
+    and the decode-cost benchmark."""
     entry: dict[str, object] = {
         "name": stream,
         "raw_table": raw_table,
         "format": kind,
-        "schema_file": str(DEMO_AVRO_SCHEMA),
+        "schema_file": str(schema_file),
     }
     if registry is not None:
         entry["registry"] = dict(registry)
