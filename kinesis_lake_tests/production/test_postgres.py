@@ -14,7 +14,6 @@ and the ingestion's output) for the secret values it configured.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import uuid
@@ -40,7 +39,6 @@ from kinesis_lake_tests.production.profiles import CATALOG_PREFIX
 SENT = 300
 MALFORMED_EVERY = 10
 PIPELINE_ASSETS = "raw_events,events,events_quarantine,event_counts_per_minute"
-IN_PROCESS = json.dumps({"execution": {"config": {"in_process": {}}}})
 
 
 @dg.asset
@@ -126,8 +124,6 @@ def test_dagster_run_on_postgres_with_a_postgres_catalog_keeps_secrets_out(
                 "defs",
                 "--select",
                 PIPELINE_ASSETS,
-                "--config-json",
-                IN_PROCESS,
             ],
             capture_output=True,
             text=True,
