@@ -15,6 +15,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from kinesis_lake_tests.interop.relocate import relocate_jars
 
@@ -51,8 +52,9 @@ def reader_jars() -> tuple[Path, str]:
     return python, f"{runtime},{jackson}"
 
 
-def read_with_iceberg_java(metadata_files: list[str]) -> dict[str, dict[str, int]]:
-    """Row count (and characters of every row as JSON) of each table, as Iceberg Java reads it."""
+def read_with_iceberg_java(metadata_files: list[str]) -> dict[str, dict[str, Any]]:
+    """Row count (and characters of every row as JSON; a small table's rows as JSON, too)
+    of each table, as Iceberg Java reads it."""
     python, jars = reader_jars()
     env = {
         key: value
