@@ -177,7 +177,7 @@ class _Reporter:
     def metadata(self) -> dict[str, dict[str, Any]]:
         from kinesis_lake.pipeline.run_report import stream_state, table_change
 
-        seconds = time.monotonic() - self._started
+        seconds = round(time.monotonic() - self._started, 3)  # shown, and divided, as shown
         reported: dict[str, dict[str, Any]] = {}
         for key, before in self._before.items():
             change = table_change(self._settings, before)
@@ -186,7 +186,7 @@ class _Reporter:
                 "dagster/row_count": change.after.rows,
                 "rows_added": change.rows_added,
                 "data_files": change.after.data_files,
-                "seconds": round(seconds, 3),
+                "seconds": seconds,
             }
             if change.after.snapshot_id is not None:
                 metadata["snapshot_id"] = change.after.snapshot_id
@@ -198,7 +198,7 @@ class _Reporter:
                 metadata.update(
                     {
                         "batches": change.commits,
-                        "rows_per_second": round(change.rows_added / seconds, 1),
+                        "rows_per_second": round(change.rows_added / max(seconds, 0.001), 1),
                         "skipped_ranges": state.skipped_ranges,
                         "shards_committed": len(state.positions),
                         **{f"position/{s}": at for s, at in sorted(state.positions.items())},

@@ -31,7 +31,7 @@ import dagster as dg
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, INGESTION_GROUP, OWNERS, StreamKeys
-from kinesis_lake.defs.tables import rate, table_metadata
+from kinesis_lake.defs.tables import rate, shown_seconds, table_metadata
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
@@ -91,8 +91,8 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
             "dagster/row_count": result.raw_rows_total,
             "rows_added": result.rows,
             "batches": result.batches,
-            "seconds": round(result.seconds, 3),
-            "rows_per_second": round(result.rows_per_second, 1),
+            "seconds": shown_seconds(result.seconds),
+            "rows_per_second": rate(result.rows, result.seconds),
             "shards_read": result.shards_read,
             "skipped_ranges": result.skipped_ranges,
             **_lag_metadata(result.max_millis_behind_latest, result.millis_behind_latest),
@@ -164,7 +164,7 @@ def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.As
         "dagster/row_count": batch.raw_rows_total,
         "rows_added": batch.rows,
         "batch_id": batch.batch_id,
-        "seconds": round(batch.seconds, 3),
+        "seconds": shown_seconds(batch.seconds),
         "rows_per_second": rate(batch.rows, batch.seconds),
         "skipped_ranges": batch.skipped_ranges,
         **_lag_metadata(batch.max_millis_behind_latest, batch.millis_behind_latest),

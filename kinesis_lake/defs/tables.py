@@ -54,9 +54,17 @@ def table_metadata(identifier: str, table: Table) -> dict[str, Any]:
     return metadata
 
 
+def shown_seconds(seconds: float) -> float:
+    """Seconds as a materialization shows them: to the millisecond."""
+    return round(seconds, 3)
+
+
 def rate(rows: int, seconds: float) -> float:
-    """Rows per second of the work that wrote them (0 when it took no measurable time)."""
-    return round(rows / seconds, 1) if seconds > 0 else 0.0
+    """Rows per second of the work that wrote them, from the seconds as shown beside them
+    (so an operator dividing the two numbers gets this one); 0 when the work took no
+    millisecond."""
+    shown = shown_seconds(seconds)
+    return round(rows / shown, 1) if shown > 0 else 0.0
 
 
 def refresh_materialization(
@@ -74,7 +82,7 @@ def refresh_materialization(
         "source_files_read": refresh.source_files_read,
         "source_rows_read": refresh.source_rows_read,
         "committed": refresh.committed,
-        "seconds": round(seconds, 3),
+        "seconds": shown_seconds(seconds),
         "rows_per_second": rate(refresh.rows_written, seconds),
         **(numbers or {}),
     }
