@@ -12,8 +12,12 @@ each raw commit, once that check passed on it (``follow.py``). Upkeep is not an 
 the ``iceberg_maintenance`` job (``maintenance.py``) records it on each table as an
 observation.
 
-Invariant: every materialization is one commit of its table, yielded as it lands; a table
-the refresh did not commit to still gets its output, saying ``committed: False``.
+Invariant: every materialization is one commit of its table, yielded as it lands. A table
+the refresh did not commit to gets none (its output is skippable): a run that found nothing
+new used to report every table again, commits that never happened. Its checks are then
+skipped with it (Dagster skips a check whose asset was not materialized), so the verdict
+on the table's last commit stays the latest completed one, which asset health shows, and
+the automation, which requested the run, waits for raw to move again.
 """
 
 import queue
@@ -34,7 +38,6 @@ from kinesis_lake.defs.tables import (
     EVENTS_QUARANTINE,
     refresh_materialization,
     table_column_schema,
-    table_metadata,
 )
 from kinesis_lake.events.declaration import (
     AGGREGATE_TABLE,
@@ -69,6 +72,7 @@ _DERIVED_COMMON: dict[str, Any] = {
     "kinds": {"spark", "iceberg"},
     "owners": OWNERS,
     "automation_condition": DERIVED_AUTOMATION,
+    "skippable": True,  # a table with nothing new is not materialized (module docstring)
 }
 
 
@@ -223,23 +227,8 @@ def derived_tables_asset(
         check_event_schema(lake)
         session = spark.session
         catalog = open_lake(lake)
-        reported: set[str] = set()
         for name, refresh, numbers, seconds in _refresh_as_commits_land(session, lake):
-            reported.add(name)
             yield _as_result(refresh_materialization(catalog, name, refresh, seconds, numbers))
-        # A table with nothing new committed nothing; the step still owes it an output
-        # (its checks run on it), which says so.
-        for name in [spec.key.to_user_string() for spec in specs]:
-            if name not in reported:
-                identifier = lake.table_identifier(name)
-                yield dg.MaterializeResult(
-                    asset_key=dg.AssetKey(name),
-                    metadata={
-                        **table_metadata(identifier, catalog.load_table(identifier)),
-                        "rows_added": 0,
-                        "committed": False,
-                    },
-                )
 
     return derived_tables
 

@@ -19,6 +19,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 import yaml
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import And, EqualTo
 
@@ -230,6 +231,33 @@ def test_check_metadata_is_numeric(pipeline):
     )
     sums = found["event_counts_per_minute:sums_match_events"].metadata
     assert sums["aggregate_sum"].value == sums["parsed_rows"].value == SENT - MALFORMED
+
+
+def test_a_derive_run_with_nothing_new_materializes_nothing(pipeline):
+    """One materialization per commit: a derive run that found nothing new reported every
+    table again (committed: False), commits that never happened. Its checks are skipped
+    with their tables, so each verdict on a table's last commit stays the latest completed
+    one (what Dagster's asset health reads), neither repeated nor lost."""
+    derived = materialize(pipeline.lake, pipeline.instance, DERIVED)
+
+    assert derived.success
+    assert derived.get_asset_materialization_events() == []
+    assert evaluations(derived) == {}
+    first_run = pipeline.first_run.run_id
+    derived_checks = [
+        dg.AssetCheckKey(dg.AssetKey(asset), check)
+        for asset, check in (name.split(":") for name in EVERY_CHECK)
+        if dg.AssetKey(asset) != RAW_EVENTS
+    ]
+    summaries = pipeline.instance.event_log_storage.get_asset_check_summary_records(derived_checks)
+    for key in derived_checks:
+        latest, completed = (
+            summaries[key].last_check_execution_record,
+            summaries[key].last_completed_check_execution_record,
+        )
+        assert latest.run_id == derived.run_id  # planned, then skipped
+        assert completed.run_id == first_run
+        assert completed.status == AssetCheckExecutionRecordStatus.SUCCEEDED
 
 
 # ---- broken data, one breakage per test ----------------------------------------------------
