@@ -129,9 +129,11 @@ class Settings:
     max_write_tasks: int | None = setting(
         "KINESIS_LAKE_MAX_WRITE_TASKS",
         "At most this many tasks write each micro-batch (so at most this many data files per "
-        "partition value per commit): shard reads are coalesced into them. Unset: one per "
-        "core on a local[N] master (no more run at once); on a cluster or over Spark Connect, "
-        "spark.default.parallelism if configured, else one per shard. 0: one task per shard.",
+        "partition value per commit): shard reads are coalesced into them. 0: one task per "
+        "shard. Unset: shards are packed into tasks by the bytes their last reads gave, up "
+        "to the raw table's write.target-file-size-bytes each, so files follow the data, "
+        "not the shard count (spread over a local master's cores, or a configured "
+        "spark.default.parallelism, while each task still gets 4 MiB).",
         default=None,
     )
     consumer_type: str = setting(
@@ -293,7 +295,7 @@ class Settings:
         if self.max_write_tasks is not None and self.max_write_tasks < 0:
             raise SettingsError(
                 "KINESIS_LAKE_MAX_WRITE_TASKS must be >= 0 (0 writes from one task per shard; "
-                f"unset, from one task per core), got {self.max_write_tasks}."
+                f"unset, from tasks sized by the data), got {self.max_write_tasks}."
             )
         if self.consumer_type not in CONSUMER_TYPES:
             raise SettingsError(

@@ -4,8 +4,8 @@ Every ingestion run (bounded, lingering or continuous: ``ingest.py``) starts the
 so the choices that decide correctness across runs are made once, here: the checkpoint and
 the source's progress records live at paths derived from the settings, so they move
 together between machines; a query without a checkpoint starts after the positions the raw
-table itself records as committed; and shard reads are coalesced into one write task per
-core.
+table itself records as committed; and shards are packed into tasks by the bytes a batch
+holds, so files per commit follow the data, not the shard count.
 
 Invariant: the raw table is the durable state. A lost or unshareable checkpoint resumes
 exactly once from the table's committed positions instead of re-reading the stream; the
@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
+from pyiceberg.utils.properties import property_as_int
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -127,12 +128,12 @@ def start_ingestion_query(
         reader = reader.option("startingPosition", settings.starting_position)
         if settings.starting_timestamp:
             reader = reader.option("startingTimestamp", settings.starting_timestamp)
+    reader = reader.options(**_task_options(spark, settings, table))
     records = reader.load().withColumn("ingested_at", F.current_timestamp())
-    write_tasks = _write_tasks(spark, settings)
-    if write_tasks:
+    if settings.max_write_tasks:
         # A narrow coalesce: each task reads its shards one after another and writes them
         # together, so a commit holds files per task, not per shard. No shuffle.
-        records = records.coalesce(write_tasks)
+        records = records.coalesce(settings.max_write_tasks)
     writer = (
         records.writeStream.format(SINK_NAME)
         .queryName(f"ingest_{settings.namespace}_raw_events")
@@ -154,19 +155,32 @@ def _is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
-def _write_tasks(spark: SparkSession, settings: Settings) -> int:
-    """How many tasks write a micro-batch; 0 for one per shard.
+def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict[str, str]:
+    """How the source packs a micro-batch's shards into read (and so write) tasks.
 
-    Spark runs at most one task per core at a time, so tasks beyond that only queue, and
-    each writes files of its own: by default shard reads are coalesced into one task per
-    core, which measured the same throughput with half the files (4 shards, 2 cores).
-    Only a local master knows its cores when the query starts. A cluster's executors
-    register later (none yet under dynamic allocation, which also scales on pending
-    tasks), so there only a configured ``spark.default.parallelism`` counts; without one
-    each shard keeps its task.
+    Each task writes one data file per partition value, so by default shards are packed
+    by the bytes their last reads gave into tasks of the table's target file size
+    (``write.target-file-size-bytes``; :mod:`kinesis_lake.spark.kinesis.task_groups`):
+    files per commit follow the batch's bytes on every master, whatever the shard count.
+    A batch is spread over the cores known when the query starts, as long as each task
+    still gets 4 MiB: a local master's, else a configured ``spark.default.parallelism``
+    (a cluster's executors register later, none at all yet under dynamic allocation).
+
+    ``KINESIS_LAKE_MAX_WRITE_TASKS`` wins: set, each shard is a read task (0 keeps it so;
+    N coalesces them into N write tasks, as before this packing existed).
     """
     if settings.max_write_tasks is not None:
-        return settings.max_write_tasks
+        return {"bytesPerTask": "0"}
+    target = property_as_int(
+        table.properties,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+    )
+    return {"bytesPerTask": str(target), "minTasks": str(max(_cores(spark), 1))}
+
+
+def _cores(spark: SparkSession) -> int:
+    """The cores known when the query starts; 0 when none are."""
     if isinstance(spark, SparkSession) and _is_local(spark.sparkContext.master or ""):
         return spark.sparkContext.defaultParallelism
     # Over Spark Connect (no SparkContext here) or on a cluster: the configured value.

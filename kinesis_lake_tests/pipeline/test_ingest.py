@@ -118,18 +118,38 @@ def test_max_write_tasks_zero_writes_a_file_per_shard(spark, kinesalite_endpoint
     assert _files_added_per_commit(settings) == [len({shard for shard, _, _ in keys})] == [6]
 
 
-@pytest.mark.parametrize("max_write_tasks", [None, 2], ids=["unset", "2"])
-def test_write_tasks_bound_the_data_files_of_a_commit(
-    spark, kinesalite_endpoint, settings_factory, max_write_tasks
+def test_by_default_files_per_commit_follow_the_data_not_the_shard_count(
+    spark, kinesalite_endpoint, settings_factory
 ):
-    """Every shard is a read task; each task writes a file per micro-batch, so with a task
-    per shard a 500-shard stream commits ~500 small files every trigger (benchmark 9).
-    Shard reads are coalesced into KINESIS_LAKE_MAX_WRITE_TASKS tasks, or, unset, into one
-    per core of a local master (Spark runs no more at once: benchmark 2 measured the same
-    throughput with half the files), each writing one file per partition value, and every
-    record still lands once."""
-    settings = settings_factory(kinesalite_endpoint, shard_count=6, max_write_tasks=max_write_tasks)
-    assert spark.sparkContext.defaultParallelism == 2  # local[2]: unset means 2 as well
+    """Issue 34: every shard was a task and each task writes a file per micro-batch, so a
+    500-shard stream committed ~500 small files every trigger (benchmark 9), and a
+    coalesce to the cores was known on a local master only. By default the source packs
+    shards into tasks by the bytes their last reads gave, up to the table's target file
+    size: a small batch over 24 shards is one task, one file (per arrival day), in every
+    micro-batch, the first (sized by guess) and the later ones (by the last reads), and
+    every record still lands once. (Before: 2 files per commit, one per core.)"""
+    settings = settings_factory(kinesalite_endpoint, shard_count=24, max_records_per_shard=12)
+    assert settings.max_write_tasks is None
+    produce(settings, 600, seed=7)
+
+    result = run_ingestion(spark, settings)
+
+    keys = raw_keys(settings)
+    assert result.rows == 600 == len(set(keys)) == len(keys)
+    assert {(shard, seq) for shard, seq, _ in keys} == stream_truth(settings)
+    assert len({shard for shard, _, _ in keys}) == 24
+    assert result.batches >= 2  # ~25 records a shard at <= 12 per batch
+    # produce() stamps one day, so one task writes one file per batch.
+    assert _files_added_per_commit(settings) == [1] * result.batches
+
+
+def test_an_explicit_number_of_write_tasks_bounds_the_data_files_of_a_commit(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """KINESIS_LAKE_MAX_WRITE_TASKS=2 wins over the packing by bytes: each shard is read
+    in a task of its own, coalesced into 2 writing tasks, each writing one file per
+    partition value; every record still lands once."""
+    settings = settings_factory(kinesalite_endpoint, shard_count=6, max_write_tasks=2)
     produce(settings, 600, seed=7)
 
     result = run_ingestion(spark, settings)
@@ -140,4 +160,4 @@ def test_write_tasks_bound_the_data_files_of_a_commit(
     assert len({shard for shard, _, _ in keys}) == 6
     added = _files_added_per_commit(settings)
     # produce() stamps one day, so each of the two tasks writes one file per batch.
-    assert added and max(added) <= 2, added
+    assert added == [2] * result.batches, added

@@ -50,6 +50,7 @@ from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset,
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake.spark.kinesis.read_task import ShardReadTask, read_task
 from kinesis_lake.spark.kinesis.source import KinesisStreamReader
+from kinesis_lake.spark.kinesis.task_groups import ShardGroupTask
 from kinesis_lake_tests.simulation.kinesis import SimulatedKinesis
 from kinesis_lake_tests.simulation.lake import Lake
 
@@ -174,13 +175,21 @@ class Query:
         writer = self.lake.writer(cp.query_id, batch_id)
         messages = []
         for partition in self.source.partitions(start, end):
-            task = cast(ShardReadTask, partition)
-            batches, loss = read_shard(task, self.kinesis, self.store)
-            if loss:
-                # Reported once its progress record is saved (failOnDataLoss=false), from
-                # which the next plan counts it, whether or not this batch commits.
-                result.loss[task.shard_id] = loss
-                self.reported_loss[task.shard_id] = loss
+            # A task packed with several shards (task_groups.py) reads each in turn here.
+            tasks = (
+                partition.shards
+                if isinstance(partition, ShardGroupTask)
+                else (cast(ShardReadTask, partition),)
+            )
+            batches = []
+            for task in tasks:
+                read, loss = read_shard(task, self.kinesis, self.store)
+                batches.extend(read)
+                if loss:
+                    # Reported once its progress record is saved (failOnDataLoss=false),
+                    # from which the next plan counts it, whether or not this batch commits.
+                    result.loss[task.shard_id] = loss
+                    self.reported_loss[task.shard_id] = loss
             message: DataFilesWritten = writer.write(iter(batches))
             result.rows += message.rows
             messages.append(message)

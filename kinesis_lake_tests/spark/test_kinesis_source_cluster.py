@@ -28,6 +28,7 @@ from kinesis_lake_tests.spark.source_helpers import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT_S = 900
 SHARDS = 4
+MANY_SHARDS = 24
 
 
 def test_every_shard_is_read_on_an_executor_and_both_executors_read(kinesalite_endpoint, tmp_path):
@@ -53,6 +54,17 @@ def test_every_shard_is_read_on_an_executor_and_both_executors_read(kinesalite_e
     assert {r["shard"] for r in reads} == {f"shardId-{i:012d}" for i in range(SHARDS)}
     assert all(r["executor"] is not None for r in reads), reads
     assert len({r["executor"] for r in reads}) == 2, reads
+
+    # Issue 34, on the same cluster: the pipeline's ingestion, in its default settings,
+    # writes files that follow the data, not the shard count. A cluster's cores are not
+    # known when the query starts, so before, each of the 24 shards wrote its own file in
+    # every micro-batch (24 per commit); now a small batch is one task, one file.
+    ingested = result["ingestion"]
+    assert ingested["rows"] == ingested["distinct_rows"] == ingested["stream_records"] == 600
+    assert ingested["rows_match_stream"]
+    assert ingested["shards_read"] == MANY_SHARDS
+    assert ingested["batches"] >= 2
+    assert ingested["files_per_commit"] == [1] * ingested["batches"], ingested
 
 
 def _executor_of(pid: int) -> str | None:
@@ -81,7 +93,9 @@ def _child(url: str, stream: str, work: Path) -> None:
                 executor = _executor_of(record["reader"]["pid"])
                 reads[str(path)] = {"shard": record["shard_id"], "executor": executor}
 
-    options = source_options(url, stream, str(metadata), maxRecordsPerShard="3")
+    # One task per shard (bytesPerTask=0), so that the four reads spread over both
+    # executors: packed by bytes, four small shards would be one task on one of them.
+    options = source_options(url, stream, str(metadata), maxRecordsPerShard="3", bytesPerTask="0")
     query = (
         spark.readStream.format("kinesis")
         .options(**options)
@@ -92,9 +106,37 @@ def _child(url: str, stream: str, work: Path) -> None:
         .start()
     )
     query.awaitTermination()
+    ingestion = _default_ingestion(spark, url, work / "lake")
     spark.stop()
-    result = {"rows": rows, "reads": list(reads.values())}
+    result = {"rows": rows, "reads": list(reads.values()), "ingestion": ingestion}
     (work / "result.json").write_text(json.dumps(result))
+
+
+def _default_ingestion(spark, url: str, data_dir: Path) -> dict:
+    """The pipeline's ingestion of 600 records over ``MANY_SHARDS`` shards, in several
+    micro-batches, with every setting left at its default but the batch size."""
+    from kinesis_lake.pipeline.ingest import run_ingestion
+    from kinesis_lake.pipeline.lake import open_lake
+    from kinesis_lake_tests.lake_settings import make_settings
+    from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
+
+    settings = make_settings(data_dir, url, shard_count=MANY_SHARDS, max_records_per_shard=12)
+    produce(settings, 600, seed=7)
+    run = run_ingestion(spark, settings)
+    keys = raw_keys(settings)
+    table = open_lake(settings).load_table(settings.raw_table)
+    truth = stream_truth(settings)
+    return {
+        "rows": len(keys),
+        "distinct_rows": len(set(keys)),
+        "stream_records": len(truth),
+        "rows_match_stream": {(shard, seq) for shard, seq, _ in keys} == truth,
+        "shards_read": len({shard for shard, _, _ in keys}),
+        "batches": run.batches,
+        "files_per_commit": [
+            int(s.summary.additional_properties["added-data-files"]) for s in table.snapshots()
+        ],
+    }
 
 
 if __name__ == "__main__":

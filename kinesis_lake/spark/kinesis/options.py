@@ -28,6 +28,8 @@ from kinesis_lake.kinesis.streams import Shard, could_have_aged_out
 
 DEFAULT_METADATA_ROOT = Path.home() / ".kinesis-lake" / "kinesis-source"
 MIN_CALL_INTERVAL_MS = 200
+DEFAULT_BYTES_PER_TASK = 128 * 1024 * 1024
+"""Spark's own default for packing small files into one read task (maxPartitionBytes)."""
 """Kinesis serves at most 5 GetRecords calls per second per shard, to all readers together."""
 
 # option name (as users write it) -> (default, description). Spark passes keys in any case.
@@ -85,6 +87,17 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "query started without checkpoint then reports what expired unread on a shard no "
         "record of which was committed; kinesis-lake's ingestion passes what its raw "
         "table records.",
+    ),
+    "bytesPerTask": (
+        str(DEFAULT_BYTES_PER_TASK),
+        "Shards are packed into read tasks of about this many bytes per micro-batch (each "
+        "shard's size guessed from its last read), so a sink writes files that follow the "
+        "data, not the shard count. 0: one task per shard.",
+    ),
+    "minTasks": (
+        "1",
+        "Cores to spread a micro-batch over: it is split into at least this many tasks "
+        "while each still gets 4 MiB or more (Spark's rule for file splits).",
     ),
     "idleTimeBetweenReadsMs": ("1000", "Pause before re-polling a stream found idle."),
     "minCallIntervalMs": (
@@ -167,6 +180,8 @@ class KinesisSourceOptions:
     available_now: bool = False
     max_bytes_per_shard: int | None = None
     max_bytes_per_batch: int | None = None
+    bytes_per_task: int = DEFAULT_BYTES_PER_TASK
+    min_tasks: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KinesisSourceOptions:
@@ -223,6 +238,8 @@ class KinesisSourceOptions:
             available_now=_boolean("availableNow", values),
             max_bytes_per_shard=_byte_count("maxBytesPerShard", values),
             max_bytes_per_batch=_byte_count("maxBytesPerBatch", values),
+            bytes_per_task=_whole_number("bytesPerTask", values, minimum=0),
+            min_tasks=_whole_number("minTasks", values),
         )
 
     def initial_start(self, now_ms: int) -> tuple[StartPosition, StartPosition]:

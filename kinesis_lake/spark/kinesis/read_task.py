@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +68,7 @@ class DataLossError(IngestionError, RuntimeError):
     """Records the query still had to read have expired from the stream."""
 
 
-def read_shard(task: ShardReadTask) -> Iterator[pa.RecordBatch]:
+def read_shard(task: ShardReadTask) -> Generator[pa.RecordBatch, None, None]:
     """Read ``task`` on this executor, as Arrow batches of the source's columns."""
     freeze_imported_objects()
 

@@ -29,8 +29,10 @@ How a micro-batch is made
    before children, Spark's read limit split across shards. No records are read on the driver.
    When the last epoch found the stream idle, the answer for the next
    ``idleTimeBetweenReadsMs`` is "nothing new", given without any API call.
-3. ``partitions`` (driver): one input partition per shard the plan reads.
-4. ``read`` (executors, :mod:`.read_task`): each task reads its shard with
+3. ``partitions`` (driver): the shards the plan reads, packed into input partitions of
+   about ``bytesPerTask`` bytes each by their last reads (:mod:`.task_groups`), so a sink
+   writes files that follow the batch's bytes, not the shard count.
+4. ``read`` (executors, :mod:`.read_task`): each shard is read with
    :class:`~kinesis_lake.kinesis.shard_reader.ShardReader` (at most one GetRecords call
    per ``minCallIntervalMs`` per shard, across epochs too; jittered backoff on
    throttling, LimitExceeded and 5xx; expired iterators renewed; bounded retries ending
@@ -113,6 +115,13 @@ from kinesis_lake.spark.kinesis.options import (
 from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset, resting
 from kinesis_lake.spark.kinesis.progress import ProgressRecord, ShardProgressStore, source_status
 from kinesis_lake.spark.kinesis.read_task import ShardReadTask, read_shard
+from kinesis_lake.spark.kinesis.task_groups import (
+    ShardGroupTask,
+    estimated_bytes,
+    group_shards,
+    grouped_partitions,
+    read_group,
+)
 from kinesis_lake.spark.spark_version import require_spark
 
 logger = logging.getLogger(__name__)
@@ -336,7 +345,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A replay after a restart comes here without a latestOffset call first.
         stream = self._check_stream_identity(plan)
         not_before_ms = plan.planned_ms + int(self.options.min_call_interval_s * 1000)
-        return [
+        reads = [
             ShardReadTask(
                 stream_name=self.options.stream_name,
                 shard_id=shard_id,
@@ -361,6 +370,21 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             for shard_id in plan.shards_to_read()
         ]
+        return self._grouped(SourceOffset.from_dict(start), plan, reads)
+
+    def _grouped(
+        self, start: SourceOffset, plan: SourceOffset, reads: list[ShardReadTask]
+    ) -> list[InputPartition]:
+        """``reads`` packed into tasks by the bytes each shard is expected to give
+        (:mod:`.task_groups`), guessed from the progress records of ``start``'s epoch."""
+        if self.options.bytes_per_task == 0:
+            return list(reads)
+        cursors = {read.shard_id: plan.shards[read.shard_id] for read in reads}
+        last = {sid: r.outcome for sid, r in self._completed_epoch(start).items()}
+        groups = group_shards(
+            estimated_bytes(cursors, last), self.options.bytes_per_task, self.options.min_tasks
+        )
+        return grouped_partitions(reads, groups)
 
     def _consumer_arn(self, stream: StreamInfo) -> str | None:
         """For efo, the query's consumer, registered on first use (on the driver)."""
@@ -378,6 +402,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Executors' half: Spark pickles this reader to them, and the task says it all.
+        if isinstance(partition, ShardGroupTask):
+            return read_group(partition)
         return read_shard(partition)  # type: ignore[arg-type]
 
 
