@@ -63,6 +63,7 @@ from pyiceberg.utils.properties import property_as_bool
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.data_files import WrittenFile, data_files_of
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+from kinesis_lake.iceberg.row_deletes import stage_row_delta
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
@@ -202,6 +203,69 @@ def commit_arrow(
         if data.num_rows:
             tx.append(data, snapshot_properties=snapshot_properties)
 
+    return _commit_driver_rows(
+        table,
+        stage,
+        data.num_rows,
+        writer_id=writer_id,
+        batch_id=batch_id,
+        summary=summary,
+        writer_properties=writer_properties,
+        max_attempts=max_attempts,
+    )
+
+
+def commit_row_delta(
+    table: Table,
+    data: pa.Table,
+    deletes: pa.Table,
+    *,
+    planned_on: int | None,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str] | None = None,
+    writer_properties: dict[str, str] | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> CommitOutcome:
+    """Merge-on-read under the same protocol: ``data`` appended and the rows ``deletes``
+    (``file_path``, ``pos``) names deleted through one position delete file, in one
+    snapshot (:func:`kinesis_lake.iceberg.row_deletes.stage_row_delta`).
+
+    ``planned_on`` is the snapshot the positions were found in; an attempt on a base where
+    a file they point into was rewritten raises ``RowsMovedError`` and commits nothing.
+    """
+
+    def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
+        if data.num_rows or deletes.num_rows:
+            stage_row_delta(
+                tx, snapshot_properties, data=data, deletes=deletes, deletes_planned_on=planned_on
+            )
+
+    return _commit_driver_rows(
+        table,
+        stage,
+        data.num_rows,
+        writer_id=writer_id,
+        batch_id=batch_id,
+        summary=summary,
+        writer_properties=writer_properties,
+        max_attempts=max_attempts,
+    )
+
+
+def _commit_driver_rows(
+    table: Table,
+    stage: Callable[[Transaction, dict[str, str]], None],
+    rows: int,
+    *,
+    writer_id: str,
+    batch_id: int,
+    summary: dict[str, str] | None,
+    writer_properties: dict[str, str] | None,
+    max_attempts: int,
+) -> CommitOutcome:
+    """``_commit_batch`` of rows written on the driver: their count and the files the
+    snapshot added are the outcome's."""
     outcome = _commit_batch(
         table,
         stage,
@@ -215,7 +279,7 @@ def commit_arrow(
     if outcome.committed:
         snapshot = table.snapshot_by_id(outcome.snapshot_id) if outcome.snapshot_id else None
         outcome.files = _summary_int(snapshot, "added-data-files")
-        outcome.rows = data.num_rows
+        outcome.rows = rows
     return outcome
 
 

@@ -96,6 +96,13 @@ def appended_since(
     if from_snapshot_id is None:
         # Everything: the live files, not the append history, which may be expired.
         tasks = list(table.scan(snapshot_id=current.snapshot_id).plan_files()) if current else []
+        if any(task.delete_files for task in tasks):
+            # A slice is file paths; a reader of them would bring deleted rows back.
+            raise IncrementalReadError(
+                f"Table {'.'.join(table.name())} has row deletes (a merge-on-read upsert "
+                "table): its rows cannot be read as appended files. Read it whole "
+                "(refresh: full), which applies the deletes."
+            )
         return IncrementalSlice(
             from_snapshot_id=None,
             to_snapshot_id=current.snapshot_id if current else None,

@@ -15,13 +15,14 @@ import itertools
 import logging
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyarrow.fs import FileSelector, FileSystem, FileType
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
 
@@ -35,6 +36,7 @@ from kinesis_lake.iceberg.data_files import (
     write_data_files,
 )
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
+from kinesis_lake.iceberg.row_deletes import deleted_positions, live_rows, stage_row_delta
 from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class MaintenanceReport:
     files_rewritten: int = 0
     files_written: int = 0
     partitions_compacted: int = 0
+    delete_files_folded: int = 0
     commit_attempts: int = 0
 
 
@@ -112,14 +115,15 @@ def compact(
 ) -> MaintenanceReport:
     """Rewrite each partition's small files into files of about the target size.
 
-    A partition is rewritten when it holds at least ``min_input_files`` files smaller
-    than 3/4 of the target. Its rows are streamed into new files, then one commit per
-    partition swaps old files for new. pyiceberg cannot produce Iceberg's ``replace``
-    operation, so the snapshot is an ``overwrite`` marked
-    ``kinesis-lake.operation=compaction`` (incremental readers skip it). A commit that
-    loses a race with an ingestion append is retried on fresh metadata with the same new
-    files, which stays correct as long as every old file is still live; if one is gone
-    (another compaction took it) this partition is abandoned and its new files deleted.
+    First, row deletes are folded (:func:`fold_deletes`). Then a partition is rewritten
+    when it holds at least ``min_input_files`` files smaller than 3/4 of the target. Its
+    rows are streamed into new files, then one commit per partition swaps old files for
+    new. pyiceberg cannot produce Iceberg's ``replace`` operation, so the snapshot is an
+    ``overwrite`` marked ``kinesis-lake.operation=compaction`` (incremental readers skip
+    it). A commit that loses a race with an ingestion append is retried on fresh metadata
+    with the same new files, which stays correct as long as every old file is still live;
+    if one is gone (another compaction took it) this partition is abandoned and its new
+    files deleted.
     """
     if min_input_files < 2:
         raise ValueError(f"min_input_files must be at least 2, got {min_input_files}")
@@ -128,9 +132,70 @@ def compact(
     target = dataclasses.replace(
         TableWriteTarget.from_table(table), target_file_size_bytes=target_file_size_bytes
     )
+    fold_deletes(table, target, report)
     for tasks in _small_files_by_partition(table, target_file_size_bytes, min_input_files):
         _rewrite_partition(table, target, tasks, report)
     return _with_live_files(report, table, before=False)
+
+
+def fold_deletes(table: Table, target: TableWriteTarget, report: MaintenanceReport) -> None:
+    """Rewrite every data file that position deletes remove rows from, without those rows,
+    and drop the table's delete files, in one commit (a compaction).
+
+    Merge-on-read upsert refreshes add a delete file each; a reader applies all of them,
+    so reads slow down with the refreshes until this folds them. Each file is rewritten on
+    its own, so it keeps its narrow key range (what upsert refreshes find candidates by).
+    Every delete file is dropped: each live file it removes rows from is rewritten here.
+    If any commit since planning added delete files (a refresh), the fold is abandoned and
+    its files deleted: the new deletes may point into files it rewrote. The next pass
+    folds them all.
+    """
+    table.refresh()
+    planned_on = table.current_snapshot()
+    if planned_on is None:
+        return
+    tasks = list(table.scan(snapshot_id=planned_on.snapshot_id).plan_files())
+    deletes = {d for task in tasks for d in task.delete_files}
+    if not deletes:
+        return
+    deleted = deleted_positions(table.io, deletes)
+    folded = [task for task in tasks if len(deleted.get(task.file.file_path, ()))]
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    prefix = f"fold-{uuid.uuid4().hex}"
+    written = [
+        file
+        for index, task in enumerate(folded)
+        for file in write_data_files(
+            target, scan.to_record_batches([task]), file_prefix=f"{prefix}-{index}"
+        )
+    ]
+    new_paths = [file.path for file in written]
+    new_files = data_files_of(table.metadata, written)
+    if sum(f.record_count for f in new_files) != live_rows(table.io, folded):
+        delete_files(target.io_properties, target.location, new_paths)
+        raise TableError(f"Folding the deletes of {target.identifier} lost or added rows.")
+    removed = [task.file.file_path for task in folded] + sorted(d.file_path for d in deletes)
+    summary = {keys.OPERATION: keys.COMPACTION}
+
+    def stage(tx: Transaction) -> None:
+        stage_row_delta(tx, summary, data_files=new_files, removed=removed)
+
+    def refreshed_since() -> bool:
+        return _deletes_added_since(table, planned_on.snapshot_id)
+
+    if _commit_rewrite(table, stage, new_paths, report, abandon=refreshed_since):
+        report.files_rewritten += len(folded)
+        report.delete_files_folded += len(deletes)
+
+
+def _deletes_added_since(table: Table, snapshot_id: int) -> bool:
+    """Whether a snapshot after ``snapshot_id`` added delete files (or it is gone)."""
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        if snapshot.snapshot_id == snapshot_id:
+            return False
+        if snapshot.summary is not None and int(snapshot.summary.get("added-delete-files", 0)):
+            return True
+    return True
 
 
 def remove_orphan_files(table: Table, *, older_than_ms: int) -> MaintenanceReport:
@@ -230,26 +295,46 @@ def _rewrite_partition(
             "nothing was committed."
         )
     summary = {keys.OPERATION: keys.COMPACTION}
+
+    def stage(tx: Transaction) -> None:
+        # The overwrite checks that every old file is still live in the new base.
+        with tx.update_snapshot(snapshot_properties=summary).overwrite() as rewrite:
+            for task in tasks:
+                rewrite.delete_data_file(task.file)
+            for data_file in new_files:
+                rewrite.append_data_file(data_file)
+
+    if _commit_rewrite(table, stage, new_paths, report):
+        report.files_rewritten += len(tasks)
+        report.partitions_compacted += 1
+
+
+def _commit_rewrite(
+    table: Table,
+    stage: Callable[[Transaction], None],
+    new_paths: list[str],
+    report: MaintenanceReport,
+    abandon: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Commit a rewrite that swaps old files for ``new_paths``, retrying conflicts on fresh
+    metadata; abandoned (its new files deleted) when ``abandon()`` says so or its old
+    files are no longer live. Whether it landed."""
     for attempt in range(1, DEFAULT_MAX_ATTEMPTS + 1):
         report.commit_attempts += 1
+        if abandon():
+            logger.warning("Rewrite of %s abandoned: it changed meanwhile", table.name())
+            delete_unreferenced(table, new_paths)
+            return False
         tx = MetadataReusingTransaction(view := fail_fast(table))
         try:
-            # The overwrite checks that every old file is still live in the new base.
-            with tx.update_snapshot(snapshot_properties=summary).overwrite() as rewrite:
-                for task in tasks:
-                    rewrite.delete_data_file(task.file)
-                for data_file in new_files:
-                    rewrite.append_data_file(data_file)
+            stage(tx)
             tx.commit_transaction()
         except ValidationException:
             # Also what a retry sees when its previous attempt landed but raised: the
-            # old files are gone because this compaction removed them.
-            logger.warning(
-                "Compaction of a partition of %s abandoned: its files changed meanwhile",
-                target.identifier,
-            )
+            # old files are gone because this rewrite removed them.
+            logger.warning("Rewrite of %s abandoned: its files changed meanwhile", table.name())
             delete_unreferenced(table, new_paths)
-            return
+            return False
         except CommitFailedException:
             if attempt == DEFAULT_MAX_ATTEMPTS:
                 # Kept: a conflict can be a retrying client's lie about an attempt the
@@ -260,10 +345,9 @@ def _rewrite_partition(
             table.refresh()
             continue
         adopt_commit(table, view)
-        report.files_rewritten += len(tasks)
         report.files_written += len(new_paths)
-        report.partitions_compacted += 1
-        return
+        return True
+    return False
 
 
 def _referenced_paths(table: Table) -> set[str]:

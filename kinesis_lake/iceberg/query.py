@@ -28,6 +28,7 @@ from kinesis_lake.errors import TableError
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.incremental import SOURCE_SNAPSHOT_PROPERTY
+from kinesis_lake.iceberg.row_deletes import live_records
 
 # Spark's show() layout, which people know: cells cut at 20 characters, columns at
 # least 3 wide.
@@ -256,7 +257,7 @@ def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
         "added_records": None if upkeep else added,
         "rewritten_records": added if upkeep else None,
         "added_data_files": number("added-data-files"),
-        "total_records": number("total-records"),
+        "total_records": live_records(summary),  # without rows deleted by position
         "writer_id": "maintenance" if upkeep else summary.get(keys.WRITER_ID) if summary else None,
         "batch_id": number(keys.BATCH_ID),
         "source_snapshot_id": number(SOURCE_SNAPSHOT_PROPERTY),

@@ -23,6 +23,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql.streaming import StreamingQuery
 
 from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.row_deletes import live_records
 from kinesis_lake.iceberg.summary import BATCH_ID, WRITER_ID
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table, source_metadata_path
 from kinesis_lake.pipeline.lake import open_lake
@@ -211,7 +212,7 @@ def _raw_table_state(
         )
     if snapshot is None or snapshot.summary is None:
         return 0, None
-    return int(snapshot.summary.get("total-records", 0)), snapshot.snapshot_id
+    return live_records(snapshot.summary), snapshot.snapshot_id
 
 
 def _raw_rows(settings: Settings) -> int:

@@ -17,6 +17,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.errors import TableError
 from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.iceberg.catalog import configured_catalog_properties, open_catalog
+from kinesis_lake.iceberg.row_deletes import live_records
 from kinesis_lake.iceberg.summary import committed_positions, positions_snapshot_id
 
 
@@ -87,7 +88,7 @@ def table_stats(table: Table) -> TableStats:
     return TableStats(
         table=".".join(table.name()),
         snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
-        rows=total("total-records"),
+        rows=live_records(summary),  # total-records counts deleted rows too
         data_files=total("total-data-files"),
         total_bytes=total("total-files-size"),
     )

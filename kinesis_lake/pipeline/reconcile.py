@@ -35,6 +35,7 @@ from kinesis_lake.events.columns import (
 from kinesis_lake.events.schema import EventSchema
 from kinesis_lake.events.tables import parsed_table_schema
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
+from kinesis_lake.iceberg.row_deletes import live_records
 from kinesis_lake.iceberg.summary import committed_positions, positions_snapshot_id
 from kinesis_lake.iceberg.tables import type_text
 from kinesis_lake.pipeline.lake import table_stats
@@ -176,7 +177,7 @@ def rows_at(table: Table, snapshot_id: int) -> int:
             "the refresh interval (history.expire.min-snapshots-to-keep / max-snapshot-age-ms)."
         )
     summary = snapshot.summary
-    return int(summary.get("total-records", 0)) if summary is not None else 0
+    return live_records(summary)
 
 
 _UNRESOLVED = IsNull(RESOLVED_AT)

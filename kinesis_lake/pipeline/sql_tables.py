@@ -52,6 +52,7 @@ from kinesis_lake.iceberg.lineage import (
     source_summary,
     table_state,
 )
+from kinesis_lake.iceberg.row_deletes import live_rows
 from kinesis_lake.iceberg.summary import derived_writer_id, full_writer_id
 from kinesis_lake.iceberg.tables import SchemaEvolutionError, ensure_table_for_arrow
 from kinesis_lake.pipeline.lake import load_table
@@ -63,7 +64,7 @@ from kinesis_lake.pipeline.refresh import (
     pending_slice,
     sequence_number,
 )
-from kinesis_lake.spark.iceberg.files_reader import read_table_files
+from kinesis_lake.spark.iceberg.files_reader import read_planned_files, read_table_files
 
 _WINDOW_STEP = {"minute": 60_000_000, "hour": 3_600_000_000, "day": 86_400_000_000}
 
@@ -183,11 +184,10 @@ def _refresh_full(
         snapshot = snapshots[name]  # the ones batch_id counts, even if an input moved since
         scan = inputs[name].scan(snapshot_id=snapshot.snapshot_id) if snapshot else None
         tasks = list(scan.plan_files()) if scan is not None else []
-        read_table_files(
-            spark, inputs[name], [t.file.file_path for t in tasks]
-        ).createOrReplaceTempView(name)
+        # Planned tasks carry their delete files (merge-on-read upsert inputs).
+        read_planned_files(spark, inputs[name], tasks).createOrReplaceTempView(name)
         files += len(tasks)
-        rows += sum(task.file.record_count for task in tasks)
+        rows += live_rows(inputs[name].io, tasks)
     data = spark.sql(_query(spec)).toArrow()
     table = _table_for(catalog, identifier, spec, data.schema)
     outcome = commit_arrow(

@@ -8,7 +8,11 @@ work scales with the new files and with the cluster, not with the table or the d
 
 Raw tables are append-only and written by :mod:`kinesis_lake.spark.iceberg.sink` with the
 table's exact schema, so reading a file whole is reading its rows; files written under an
-older schema are projected onto the current one (new columns read as nulls).
+older schema are projected onto the current one (new columns read as nulls). Tables with
+row deletes (merge-on-read upsert tables) are read from planned scan tasks
+(:func:`read_planned_files`): the driver reads the tasks' position delete files once
+and each task drops its file's deleted positions, so Spark sees exactly the rows a
+pyiceberg scan gives.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
-from pyiceberg.table import Table
+from pyiceberg.table import FileScanTask, Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kinesis_lake.iceberg.data_files import TableWriteTarget
+from kinesis_lake.iceberg.row_deletes import deleted_positions
 from kinesis_lake.spark.worker_process import freeze_imported_objects
 
 
@@ -39,6 +45,10 @@ class FileTask(InputPartition):
     ``schema_ipc`` is what is read from the file; with a ``row_filter`` (a PyArrow
     expression over those columns) only matching rows are kept, and ``output`` names the
     columns returned (the filter may need columns the caller did not ask for).
+    ``deleted``: the sorted row positions (int64, native order) the table's delete files
+    delete in this file, dropped before anything else. ``positions``: each row also gets
+    :data:`FILE_PATH` and :data:`POSITION` (its row number in the file), what a position
+    delete names.
     """
 
     path: str
@@ -47,6 +57,13 @@ class FileTask(InputPartition):
     schema_ipc: bytes = field(repr=False)
     row_filter: pc.Expression | None = field(default=None, repr=False)
     output: tuple[str, ...] | None = None
+    deleted: bytes = field(default=b"", repr=False)
+    positions: bool = False
+
+
+FILE_PATH = "__file_path"
+POSITION = "__pos"
+_POSITION_FIELDS = [pa.field(FILE_PATH, pa.string()), pa.field(POSITION, pa.int64())]
 
 
 class FilesReader(DataSourceReader):
@@ -73,8 +90,34 @@ class FilesReader(DataSourceReader):
             columns = [name for name in schema.names if name in present] or [
                 parquet.schema_arrow.names[0]
             ]
+            deleted = np.frombuffer(task.deleted, dtype=np.int64)
+            offset = 0
             for batch in parquet.iter_batches(batch_size=65_536, columns=columns):
-                yield from _kept(_project(batch, schema), task)
+                batch, offset = _live(_project(batch, schema), task, deleted, offset)
+                yield from _kept(batch, task)
+
+
+def _live(
+    batch: pa.RecordBatch, task: FileTask, deleted: np.ndarray, offset: int
+) -> tuple[pa.RecordBatch, int]:
+    """``batch`` (rows ``offset`` on of the file) without its deleted rows, with their
+    positions when asked; and the next batch's offset."""
+    end = offset + batch.num_rows
+    if task.positions:
+        batch = pa.RecordBatch.from_arrays(
+            [
+                *batch.columns,
+                pa.array([task.path] * batch.num_rows, pa.string()),
+                pa.array(np.arange(offset, end, dtype=np.int64)),
+            ],
+            schema=pa.schema([*batch.schema, *_POSITION_FIELDS]),
+        )
+    low, high = np.searchsorted(deleted, [offset, end])
+    if high > low:
+        keep = np.ones(batch.num_rows, dtype=bool)
+        keep[deleted[low:high] - offset] = False
+        batch = batch.filter(pa.array(keep))
+    return batch, end
 
 
 def _kept(batch: pa.RecordBatch, task: FileTask) -> Iterator[pa.RecordBatch]:
@@ -111,6 +154,43 @@ def read_data_files(
     """A DataFrame over exactly these data files, read on executors."""
     schema_ipc = arrow_schema.serialize().to_pybytes()
     tasks = [FileTask(path, location, dict(io_properties), schema_ipc) for path in paths]
+    return _files_frame(spark, tasks, arrow_schema)
+
+
+def read_planned_files(
+    spark: SparkSession,
+    table: Table,
+    planned: list[FileScanTask],
+    *,
+    columns: tuple[str, ...] = (),
+    positions: bool = False,
+) -> DataFrame:
+    """The rows of ``table``'s planned scan tasks (``table.scan(...).plan_files()``), each
+    file without the rows its delete files delete; only ``columns`` if given, and with
+    :data:`FILE_PATH` and :data:`POSITION` when ``positions``."""
+    target = TableWriteTarget.from_table(table)
+    schema = target.arrow_schema()
+    if columns:
+        schema = pa.schema([schema.field(name) for name in columns])
+    deleted = deleted_positions(table.io, {d for task in planned for d in task.delete_files})
+    schema_ipc = schema.serialize().to_pybytes()
+    tasks = [
+        FileTask(
+            task.file.file_path,
+            target.location,
+            target.io_properties,
+            schema_ipc,
+            deleted=deleted.get(task.file.file_path, np.empty(0, np.int64)).tobytes(),
+            positions=positions,
+        )
+        for task in planned
+    ]
+    return _files_frame(
+        spark, tasks, pa.schema([*schema, *_POSITION_FIELDS]) if positions else schema
+    )
+
+
+def _files_frame(spark: SparkSession, tasks: list[FileTask], arrow_schema: pa.Schema) -> DataFrame:
     spark_schema = from_arrow_schema(arrow_schema)
 
     source_name = f"kinesis_lake_data_files_{uuid.uuid4().hex}"

@@ -13,8 +13,9 @@ refreshes use for the files appended since their last run.
 
 PySpark's Python data sources get no column pruning from Spark, so ``.select`` after
 ``load`` still reads every column: name the columns with ``columns`` to read only those.
-Tables with delete files (written by other engines in merge-on-read mode) are refused:
-kinesis-lake writes copy-on-write and its per-file tasks do not apply deletes.
+Position delete files (merge-on-read upsert tables) are applied: the driver reads them
+once and each task drops its file's deleted rows. Deletion vectors and equality deletes
+(other engines' writes) are refused, naming the readers that apply them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind, extract_field_ids
@@ -31,9 +33,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from kinesis_lake.errors import ConfigurationError, TableError
+from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.data_files import TableWriteTarget
+from kinesis_lake.iceberg.row_deletes import deleted_positions
 from kinesis_lake.kinesis.start_positions import TIMESTAMP_FORMS, parse_timestamp_ms
 from kinesis_lake.spark.iceberg.files_reader import FilesReader, FileTask
 
@@ -113,24 +116,20 @@ class TableRead:
             else None
         )
         output = tuple(self.arrow_schema.names) if self.read_schema != self.arrow_schema else None
-        tasks = []
-        for planned in scan.plan_files():
-            if planned.delete_files:
-                raise TableError(
-                    f"{'.'.join(table.name())} has delete files (merge-on-read writes of "
-                    "another engine); read it with pyiceberg or the Iceberg Spark runtime."
-                )
-            tasks.append(
-                FileTask(
-                    planned.file.file_path,
-                    target.location,
-                    target.io_properties,
-                    schema_ipc,
-                    row_filter,
-                    output,
-                )
+        planned = list(scan.plan_files())
+        deleted = deleted_positions(table.io, {d for task in planned for d in task.delete_files})
+        return [
+            FileTask(
+                task.file.file_path,
+                target.location,
+                target.io_properties,
+                schema_ipc,
+                row_filter,
+                output,
+                deleted=deleted.get(task.file.file_path, np.empty(0, np.int64)).tobytes(),
             )
-        return tasks
+            for task in planned
+        ]
 
 
 def _snapshot_id(table: Table, name: str, options: dict[str, str]) -> int | None:
