@@ -20,6 +20,11 @@ DescribeStreamSummary, and one GetShardIterator + one GetRecords(Limit=1) per sh
   (:func:`_quiet_stream_run`).
 * No backlog, or a run that includes raw_events already queued or in progress: a
   ``SkipReason`` that says which.
+* Every tick logs what it saw (the stream's shards, which of them hold a backlog and how
+  old its oldest record is, where the raw table's commits stand) and what it decided (the
+  run it requested and why, or why it skipped): the tick's "View logs" in the UI, where
+  an operator reading the sensor's tick history otherwise finds "1 run requested" or a
+  reason only on hover.
 * Every few minutes, or as soon as it changes, the stream's state (shards, retention,
   backlog, age of the oldest unconsumed record) is recorded as a materialization of the
   external ``kinesis_stream`` asset, with an evaluation of the raw freshness check; the
@@ -62,7 +67,7 @@ from kinesis_lake.kinesis.backlog import BacklogProbe
 from kinesis_lake.kinesis.freshness import StreamFreshness, shards_label
 from kinesis_lake.pipeline.backlog import lake_freshness
 from kinesis_lake.pipeline.data_loss import quiet_proof
-from kinesis_lake.pipeline.lake import raw_positions
+from kinesis_lake.pipeline.lake import CommittedPositions, raw_positions
 
 AUTOMATION_SENSOR_NAME = "kinesis_lake_automation"
 
@@ -256,15 +261,22 @@ def _tick(
             events = [e for e in events if not isinstance(e, dg.AssetCheckEvaluation)]
         cursor.observed_at_ms, cursor.stream_state = now_ms, state
 
+    context.log.info(_what_it_saw(lake, keys, committed, fresh))
+
     def skip(reason: str) -> dg.SensorResult:
+        context.log.info(f"Skipped: {reason}")
         return dg.SensorResult(skip_reason=reason, asset_events=events, cursor=cursor.dump())
+
+    def request(run: dg.RunRequest, why: str) -> dg.SensorResult:
+        context.log.info(f"Requested a run of {keys.ingest_job_name} ({run.run_key}): {why}.")
+        return dg.SensorResult(run_requests=[run], asset_events=events, cursor=cursor.dump())
 
     if not probe.has_backlog:
         events += _stall_verdict(cursor, None, keys)
         quiet = _quiet_stream_run(context, lake, committed.positions, probe, running, keys)
         if isinstance(quiet, str):
             return skip(quiet)
-        return dg.SensorResult(run_requests=[quiet], asset_events=events, cursor=cursor.dump())
+        return request(quiet, quiet.tags["kinesis_lake/reason"])
     if running is not None:
         return skip(
             f"Backlog on {shards_label(probe.shards_with_backlog)}, but run "
@@ -299,19 +311,41 @@ def _tick(
         return skip(f"{reason} Next attempt in {wait:.0f} s.")
     run_key = attempt_run_key(base, history.attempts)
     age = fresh.oldest_unconsumed_age_seconds or 0.0
-    return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(
-                run_key=run_key,
-                tags={
-                    "kinesis_lake/stream": stream,
-                    "kinesis_lake/backlog_shards": ",".join(probe.shards_with_backlog),
-                    "kinesis_lake/oldest_unconsumed_age_seconds": f"{age:.0f}",
-                },
-            )
-        ],
-        asset_events=events,
-        cursor=cursor.dump(),
+    run = dg.RunRequest(
+        run_key=run_key,
+        tags={
+            "kinesis_lake/stream": stream,
+            "kinesis_lake/backlog_shards": ",".join(probe.shards_with_backlog),
+            "kinesis_lake/oldest_unconsumed_age_seconds": f"{age:.0f}",
+        },
+    )
+    retry = f", attempt {history.attempts + 1} at it" if history.attempts else ""
+    return request(run, f"backlog on {shards_label(probe.shards_with_backlog)}{retry}")
+
+
+def _what_it_saw(
+    lake: Settings, keys: StreamKeys, committed: CommittedPositions, fresh: StreamFreshness
+) -> str:
+    """One line for the tick's log: the stream's backlog and where raw's commits stand."""
+    probe = fresh.probe
+    if probe.has_backlog:
+        age = fresh.oldest_unconsumed_age_seconds
+        oldest = f", its oldest record {age:.0f} s old" if age is not None else ""
+        backlog = (
+            f"backlog on {len(probe.shards_with_backlog)} of them "
+            f"({shards_label(probe.shards_with_backlog)}){oldest}"
+        )
+    else:
+        backlog = "no backlog"
+    commits = (
+        f"{keys.raw_table} holds positions of {len(committed.positions)} shard(s), committed "
+        f"in snapshot {committed.snapshot_id}"
+        if committed.snapshot_id is not None
+        else f"{keys.raw_table} has no commit yet"
+    )
+    return (
+        f"Stream {lake.stream_name}: {probe.shards} shards (retention {probe.retention_hours} "
+        f"h), {backlog}; {commits}."
     )
 
 

@@ -9,6 +9,7 @@ real ingestion runs.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,10 +38,23 @@ from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake_tests.pipeline_helpers import produce, read_stream
 
 
-def tick(lake, instance, cursor: str | None = None):
+class _Lines(logging.Handler):
+    """The lines a tick logs (what its "View logs" shows in the UI)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def tick(lake, instance, cursor: str | None = None, logged: list[str] | None = None):
     with dg.build_sensor_context(
         instance=instance, cursor=cursor, resources=lake.resources
     ) as context:
+        if logged is not None:
+            context.log.addHandler(_Lines(logged))
         return kinesis_backlog_sensor(context)
 
 
@@ -103,10 +117,17 @@ def record_reads_to_the_tip(lake, positions: dict[str, str], hours_ago: float = 
 
 
 def test_an_empty_stream_is_skipped_and_its_state_recorded(lake, instance):
-    result = tick(lake, instance)
+    logged: list[str] = []
+    result = tick(lake, instance, logged=logged)
 
     assert result.run_requests == []
     assert "No backlog" in result.skip_reason.skip_message
+    # The tick's log says what it saw and why it skipped (its "View logs" in the UI).
+    assert logged == [
+        f"Stream {lake.settings.stream_name}: 2 shards (retention 24 h), no backlog; "
+        "raw_events has no commit yet.",
+        f"Skipped: {result.skip_reason.skip_message}",
+    ]
     stream, freshness = result.asset_events
     assert stream.asset_key == dg.AssetKey("kinesis_stream")
     assert stream.metadata["shards"].value == 2
@@ -123,7 +144,8 @@ def test_an_empty_stream_is_skipped_and_its_state_recorded(lake, instance):
 def test_a_backlog_requests_one_ingestion_run_under_a_deterministic_key(lake, instance):
     produce(lake.settings, 30, seed=1)
 
-    first = tick(lake, instance)
+    logged: list[str] = []
+    first = tick(lake, instance, logged=logged)
     again = tick(lake, instance, cursor=first.cursor)
     fresh_cursor = tick(lake, instance)
 
@@ -138,6 +160,17 @@ def test_a_backlog_requests_one_ingestion_run_under_a_deterministic_key(lake, in
     assert json.loads(first.cursor)["backlog"] == request.run_key
     stream = first.asset_events[0]
     assert stream.metadata["shards_with_backlog"].value >= 1
+    # A tick that launches a run says what it saw and why it launched it.
+    shards = request.tags["kinesis_lake/backlog_shards"].replace(",", ", ")
+    saw, decided = logged
+    assert saw.startswith(
+        f"Stream {lake.settings.stream_name}: 2 shards (retention 24 h), backlog on "
+        f"{len(shards.split(', '))} of them ({shards}), its oldest record "
+    )
+    assert saw.endswith("s old; raw_events has no commit yet.")
+    assert decided == (
+        f"Requested a run of ingest_raw_events ({request.run_key}): backlog on {shards}."
+    )
 
 
 def test_committed_positions_decide_backlog_and_key(lake, instance):
