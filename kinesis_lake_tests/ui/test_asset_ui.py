@@ -1,5 +1,6 @@
 """The Dagster UI in a real browser: materialize everything from the asset graph, twice,
-then find every table's plots and check results on its asset page.
+then find every table's plots and check results on its asset page, and what the backlog
+sensor's tick saw and decided.
 
 Everything real: ``dagster dev`` over the repository's workspace and dagster.yaml, runs
 launched by its daemon (Spark, the local Kinesis endpoint, the Iceberg catalog), headless
@@ -166,3 +167,11 @@ def test_materialize_all_from_the_graph_then_see_plots_and_checks_of_every_table
     ).first.hover()
     expect(page.get_by_text(re.compile(r"No backlog: all 2 shards")).first).to_be_visible()
     shoot(page, screenshots, "08-backlog-sensor-skip-reason")
+    # Its logs, from its row in the tick history, say what it saw and why it skipped.
+    view_logs = page.get_by_role("button", name="View logs")
+    ticks = page.get_by_role("row").filter(has_text="0 runs requested").filter(has=view_logs)
+    ticks.first.get_by_role("button", name="View logs").click()
+    saw = f"Stream {lake_settings.stream_name}: 2 shards (retention 24 h), no backlog"
+    expect(page.get_by_text(saw)).to_be_visible()
+    expect(page.get_by_text("Skipped: No backlog: all 2 shards")).to_be_visible()
+    shoot(page, screenshots, "09-backlog-sensor-tick-logs")
