@@ -90,7 +90,9 @@ def _without_java(env: dict[str, str]) -> dict[str, str]:
 def test_the_cli_ingests_exactly_once_through_spark_connect_without_a_jvm(
     connect_server, kinesalite_endpoint, settings_factory
 ):
-    settings = settings_factory(kinesalite_endpoint)
+    # 8 shards: over Spark Connect the client knows no cores, and each shard wrote a file
+    # of its own per micro-batch before issue 34 ([8, 8] here); now files follow bytes.
+    settings = settings_factory(kinesalite_endpoint, shard_count=8)
     env = _without_java({**settings_env(settings), "SPARK_MASTER": connect_server.url})
     produce(settings, 300, malformed_every=25, seed=21)
 
@@ -104,6 +106,14 @@ def test_the_cli_ingests_exactly_once_through_spark_connect_without_a_jvm(
     rows = open_catalog(data_dir=settings.data_dir).load_table(settings.raw_table).scan()
     keys = rows.to_arrow().select(["shard_id", "sequence_number", "sub_sequence_number"])
     assert keys.num_rows == 500 == len(set(zip(*keys.to_pydict().values(), strict=True)))
+    assert len(set(keys.column("shard_id").to_pylist())) == 8
+    table = open_catalog(data_dir=settings.data_dir).load_table(settings.raw_table)
+    summaries = [s.summary.additional_properties for s in table.snapshots()]
+    added = [int(summary.get("added-data-files", 0)) for summary in summaries]
+    # produce() stamps one arrival day. A new query's first batch guesses each shard's
+    # bytes from its record limit (100,000 at 1 KiB: more tasks, never above one per
+    # shard); the next run knows what each shard gave last time: one task, one file.
+    assert added[-1] == 1 and max(added) <= 8, added
     assert not spark_log_file(settings.log_dir).exists()  # no local JVM logged anything
     assert_reconciled(settings, ("events",))  # the default declaration's one table
 
