@@ -61,17 +61,35 @@ if TYPE_CHECKING:
 
 DERIVED_GROUP = "derived"
 
-DERIVED_AUTOMATION = (
-    dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
-).with_label("eager_unless_blocked")
-"""Follow raw automatically (eager already waits while raw or this asset is in progress),
-but never over raw data a blocking check (duplicates) rejected."""
+
+def derived_automation(declaration: LakeDeclaration) -> dg.AutomationCondition:
+    """Follow raw automatically (eager already waits while raw or this asset is in
+    progress), but never over raw data a blocking check (duplicates) rejected, nor while a
+    table upstream, however far, is being written.
+
+    The last clause is for lingering runs: such a run plans raw only and refreshes the
+    downstream tables itself, one after another (``follow.py``). Eager's wait covers direct
+    dependencies: the aggregate, whose input the run had just refreshed, looked ready, and
+    the automation requested a derive run (all the tables: one step) that queued behind the
+    run's refresh and found nothing new. Dagster has no "any ancestor" condition: the check
+    is nested as deep as the derived tables go (routed, aggregate, then each ``derived:``
+    table at most one level below the ones declared before it)."""
+    levels = 2 + len(declaration.derived)
+    written = dg.AutomationCondition.in_progress()
+    upstream = dg.AutomationCondition.any_deps_match(written)
+    for _ in range(levels - 1):
+        upstream = dg.AutomationCondition.any_deps_match(written | upstream)
+    return (
+        dg.AutomationCondition.eager()
+        & dg.AutomationCondition.all_deps_blocking_checks_passed()
+        & ~upstream.with_label("an upstream table is being written")
+    ).with_label("eager_unless_blocked")
+
 
 _DERIVED_COMMON: dict[str, Any] = {
     "group_name": DERIVED_GROUP,
     "kinds": {"spark", "iceberg"},
     "owners": OWNERS,
-    "automation_condition": DERIVED_AUTOMATION,
     "skippable": True,  # a table with nothing new is not materialized (module docstring)
 }
 
@@ -131,7 +149,7 @@ def _routed_schema(declaration: LakeDeclaration, name: str) -> Schema:
 
 
 def _derived_table_spec(
-    declaration: LakeDeclaration, spec: DerivedTable, namespace: str
+    declaration: LakeDeclaration, spec: DerivedTable, namespace: str, common: dict[str, Any]
 ) -> dg.AssetSpec:
     metadata: dict[str, Any] = {"dagster/table_name": f"{namespace}.{spec.name}"}
     if spec.upsert is not None:  # a SQL table's columns are known once its query ran
@@ -143,7 +161,7 @@ def _derived_table_spec(
         deps=[dg.AssetKey(name) for name in spec.inputs],
         description=_derived_table_description(spec, _shown_path(declaration.path)),
         metadata=metadata,
-        **_DERIVED_COMMON,
+        **common,
     )
 
 
@@ -154,6 +172,7 @@ def derived_specs(
     ``derived:`` table."""
     raw_of = {keys.stream: keys.raw_asset for keys in streams}
     path = _shown_path(declaration.path)
+    common = {**_DERIVED_COMMON, "automation_condition": derived_automation(declaration)}
     specs = [
         dg.AssetSpec(
             dg.AssetKey(table.name),
@@ -163,7 +182,7 @@ def derived_specs(
                 "dagster/table_name": f"{namespace}.{table.name}",
                 "dagster/column_schema": table_column_schema(parsed_table_schema(table.schema)),
             },
-            **_DERIVED_COMMON,
+            **common,
         )
         for table in declaration.tables
     ]
@@ -182,7 +201,7 @@ def derived_specs(
                 "dagster/table_name": f"{namespace}.{QUARANTINE_TABLE}",
                 "dagster/column_schema": table_column_schema(quarantine_table_schema()),
             },
-            **_DERIVED_COMMON,
+            **common,
         ),
         dg.AssetSpec(
             EVENT_COUNTS_PER_MINUTE,
@@ -195,9 +214,12 @@ def derived_specs(
                 "dagster/table_name": f"{namespace}.{AGGREGATE_TABLE}",
                 "dagster/column_schema": table_column_schema(aggregate_table_schema()),
             },
-            **_DERIVED_COMMON,
+            **common,
         ),
-        *(_derived_table_spec(declaration, spec, namespace) for spec in declaration.derived),
+        *(
+            _derived_table_spec(declaration, spec, namespace, common)
+            for spec in declaration.derived
+        ),
     ]
 
 

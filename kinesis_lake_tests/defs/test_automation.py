@@ -79,3 +79,28 @@ def test_a_failed_non_blocking_check_does_not_hold_them(instance):
     )
     result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
     assert _requested(result) == set(DERIVED)
+
+
+def test_the_downstream_commits_of_a_lingering_run_request_no_derive_run(instance):
+    """A lingering ingestion run brings the downstream tables along itself (defs/follow.py),
+    one table after another. Its run plans raw only: the aggregate, whose input (events)
+    the run had just refreshed, looked ready to the automation, which requested a derive
+    run that queued behind the run's refresh and then found nothing new (seen in make dev
+    after each burst). Nothing downstream is requested while raw is being written, nor
+    after, once the run caught every table up."""
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    lingering = instance.create_run_for_job(  # it plans raw, so raw is "in progress"
+        defs.resolve_job_def("ingest_raw_events"),
+        asset_selection=frozenset({RAW}),
+        status=dg.DagsterRunStatus.STARTED,
+    )
+    _raw_ingested(instance)
+    for key in DERIVED[:2]:  # the follower's commits: events, then the quarantine
+        instance.report_runless_asset_event(dg.AssetMaterialization(key))
+    during = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    assert _requested(during) == set()
+
+    instance.report_runless_asset_event(dg.AssetMaterialization(DERIVED[2]))
+    instance.report_run_canceled(lingering)
+    after = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=during.cursor)
+    assert _requested(after) == set()
