@@ -78,6 +78,7 @@ TARGET_FILE_BYTES = str(8 * 1024 * 1024)
 """Small files keep a refresh's rewrite small: it rewrites every file holding a touched key."""
 _DELETED = "__deleted"
 _HELD = "__held"
+_RANK = "__rank"
 UPDATE_MODE = "write.update.mode"
 MERGE_ON_READ = "merge-on-read"
 
@@ -194,18 +195,18 @@ def _merge_on_read(
     held = _held_positions(spark, tables.table, upsert, keys, newest, planned_on)
     candidates = newest.withColumn(_HELD, F.lit(False)).unionByName(held, allowMissingColumns=True)
     dead_candidates = held_dead.withColumn(_HELD, F.lit(False))
-    winners = latest_per_key(
+    ranked = _ranked(
         candidates.unionByName(dead_candidates, allowMissingColumns=True), upsert, prefer=_HELD
     ).persist()
     try:
+        winners = ranked.where(F.col(_RANK) == 1)
         new_winners = winners.where(~F.col(_DELETED) & ~F.col(_HELD))
         live = _arrow(new_winners, tables.table, upsert.key)
         dead = _arrow(winners.where(F.col(_DELETED)), tables.tombstones, upsert.key)
-        kept = winners.where(F.col(_HELD)).select(FILE_PATH, POSITION)
-        replaced = held.select(FILE_PATH, POSITION).join(kept, [FILE_PATH, POSITION], "left_anti")
+        replaced = ranked.where(F.col(_HELD) & (F.col(_RANK) > 1)).select(FILE_PATH, POSITION)
         deletes = replaced.toDF("file_path", "pos").toArrow()
     finally:
-        winners.unpersist()
+        ranked.unpersist()
     return live, dead, deletes
 
 
@@ -215,13 +216,17 @@ def merge_on_read(table: Table) -> bool:
     return mode == MERGE_ON_READ and table.metadata.format_version == 2
 
 
-def latest_per_key(rows: DataFrame, upsert: UpsertSpec, prefer: str | None = None) -> DataFrame:
-    """The winning row of every key: highest version, then the later Kinesis record; on a
-    full tie (the same record) the row whose boolean ``prefer`` column is true."""
+def latest_per_key(rows: DataFrame, upsert: UpsertSpec) -> DataFrame:
+    """The winning row of every key: highest version, then the later Kinesis record."""
+    return _ranked(rows, upsert).where(F.col(_RANK) == 1).drop(_RANK)
+
+
+def _ranked(rows: DataFrame, upsert: UpsertSpec, prefer: str | None = None) -> DataFrame:
+    """``rows`` with their rank within their key (1 wins); on a full tie (the same record)
+    the row whose boolean ``prefer`` column is true ranks first."""
     ties = [F.col(prefer).desc()] if prefer else []
     order = Window.partitionBy(upsert.key).orderBy(*winning_order(upsert.version), *ties)
-    ranked = rows.withColumn("__rank", F.row_number().over(order))
-    return ranked.where(F.col("__rank") == 1).drop("__rank")
+    return rows.withColumn(_RANK, F.row_number().over(order))
 
 
 def winning_order(version: str) -> list[Column]:
