@@ -490,24 +490,38 @@ def _derive_section(result: dict[str, Any]) -> list[str]:
 
 
 def _upsert_section(result: dict[str, Any]) -> list[str]:
+    if "reads" not in result:  # a result of the copy-on-write-only benchmark (before 11-28)
+        return [f"Ratio {_fmt(result['ratio'])} (an older result; rerun for merge-on-read).", ""]
     med = result["median_seconds"]
+    written = result["median_bytes_written"]
     files = result["median_files_rewritten"]
-    rows = result["median_rows_rewritten"]
     build = result["build"]
+    reads = result["reads"]
+    tables = ("mor_small", "mor_large", "cow_small", "cow_large")
     return [
         f"Upsert tables of {_fmt(result['keys']['small'])} and "
-        f"{_fmt(result['keys']['large'])} keys ({_fmt(build['small']['data_files'])} and "
-        f"{_fmt(build['large']['data_files'])} data files of at most "
-        f"{_fmt(result['target_file_bytes'])} bytes after the first load); each "
-        f"refresh updates {_fmt(result['updates_per_refresh'])} random existing keys; "
-        f"{result['rounds']} rounds, interleaved. Median refresh: small {_fmt(med['small'])} s, "
-        f"large {_fmt(med['large'])} s, ratio **{_fmt(result['ratio'])}** (target "
-        f"{result['target']}).",
+        f"{_fmt(result['keys']['large'])} keys ({_fmt(build['mor_small']['data_files'])} and "
+        f"{_fmt(build['mor_large']['data_files'])} data files of at most "
+        f"{_fmt(result['target_file_bytes'])} bytes after the first load); each refresh "
+        f"updates {_fmt(result['updates_per_refresh'])} uniformly random existing keys; "
+        f"{result['rounds']} rounds, interleaved. Merge-on-read (the default) refresh ratio "
+        f"large/small **{_fmt(result['ratio'])}** (target {result['target']}); "
+        f"copy-on-write {_fmt(result['cow_ratio'])}. Load average "
+        f"{result.get('load_average_before')} before, {result.get('load_average')} after.",
         "",
-        "| per refresh (median) | small table | large table |",
-        "|---|---|---|",
-        f"| data files rewritten | {_fmt(files['small'])} | {_fmt(files['large'])} |",
-        f"| rows rewritten | {_fmt(rows['small'])} | {_fmt(rows['large'])} |",
+        "| per refresh (median) | MoR small | MoR large | CoW small | CoW large |",
+        "|---|---|---|---|---|",
+        "| seconds | " + " | ".join(_fmt(med[t]) for t in tables) + " |",
+        "| bytes written | " + " | ".join(_fmt(written[t]) for t in tables) + " |",
+        "| data files rewritten | " + " | ".join(_fmt(files[t]) for t in tables) + " |",
+        "",
+        f"Full pyiceberg read of the small table after {reads['cow_small']['refreshes']} "
+        f"refreshes: copy-on-write {_fmt(reads['cow_small']['read_s'])} s; merge-on-read "
+        f"{_fmt(reads['mor_small']['read_s'])} s (**{_fmt(result['read_ratio'])}x**, "
+        f"{_fmt(reads['mor_small']['data_files'])} data files), after maintenance folded "
+        f"{_fmt(reads['mor_small_maintained']['delete_files_folded'])} delete files "
+        f"{_fmt(reads['mor_small_maintained']['read_s'])} s "
+        f"(**{_fmt(result['read_ratio_maintained'])}x**; target {result['read_target']}).",
         "",
     ]
 

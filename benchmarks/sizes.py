@@ -21,6 +21,7 @@ class Sizes:
     upsert_updates: int
     upsert_rounds: int
     upsert_file_bytes: int
+    upsert_read_refreshes: int
     commits: int
     many_shards: int
     dagster_seconds: float
@@ -50,11 +51,12 @@ class Sizes:
                 derive_large=n(1_000_000, 4_000),
                 derive_new_rows=n(10_000, 100),
                 derive_rounds=3,
-                upsert_small=n(100_000),
-                upsert_large=n(1_000_000, 4_000),
-                upsert_updates=20,
+                upsert_small=n(1_000_000),
+                upsert_large=n(10_000_000, 4_000),
+                upsert_updates=1_000,
                 upsert_rounds=3,
-                upsert_file_bytes=256 * 1024,
+                upsert_file_bytes=8 * 1024 * 1024,
+                upsert_read_refreshes=100,
                 commits=max(20, int(1_000 * min(scale, 1.0))),
                 many_shards=max(8, int(500 * min(scale, 1.0))),
                 dagster_seconds=max(60.0, 300 * min(scale, 1.0)),
@@ -74,9 +76,10 @@ class Sizes:
             derive_rounds=2,
             upsert_small=n(20_000),
             upsert_large=n(200_000, 4_000),
-            upsert_updates=20,
+            upsert_updates=1_000,
             upsert_rounds=3,
-            upsert_file_bytes=64 * 1024,
+            upsert_file_bytes=160 * 1024,
+            upsert_read_refreshes=100,
             commits=max(20, int(1_000 * min(scale * 4, 1.0))),
             many_shards=max(8, int(500 * min(scale * 4, 1.0))),
             dagster_seconds=max(60.0, 150 * min(scale * 4, 1.0)),
