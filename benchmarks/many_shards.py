@@ -1,25 +1,31 @@
 """Benchmark 9: many shards, by simulation: what a micro-batch costs the driver at 500 shards.
 
-On-demand streams reach hundreds or thousands of shards, and every shard is a task, a
-progress record and, with one write task per shard (``KINESIS_LAKE_MAX_WRITE_TASKS=0``,
-measured here against a bound of 8), a data file per micro-batch. Two kinesalite streams, of
+On-demand streams reach hundreds or thousands of shards, and every shard is a planned
+read and a progress record. Until issue 34 it was also a write task, and so a data file,
+per micro-batch on a cluster master (``one task per shard`` below: 287 files per commit at
+500 shards); by default the source now packs shards into tasks by the bytes their last
+reads gave (kinesis_lake/spark/kinesis/task_groups.py). Two kinesalite streams, of
 ``SMALL_SHARDS`` and ``ctx.sizes.many_shards`` shards, hold the same number of records
 per shard (random partition keys spread them), and ``run_ingestion`` drains each in
-``BATCHES`` micro-batches of the same records per shard (``maxRecordsPerShard``), in
-the shared warm ``local[2]`` worker.
+``BATCHES`` micro-batches of the same records per shard (``maxRecordsPerShard``), in a
+shared warm worker on ``MASTER``, a cluster master (two executor JVMs, no
+``spark.default.parallelism``): every setting at its default but the batch size.
 
 Per micro-batch with rows, from Spark's progress: the driver's own phases (``latestOffset``
 = ListShards, the previous epoch's progress records and the read plan; ``getBatch``,
 ``queryPlanning``, ``walCommit``, ``commitOffsets``) and ``addBatch`` (the tasks and the
 sink's commit). The sink's commit is also timed apart, in this process: ``commit_files``
-of one file per shard with the positions of every shard, as the sink commits a
-micro-batch, on a table with a streaming table's retained history (100 snapshots: more
-than the raw table's floor of 10, as a writer accumulates between maintenance passes).
-Also reported: tasks and data files per commit, the checkpoint's offset-log entry and
-the progress records' bytes per micro-batch, and the table metadata's size.
+of as many files as the run's commits held (one file each, with the positions of every
+shard, as the sink commits a micro-batch) on a table with a streaming table's retained
+history (100 snapshots: more than the raw table's floor of 10, as a writer accumulates
+between maintenance passes). Also reported: tasks and data files per commit, the
+checkpoint's offset-log entry and the progress records' bytes per micro-batch, and the
+table metadata's size.
 
 Headline: driver time per micro-batch (driver phases + commit) at many shards / at
-``SMALL_SHARDS``; target <= 3.
+``SMALL_SHARDS``, both in the default configuration; target <= 3. For comparison, the
+same at many shards with one task per shard (``KINESIS_LAKE_MAX_WRITE_TASKS=0``, the
+cluster default before issue 34).
 """
 
 from __future__ import annotations
@@ -37,14 +43,16 @@ from benchmarks.sandbox import REGION
 from benchmarks.stats import ratio, verdict
 
 NAME = "many_shards"
-SPARK_MASTERS: tuple[str, ...] = ("local[2]",)
+MASTER = "local-cluster[2,1,1024]"
+SPARK_MASTERS: tuple[str, ...] = (MASTER,)
 TARGET = 3.0
 SMALL_SHARDS = 4
 BATCHES = 3
 RECORDS_PER_SHARD_PER_BATCH = 8
 COMMITS_TIMED = 5
 HISTORY_COMMITS = 150
-WRITE_TASKS = 8
+PER_SHARD = 0
+"""KINESIS_LAKE_MAX_WRITE_TASKS=0: one write task (and file) per shard."""
 DRIVER_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 
 
@@ -65,9 +73,9 @@ def _produce(ctx: BenchContext, shards: int) -> str:
     return name
 
 
-def _ingest(ctx: BenchContext, stream: str, shards: int, write_tasks: int) -> dict[str, Any]:
-    label = f"shards_{shards}_tasks_{write_tasks}"
-    call = ctx.spark("local[2]").call(
+def _ingest(ctx: BenchContext, stream: str, shards: int, write_tasks: int | None) -> dict[str, Any]:
+    label = f"shards_{shards}_tasks_{'default' if write_tasks is None else write_tasks}"
+    call = ctx.spark(MASTER).call(
         "ingest",
         {
             "stream": stream,
@@ -92,7 +100,7 @@ def _ingest(ctx: BenchContext, stream: str, shards: int, write_tasks: int) -> di
     storage = run["storage"]
     return {
         "shards": shards,
-        "write_tasks": write_tasks or shards,
+        "write_tasks": "default" if write_tasks is None else (write_tasks or shards),
         "rows": run["rows"],
         "micro_batches": len(batches),
         "median_ms": phases,
@@ -162,43 +170,49 @@ def _commit_cost(ctx: BenchContext, shards: int, files_per_commit: int) -> dict[
 
 def run(ctx: BenchContext) -> dict[str, Any]:
     many = ctx.sizes.many_shards
-    # (shards, write tasks): 0 is one writer task per shard (the default until 2026-11-26).
-    configs = ((SMALL_SHARDS, 0), (many, 0), (many, WRITE_TASKS))
+    # (label, shards, KINESIS_LAKE_MAX_WRITE_TASKS): None is the default (tasks by bytes).
+    configs = (
+        (f"{SMALL_SHARDS}", SMALL_SHARDS, None),
+        (f"{many}", many, None),
+        (f"{many}, one task per shard", many, PER_SHARD),
+    )
     streams = {shards: _produce(ctx, shards) for shards in (SMALL_SHARDS, many)}
     runs: dict[str, dict[str, Any]] = {}
     commits: dict[str, dict[str, Any]] = {}
     driver: dict[str, float] = {}
-    for shards, write_tasks in configs:
-        key = f"{shards}" if not write_tasks else f"{shards}, {write_tasks} write tasks"
+    for key, shards, write_tasks in configs:
         runs[key] = _ingest(ctx, streams[shards], shards, write_tasks)
-        commits[key] = _commit_cost(ctx, shards, write_tasks or shards)
+        files = max(1, round(runs[key]["data_files_per_commit"]))
+        commits[key] = _commit_cost(ctx, shards, files)
         driver[key] = round(
             runs[key]["driver_phases_ms"] + commits[key]["commit_s_median"] * 1000, 1
         )
-    small, large, bounded = (runs[key] for key in runs)
-    keys = list(runs)
-    headline = ratio(driver[keys[1]], driver[keys[0]])
+    small, large, per_shard = (configs[i][0] for i in range(3))
+    headline = ratio(driver[large], driver[small])
     return {
         "shards": [SMALL_SHARDS, many],
+        "master": MASTER,
         "records_per_shard_per_batch": RECORDS_PER_SHARD_PER_BATCH,
         "runs": runs,
         "commits": commits,
         "driver_ms": driver,
         "ratio": headline,
-        "ratio_bounded": ratio(driver[keys[2]], driver[keys[0]]),
-        "ratio_add_batch": ratio(large["median_ms"]["addBatch"], small["median_ms"]["addBatch"]),
+        "ratio_one_task_per_shard": ratio(driver[per_shard], driver[small]),
+        "ratio_add_batch": ratio(
+            runs[large]["median_ms"]["addBatch"], runs[small]["median_ms"]["addBatch"]
+        ),
         "target": f"<= {TARGET}",
         "verdict": verdict(headline, TARGET, at_least=False),
         "load_average": load_now(),
         "notes": (
             "driver time per micro-batch = Spark's driver phases (median over micro-batches "
-            "with rows) + the sink's commit_files timed apart (as many files as writer "
-            f"tasks, on a table holding 100 snapshots); {many} vs {SMALL_SHARDS} shards, same "
-            "records per shard per micro-batch. The headline ratio is one write task per "
-            "shard (KINESIS_LAKE_MAX_WRITE_TASKS=0); with "
-            f"KINESIS_LAKE_MAX_WRITE_TASKS={WRITE_TASKS} it is "
-            f"{ratio(driver[keys[2]], driver[keys[0]])} and a commit holds "
-            f"{bounded['data_files_per_commit']:g} files instead of "
-            f"{large['data_files_per_commit']:g}."
+            "with rows) + the sink's commit_files timed apart (as many files as the run's "
+            f"commits held, on a table holding 100 snapshots); {many} vs {SMALL_SHARDS} "
+            f"shards, same records per shard per micro-batch, on {MASTER} with every setting "
+            "at its default (shards packed into tasks by bytes). A commit holds "
+            f"{runs[large]['data_files_per_commit']:g} files at {many} shards; with one "
+            "task per shard (KINESIS_LAKE_MAX_WRITE_TASKS=0, the cluster default before "
+            f"issue 34) {runs[per_shard]['data_files_per_commit']:g}, and the ratio is "
+            f"{ratio(driver[per_shard], driver[small])}."
         ),
     }

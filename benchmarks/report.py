@@ -629,7 +629,7 @@ def _many_shards_section(result: dict[str, Any]) -> list[str]:
     lines = [
         f"Streams of {' and '.join(str(n) for n in result['shards'])} shards, "
         f"{result['records_per_shard_per_batch']} records per shard per micro-batch, drained "
-        "by `run_ingestion` (warm `local[2]`).",
+        f"by `run_ingestion` (warm `{result.get('master', 'local[2]')}`).",
         "",
         "| per micro-batch (median) | "
         + " | ".join(n.replace(",", " shards,") if "," in n else f"{n} shards" for n in shards)
@@ -666,7 +666,8 @@ def _many_shards_section(result: dict[str, Any]) -> list[str]:
     lines += [
         "",
         f"Ratio driver time **{_fmt(result['ratio'])}**, addBatch "
-        f"{_fmt(result['ratio_add_batch'])}. {result['notes']}",
+        f"{_fmt(result['ratio_add_batch'])}. {result['notes']} Load average at the end: "
+        f"{result.get('load_average', 'n/a')} (2 cores).",
         "",
     ]
     return lines

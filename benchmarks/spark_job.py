@@ -667,7 +667,7 @@ _DEFAULTS: dict[str, Any] = {
     "runs": "warm",
     "warmup_stream": "",
     "max_records_per_shard": 0,
-    "max_write_tasks": None,  # the setting's default: one write task per core
+    "max_write_tasks": None,  # the setting's default: tasks sized by the data
     "trigger": "1 second",
     "stop_file": "",
     "max_seconds": 600.0,
