@@ -83,7 +83,8 @@ simulate: setup
 	$(BIN)/python -m kinesis_lake_tests.simulation --seconds $(SIM_SECONDS)
 
 # The derived tables' simulation, Spark in the loop (about a minute a schedule): routing,
-# dedup, upsert, SQL modes, quarantine, replay, declaration edits, re-created tables.
+# dedup, upsert, SQL modes, quarantine, replay, declaration edits, re-created tables,
+# failing commits and maintenance racing a commit.
 SIM_SCHEDULES ?= 20
 simulate-derived: setup
 	$(BIN)/python -m kinesis_lake_tests.simulation.derived --schedules $(SIM_SCHEDULES)

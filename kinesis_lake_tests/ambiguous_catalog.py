@@ -26,6 +26,10 @@ Faults, taken in order, one per commit (of any table, or of the named table):
   follow land before it, as they can on a server still busy with it). Whatever
   the client reads in between (an abort's reload) shows the table without it. What it
   does not model: reads that lag writes the client saw succeed (stale reads).
+* ``RACED``: another writer gets in first: ``call`` (``"module:function"``, given
+  ``argument``) runs inside the commit, after the caller staged it and before it is
+  applied, then the commit goes on normally. It carries a maintenance pass into the
+  commit processes Spark starts itself, where :func:`pause_commits` cannot reach.
 
 Arming works across processes: faults live in a JSON file named by the catalog property
 ``kinesis-lake.fault-file``, read and consumed under a file lock on every commit. A test
@@ -41,6 +45,7 @@ table and staged its transaction.
 from __future__ import annotations
 
 import fcntl
+import importlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -59,6 +64,7 @@ FAULT_FILE_PROPERTY = "kinesis-lake.fault-file"
 LANDS_THEN_RAISES = "lands-then-raises"
 RAISES_BEFORE = "raises-before"
 LANDS_LATE = "lands-late"
+RACED = "raced"
 _HELD = "held"  # a LANDS_LATE commit the catalog has not applied yet
 _ERRORS: dict[str, Callable[[str], Exception]] = {
     "unknown": CommitStateUnknownException,
@@ -89,6 +95,10 @@ class AmbiguousCatalog(SqlCatalog):
             self._apply_held(Path(fault_file), name, only_at_next_commit=True)
         fault = _take_fault(fault_file, name)
         if fault is None:
+            return super().commit_table(table, requirements, updates)
+        if fault["mode"] == RACED:
+            module, function = fault["call"].split(":")
+            getattr(importlib.import_module(module), function)(fault["argument"])
             return super().commit_table(table, requirements, updates)
         error = _ERRORS[fault.get("error", "unknown")]
         if fault["mode"] == RAISES_BEFORE:
@@ -165,6 +175,16 @@ def arm(
     if mode not in (LANDS_THEN_RAISES, RAISES_BEFORE, LANDS_LATE) or error not in _ERRORS:
         raise ValueError(f"unknown fault {mode!r} / error {error!r}")
     fault = {"mode": mode, "error": error, "table": table, "at_next_commit": at_next_commit}
+    _queue(fault_file, fault, times)
+
+
+def arm_race(fault_file: Path, call: str, argument: str, *, table: str | None = None) -> None:
+    """Make the next commit (of ``table``, if named) run ``call(argument)`` before it is
+    applied (``call`` is ``"module:function"``, importable in whichever process commits)."""
+    _queue(fault_file, {"mode": RACED, "call": call, "argument": argument, "table": table}, 1)
+
+
+def _queue(fault_file: Path, fault: dict, times: int) -> None:
     with _locked(fault_file) as faults:
         faults.extend(dict(fault) for _ in range(times))
 

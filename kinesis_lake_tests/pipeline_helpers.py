@@ -28,7 +28,12 @@ from kinesis_lake.pipeline.derive import DeriveResult, refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.reconcile import reconcile_routed
-from kinesis_lake_tests.ambiguous_catalog import RAISES_BEFORE, arm, catalog_environment
+from kinesis_lake_tests.ambiguous_catalog import (
+    RAISES_BEFORE,
+    arm,
+    arm_race,
+    catalog_environment,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,9 +188,25 @@ def derive_with_a_failing_commit(
     new process whose catalog (the same SQLite database) fails the next commit of
     ``table`` (refuses it, or with ``LANDS_THEN_RAISES`` applies it and then raises), so
     the job dies right after that commit's predecessors."""
-    module, function = job.split(".")
     faults = settings.data_dir.parent / "catalog-faults.json"
     arm(faults, mode, error="generic", table=table)
+    return run_job_with_faults(settings, job, faults)
+
+
+def derive_raced_inside_a_commit(
+    settings: Settings, table: str, call: str, argument: str
+) -> subprocess.CompletedProcess:
+    """The refresh in a new process in which ``call(argument)`` (another writer: a
+    maintenance pass, say) runs inside the next commit of ``table``, before it lands."""
+    faults = settings.data_dir.parent / "catalog-faults.json"
+    arm_race(faults, call, argument, table=table)
+    return run_job_with_faults(settings, "derive.refresh_downstream", faults)
+
+
+def run_job_with_faults(settings: Settings, job: str, faults: Path) -> subprocess.CompletedProcess:
+    """``job`` (``module.function`` of kinesis_lake.pipeline) in a new process whose
+    catalog is the ambiguous one over the same SQLite database, obeying ``faults``."""
+    module, function = job.split(".")
     env = {
         **settings_env(settings),
         **catalog_environment(settings.data_dir, faults, settings.catalog_name),

@@ -10,7 +10,15 @@ new process whose commit of one table fails or lands then raises; declaration ed
 table, a new optional field, ``int`` widened to ``long``); ``replay``; dropping a routed
 table (the input of the SQL tables) or a derived table so that the next refresh re-creates
 and rebuilds it (what the ``SnapshotExpiredError`` message advises); maintenance
-(compaction and snapshot expiry).
+(compaction and snapshot expiry); and a race: a derive in a new process inside one of
+whose commits (of a routed, quarantine or derived table, whichever process Spark commits it
+in) a maintenance pass with the tightest policy (compact, keep one snapshot, none by age)
+runs over a source table, the raw table included, before that commit lands, as a schedule
+racing the refresh does on a busy deployment. With the defect 32750b0 fixed put back by
+hand (expiry ignoring a table before its first refresh), ``put, derive, put,
+edit(add_table), race(raw_events@signups)`` finds it (reconcile: a record repeated); the
+schedules with races pass on the fixed code. Races draw only with faults on (they start a
+process each), so ``make test``'s sample does not run them: ``make simulate-derived`` does.
 
 After every step the lake is compared with a reference model kept in plain Python from
 what was put (routing by the record's ``type`` and field validity written here, not taken
@@ -101,8 +109,17 @@ SIGNUPS = """\
       - {name: id, type: string, required: true}
 """
 EDITS = ("add_table", "add_field", "widen")
+RAW = "raw_events"
 ROUTED = ("views", "updates")
 DERIVED = ("profiles", "views_per_hour", "profile_count")
+SOURCES = {  # each table a derive commits to, with the table it reads
+    "quarantine": RAW,
+    **dict.fromkeys((*ROUTED, "signups"), RAW),  # signups: after the add_table edit
+    "profiles": "updates",
+    "views_per_hour": "views",
+    "profile_count": "profiles",
+}
+READ = tuple(sorted(set(SOURCES.values())))  # sorted: a set's order varies per process
 WINDOWED_SQL = (  # DuckDB's, "at" quoted
     "SELECT date_trunc('hour', \"at\") AS hour, count(*) AS views, max(n) AS top FROM views "
     "GROUP BY 1"
@@ -127,9 +144,9 @@ def declaration(edits: set[str]) -> str:
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # put | derive | fail | edit | replay | drop | maintain
+    kind: str  # put | derive | fail | edit | replay | drop | maintain | race
     records: tuple[Any, ...] = ()  # put: dicts or bytes
-    arg: str = ""  # fail: table/mode; edit: which; drop/maintain: table
+    arg: str = ""  # fail: table/mode; edit: which; drop/maintain: table; race: source@table
 
     def __str__(self) -> str:
         if self.kind == "put":
@@ -200,8 +217,9 @@ def generate(seed: int, *, steps: tuple[int, int] = (4, 12), faults: bool = True
             "put"
             if index == 0
             else rng.choices(
-                ("put", "derive", "fail", "edit", "replay", "drop", "maintain"),
-                weights=(5, 5, 1 if faults else 0, 2 if edits else 0, 2, 1, 1),
+                ("put", "derive", "fail", "edit", "replay", "drop", "maintain", "race"),
+                # "race" last with no weight without faults: those schedules stay as they were
+                weights=(5, 5, 1 if faults else 0, 2 if edits else 0, 2, 1, 1, 2 if faults else 0),
             )[0]
         )
         if choice == "put":
@@ -220,6 +238,10 @@ def generate(seed: int, *, steps: tuple[int, int] = (4, 12), faults: bool = True
             out.append(Step("drop", arg=rng.choice(("views", "updates", *DERIVED))))
         elif choice == "maintain":
             out.append(Step("maintain", arg=rng.choice(ROUTED)))
+        elif choice == "race":  # mostly upkeep of the very table the commit read
+            table = rng.choice(tuple(SOURCES))
+            source = SOURCES[table] if rng.random() < 0.7 else rng.choice(READ)
+            out.append(Step("race", arg=f"{source}@{table}"))
         else:
             out.append(Step(choice))
     out.append(Step("derive"))  # every schedule ends converged
@@ -449,15 +471,46 @@ def _arrow(settings: Settings, table: str) -> Any:
     return open_lake(settings).load_table(settings.table_identifier(table)).scan().to_arrow()
 
 
+def _identifier(settings: Settings, table: str) -> str:
+    return settings.quarantine_table if table == "quarantine" else settings.table_identifier(table)
+
+
 def _fail(settings: Settings, arg: str) -> bool:
     """The derive in a new process; True if the armed commit came and failed it."""
     from kinesis_lake_tests.pipeline_helpers import derive_with_a_failing_commit
 
     table, mode = arg.split("/")
-    identifier = (
-        settings.quarantine_table if table == "quarantine" else settings.table_identifier(table)
+    return (
+        derive_with_a_failing_commit(settings, _identifier(settings, table), mode=mode).returncode
+        != 0
     )
-    return derive_with_a_failing_commit(settings, identifier, mode=mode).returncode != 0
+
+
+def upkeep_with_the_tightest_policy(table: str) -> None:
+    """A maintenance pass over ``table`` that keeps one snapshot and none by age, in
+    whichever process a raced commit runs it (the lake's settings are in its environment)."""
+    settings = Settings.from_env()
+    if open_lake(settings).table_exists(settings.table_identifier(table)):
+        policy = MaintenancePolicy(snapshot_max_age_hours=0, retain_last_snapshots=1)
+        run_maintenance(settings, table, policy)
+
+
+def _race(settings: Settings, arg: str) -> bool:
+    """The derive in a new process with upkeep of ``source`` inside the commit of ``table``;
+    True if that commit came (the pass ran). A derive that fails is a finding."""
+    from kinesis_lake_tests.ambiguous_catalog import pending
+    from kinesis_lake_tests.pipeline_helpers import derive_raced_inside_a_commit
+
+    source, table = arg.split("@")
+    faults = settings.data_dir.parent / "catalog-faults.json"
+    faults.unlink(missing_ok=True)  # a fault a ``fail`` step armed and no commit took
+    call = f"kinesis_lake_tests.simulation.derived:{upkeep_with_the_tightest_policy.__name__}"
+    done = derive_raced_inside_a_commit(settings, _identifier(settings, table), call, source)
+    raced = pending(faults) == 0
+    faults.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise Violation("raced-derive-failed", done.stderr[-2000:])
+    return raced
 
 
 def run_schedule(
@@ -494,6 +547,13 @@ def run_schedule(
                 model.unsettled = True
                 if figures is not None:
                     figures.faults[f"{step.arg}-{'fired' if fired else 'not-reached'}"] += 1
+            elif step.kind == "race":
+                _ingest(spark, settings, model)
+                raced = _race(settings, step.arg)
+                model.derive()
+                model.unsettled = False
+                if figures is not None:
+                    figures.faults[f"race-{'ran' if raced else 'not-reached'}"] += 1
             elif step.kind == "edit":
                 model.edits.add(step.arg)
                 path.write_text(declaration(model.edits))
