@@ -11,8 +11,7 @@ whole key space.
 How the replaced rows go (the table property ``write.update.mode``, Iceberg's own name):
 
 * ``merge-on-read`` (set on every upsert table; format v2): the candidate files' key and
-  ordering columns only are read, with each row's position, on the driver with pyarrow
-  (:mod:`kinesis_lake.iceberg.keyed_rows` says why), and the held rows that lose
+  ordering columns only are read, with each row's position, and the held rows that lose
   are marked deleted in ONE position delete file, committed in the same snapshot as the
   new winners (:func:`kinesis_lake.iceberg.commit.commit_row_delta`). A held row that
   still wins stays where it is. Nothing is rewritten, so a refresh writes about what it
@@ -60,7 +59,6 @@ from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable, Upse
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.commit import commit_arrow, commit_row_delta
 from kinesis_lake.iceberg.filters import any_of
-from kinesis_lake.iceberg.keyed_rows import FILE_PATH, POSITION, rows_of_keys
 from kinesis_lake.iceberg.lineage import (
     rebuild_if_source_moved_back,
     source_properties,
@@ -69,7 +67,12 @@ from kinesis_lake.iceberg.lineage import (
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
-from kinesis_lake.spark.iceberg.files_reader import read_planned_files, read_table_files
+from kinesis_lake.spark.iceberg.files_reader import (
+    FILE_PATH,
+    POSITION,
+    read_planned_files,
+    read_table_files,
+)
 
 TARGET_FILE_BYTES = str(8 * 1024 * 1024)
 """Small files keep a refresh's rewrite small: it rewrites every file holding a touched key."""
@@ -288,11 +291,11 @@ def _held_positions(
 ) -> DataFrame:
     """The ordering columns and file positions of the rows ``table`` holds for ``keys``
     (as of ``snapshot_id``): all a merge-on-read refresh needs to decide and delete."""
-    columns = _tombstone_columns(upsert)
+    columns = tuple(_tombstone_columns(upsert))
     tasks = _candidates(table, upsert.key, keys, snapshot_id)
-    held = rows_of_keys(table, tasks, columns, upsert.key, keys)  # see keyed_rows
-    if held.num_rows:
-        rows = spark.createDataFrame(held)
+    if tasks:
+        rows = read_planned_files(spark, table, tasks, columns=columns, positions=True)
+        rows = rows.join(newest.select(upsert.key), upsert.key, "left_semi")
     else:
         rows = (
             newest.limit(0)

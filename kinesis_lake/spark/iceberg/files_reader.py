@@ -46,7 +46,9 @@ class FileTask(InputPartition):
     expression over those columns) only matching rows are kept, and ``output`` names the
     columns returned (the filter may need columns the caller did not ask for).
     ``deleted``: the sorted row positions (int64, native order) the table's delete files
-    delete in this file, dropped before anything else.
+    delete in this file, dropped before anything else. ``positions``: each row also gets
+    :data:`FILE_PATH` and :data:`POSITION` (its row number in the file), what a position
+    delete names.
     """
 
     path: str
@@ -56,6 +58,12 @@ class FileTask(InputPartition):
     row_filter: pc.Expression | None = field(default=None, repr=False)
     output: tuple[str, ...] | None = None
     deleted: bytes = field(default=b"", repr=False)
+    positions: bool = False
+
+
+FILE_PATH = "__file_path"
+POSITION = "__pos"
+_POSITION_FIELDS = [pa.field(FILE_PATH, pa.string()), pa.field(POSITION, pa.int64())]
 
 
 class FilesReader(DataSourceReader):
@@ -85,14 +93,25 @@ class FilesReader(DataSourceReader):
             deleted = np.frombuffer(task.deleted, dtype=np.int64)
             offset = 0
             for batch in parquet.iter_batches(batch_size=65_536, columns=columns):
-                batch, offset = _live(_project(batch, schema), deleted, offset)
+                batch, offset = _live(_project(batch, schema), task, deleted, offset)
                 yield from _kept(batch, task)
 
 
-def _live(batch: pa.RecordBatch, deleted: np.ndarray, offset: int) -> tuple[pa.RecordBatch, int]:
-    """``batch`` (rows ``offset`` on of the file) without its deleted rows, and the next
-    batch's offset."""
+def _live(
+    batch: pa.RecordBatch, task: FileTask, deleted: np.ndarray, offset: int
+) -> tuple[pa.RecordBatch, int]:
+    """``batch`` (rows ``offset`` on of the file) without its deleted rows, with their
+    positions when asked; and the next batch's offset."""
     end = offset + batch.num_rows
+    if task.positions:
+        batch = pa.RecordBatch.from_arrays(
+            [
+                *batch.columns,
+                pa.array([task.path] * batch.num_rows, pa.string()),
+                pa.array(np.arange(offset, end, dtype=np.int64)),
+            ],
+            schema=pa.schema([*batch.schema, *_POSITION_FIELDS]),
+        )
     low, high = np.searchsorted(deleted, [offset, end])
     if high > low:
         keep = np.ones(batch.num_rows, dtype=bool)
@@ -138,11 +157,21 @@ def read_data_files(
     return _files_frame(spark, tasks, arrow_schema)
 
 
-def read_planned_files(spark: SparkSession, table: Table, planned: list[FileScanTask]) -> DataFrame:
+def read_planned_files(
+    spark: SparkSession,
+    table: Table,
+    planned: list[FileScanTask],
+    *,
+    columns: tuple[str, ...] = (),
+    positions: bool = False,
+) -> DataFrame:
     """The rows of ``table``'s planned scan tasks (``table.scan(...).plan_files()``), each
-    file without the rows its delete files delete."""
+    file without the rows its delete files delete; only ``columns`` if given, and with
+    :data:`FILE_PATH` and :data:`POSITION` when ``positions``."""
     target = TableWriteTarget.from_table(table)
     schema = target.arrow_schema()
+    if columns:
+        schema = pa.schema([schema.field(name) for name in columns])
     deleted = deleted_positions(table.io, {d for task in planned for d in task.delete_files})
     schema_ipc = schema.serialize().to_pybytes()
     tasks = [
@@ -152,10 +181,13 @@ def read_planned_files(spark: SparkSession, table: Table, planned: list[FileScan
             target.io_properties,
             schema_ipc,
             deleted=deleted.get(task.file.file_path, np.empty(0, np.int64)).tobytes(),
+            positions=positions,
         )
         for task in planned
     ]
-    return _files_frame(spark, tasks, schema)
+    return _files_frame(
+        spark, tasks, pa.schema([*schema, *_POSITION_FIELDS]) if positions else schema
+    )
 
 
 def _files_frame(spark: SparkSession, tasks: list[FileTask], arrow_schema: pa.Schema) -> DataFrame:
