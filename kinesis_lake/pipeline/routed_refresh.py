@@ -10,7 +10,8 @@ Invariant: every raw record lands once, in a routed table or in the quarantine, 
 is dropped. Each target keeps its own place in raw (its commit's batch id is the raw
 snapshot's sequence number), so a crash between two targets' commits is repaired by the
 next refresh writing only the ones behind; a table added to the declaration is backfilled
-up to the quarantine's place, its rejections quarantined there, before the quarantine moves
+up to the quarantine's place, its rejections quarantined there and the records it takes
+that the quarantine held as taken by no table marked resolved, before the quarantine moves
 on, so no verdict on an earlier record is skipped or given twice.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from functools import reduce
 
-from pyiceberg.expressions import EqualTo, In, IsNull, Or
+from pyiceberg.expressions import And, EqualTo, In, IsNull, Or
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +38,7 @@ from kinesis_lake.iceberg.lineage import (
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.pipeline.dedup import deduplicate
 from kinesis_lake.pipeline.downstream_tables import DownstreamTables
+from kinesis_lake.pipeline.quarantine_marks import KEYS, WAS, mark_resolved, movable, resolvable
 from kinesis_lake.pipeline.refresh import (
     OnCommit,
     TableRefresh,
@@ -91,7 +93,7 @@ def refresh_routed(
     # The quarantine holds every stream's records: only this stream's are verdicts on raw.
     stream_rows = EqualTo(C.STREAM_NAME, settings.stream_name)
     rebuild_if_source_moved_back(raw, tables.quarantine, rows=stream_rows)
-    backfilled = _backfill_to_quarantine(spark, settings, declaration, raw, tables)
+    backfilled = _backfill_to_quarantine(spark, settings, declaration, raw, tables, on_commit)
     for name, earlier in backfilled.items():
         on_commit(name, earlier, {})
     slices = {name: pending_slice(raw, table) for name, table in targets.items()}
@@ -132,9 +134,12 @@ def _backfill_to_quarantine(
     declaration: LakeDeclaration,
     raw: Table,
     tables: DownstreamTables,
+    on_commit: OnCommit,
 ) -> dict[str, TableRefresh]:
     """Bring each routed table that is behind the quarantine in raw (one just added to
-    the declaration) up to the quarantine's place, and quarantine its own rejections there.
+    the declaration) up to the quarantine's place, and quarantine its own rejections there;
+    ``on_commit`` hears of the quarantine's commit that marks resolved the records such a
+    table takes (``rows_resolved``).
 
     The quarantine judged those raw records before the table existed: the table's schema
     rejections and duplicates among them would otherwise be in neither (issue 31, suspected
@@ -166,16 +171,29 @@ def _backfill_to_quarantine(
             if held is not None:
                 rejected = rejected.join(held, list(C.IDENTITY_COLUMNS), "left_anti")
             identifier = ".".join(tables.quarantine.name())
+            writer_id = f"{derived_writer_id(raw.name()[-1])}:{'+'.join(names)}"
             append_rows(
                 rejected,
                 settings,
                 identifier,
-                writer_id=f"{derived_writer_id(raw.name()[-1])}:{'+'.join(names)}",
+                writer_id=writer_id,
                 batch_id=sequence_number(raw, done),
                 summary=source_summary(raw, done),
                 writer_properties=source_properties(raw),
             )
             tables.quarantine.refresh()
+            resolved = _resolve_what_the_backfill_takes(
+                spark,
+                settings,
+                tables.quarantine,
+                outputs,
+                names,
+                writer_id=f"{writer_id}:resolved",
+                batch_id=sequence_number(raw, done),
+            )
+            if resolved:
+                marking = TableRefresh(identifier, len(piece.files), piece.rows, 0, done, True)
+                on_commit(QUARANTINE_TABLE, marking, {"rows_resolved": resolved})
             for name in names:
                 table = tables.routed[name]
                 count = _append(outputs[name], settings, ".".join(table.name()), raw, piece)
@@ -186,6 +204,45 @@ def _backfill_to_quarantine(
         finally:
             routed.unpersist()
     return results
+
+
+def _resolve_what_the_backfill_takes(
+    spark: SparkSession,
+    settings: Settings,
+    quarantine: Table,
+    outputs: dict[str, DataFrame],
+    names: list[str],
+    *,
+    writer_id: str,
+    batch_id: int,
+) -> int:
+    """Mark resolved the records the quarantine holds as taken by no table that the new
+    tables ``names`` now take, before their rows are appended.
+
+    The backfill fills a new table from the whole raw table, so such a record (a sign-up
+    quarantined before a ``signups`` table was declared) enters the table; left unresolved,
+    the reconciliation check counted it twice until someone ran a replay. Marked first: a
+    crash before the table's commit leaves the record briefly in neither, and the next
+    refresh, finding the table still behind, repeats the backfill and appends it (the
+    marking, idempotent, is not repeated); marked after, a crash would leave it in both
+    until a replay.
+    """
+    files = [
+        task.file.file_path
+        for task in quarantine.scan(
+            row_filter=And(IsNull(C.TARGET_TABLE), IsNull(C.RESOLVED_AT))
+        ).plan_files()
+    ]
+    if not files:
+        return 0
+    unresolved = movable(read_table_files(spark, quarantine, files), settings.stream_name).where(
+        F.col(C.TARGET_TABLE).isNull()
+    )
+    candidates = unresolved.select(*KEYS, F.col(C.TARGET_TABLE).alias(WAS))
+    fixed = resolvable(candidates, outputs, names)
+    marked = mark_resolved(unresolved, fixed, quarantine, writer_id=writer_id, batch_id=batch_id)
+    quarantine.refresh()
+    return marked
 
 
 def _quarantined_for(spark: SparkSession, quarantine: Table, names: list[str]) -> DataFrame | None:

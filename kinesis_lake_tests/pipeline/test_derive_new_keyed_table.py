@@ -85,7 +85,8 @@ def test_a_new_keyed_tables_rejections_among_earlier_records_are_quarantined_onc
         if not r["error"].startswith("duplicate event")
     ]
     assert sorted(rejected) == [("r", None, False), ("x", "orders", True), ("y", None, True)]
-    assert (replayed.candidates, replayed.resolved) == (5, 1)
+    # r left the quarantine with the backfill that took it: the replay found nothing to move
+    assert (replayed.candidates, replayed.resolved) == (4, 0)
     assert_reconciled(settings, ("events", "orders"))
 
 
