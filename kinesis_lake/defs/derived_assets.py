@@ -244,13 +244,19 @@ def derived_tables_asset(
     )
     def derived_tables(
         context: dg.AssetExecutionContext, settings: PipelineSettingsResource, spark: SparkResource
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
         lake = settings.settings()
         check_event_schema(lake)
         session = spark.session
         catalog = open_lake(lake)
+        reported: set[str] = set()
         for name, refresh, numbers, seconds in _refresh_as_commits_land(session, lake):
-            yield _as_result(refresh_materialization(catalog, name, refresh, seconds, numbers))
+            materialization = refresh_materialization(catalog, name, refresh, seconds, numbers)
+            # A table added to the declaration can commit twice in one refresh (its backfill,
+            # then the new records): the step's output is its first commit, the next ones
+            # are materializations of their own, since an output can be yielded only once.
+            yield materialization if name in reported else _as_result(materialization)
+            reported.add(name)
 
     return derived_tables
 

@@ -17,11 +17,18 @@ from kinesis_lake.defs.derived_assets import derived_tables_asset
 from kinesis_lake.defs.maintenance import maintenance_job
 from kinesis_lake.defs.raw_assets import raw_events
 from kinesis_lake.defs.streams import DEFAULT_STREAM
+from kinesis_lake.defs.table_checks import RECONCILIATION_CHECK
+from kinesis_lake.defs.tables import EVENTS_QUARANTINE
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake
-from kinesis_lake_tests.pipeline.declared_lakes import PROFILES_WITH_SQL_TABLES, profile_at
+from kinesis_lake_tests.pipeline.declared_lakes import (
+    PROFILES_WITH_SQL_TABLES,
+    REPLAY_AFTER,
+    REPLAY_BEFORE,
+    profile_at,
+)
 from kinesis_lake_tests.pipeline_helpers import put
 
 DERIVED = ("user_profiles", "emails", "updates_per_hour", "profile_count")
@@ -146,3 +153,51 @@ def test_the_upsert_tables_and_their_tombstones_are_maintained(
         if e.asset_key.to_user_string() == "user_profiles"
     ]
     assert any("tombstones_files_after" in o.metadata for o in on_profiles)
+
+
+def test_a_table_added_while_records_flow_shows_each_of_its_commits_once(
+    spark, kinesalite_endpoint, tmp_path
+):
+    """A table added to the declaration while raw moves on gets two commits in its first
+    derive run: its backfill up to the quarantine's place, then the new records with the
+    other tables. The step yielded a MaterializeResult for each and Dagster failed it
+    ("returned an output ... multiple times"). And the sign-up quarantined before the table
+    existed counted twice, in the table and unresolved in the quarantine, until a replay:
+    the reconciliation check failed after a plain edit of the declaration."""
+    declaration_file = tmp_path / "lake.yaml"
+    declaration_file.write_text(REPLAY_BEFORE)
+    with pytest.MonkeyPatch.context() as patch, dg.instance_for_test() as instance:
+        patch.setenv("KINESIS_LAKE_EVENT_SCHEMA", str(declaration_file))
+        lake = make_lake(patch, tmp_path / "data", kinesalite_endpoint.url)
+
+        def materialize_all() -> dg.ExecuteInProcessResult:
+            declaration = load_declaration(declaration_file)
+            return dg.materialize(
+                [
+                    raw_events,
+                    derived_tables_asset(declaration, "lake", [DEFAULT_STREAM]),
+                    *all_checks(declaration, [DEFAULT_STREAM]),
+                ],
+                selection=dg.AssetSelection.all(),
+                resources=lake.resources,
+                instance=instance,
+                raise_on_error=False,
+            )
+
+        put(lake.settings, {"id": "s1", "type": "signup"})  # no table takes it yet
+        assert materialize_all().success
+        declaration_file.write_text(REPLAY_AFTER)  # now one does
+        put(lake.settings, {"id": "s2", "type": "signup"})
+        run = materialize_all()
+
+    assert run.success
+    signups = [
+        e.materialization.metadata["rows_added"].value
+        for e in run.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey("signups")
+    ]
+    assert signups == [1, 1], "the backfill's commit (s1), then the new record's (s2)"
+    checks = evaluations(run)
+    reconciliation = checks[f"{EVENTS_QUARANTINE.to_user_string()}:{RECONCILIATION_CHECK}"]
+    assert reconciliation.passed, "s1 is in signups and no longer unresolved in quarantine"
+    assert [name for name, e in checks.items() if not e.passed] == []
