@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
@@ -381,3 +382,36 @@ def test_a_replay_skipped_after_its_own_attempt_was_lost_keeps_that_attempts_fil
     assert apply_late_commits(catalog) == [True], "the replay's held attempt should land"
     assert all(exists(p) for p in replay.paths), "the table references files the skip deleted"
     assert sequences(data_dir) == expected("a", 1, 20)
+
+
+_RACED: list[tuple[str, int]] = []
+
+
+def record_the_race(argument: str) -> None:
+    """A raced writer: notes how many snapshots lake.src holds while the commit waits."""
+    table = open_catalog("kinesis_lake", data_dir=Path(argument)).load_table("lake.src")
+    _RACED.append((argument, len(table.metadata.snapshots)))
+
+
+def test_a_raced_commit_runs_the_other_writer_before_it_lands_once(faults, tmp_path):
+    """The derived simulator's race step relies on this: the armed call runs inside the
+    next commit of the named table only, before that commit is applied, then it lands."""
+    from kinesis_lake_tests.ambiguous_catalog import arm_race
+
+    catalog = open_catalog("kinesis_lake", data_dir=tmp_path / "data")
+    ensure_namespace(catalog, "lake")
+    schema = pa.schema([pa.field("id", pa.int64())])
+    other = catalog.create_table("lake.other", schema)
+    source = catalog.create_table("lake.src", schema)
+    _RACED.clear()
+    call = f"{__name__}:{record_the_race.__name__}"
+    arm_race(faults, call, str(tmp_path / "data"), table="lake.src")
+
+    other.append(pa.table({"id": [1]}, schema=schema))  # another table: not raced
+    assert _RACED == []
+    source.append(pa.table({"id": [1]}, schema=schema))
+    source.append(pa.table({"id": [2]}, schema=schema))  # the fault was taken: not again
+
+    assert [(str(tmp_path / "data"), 0)] == _RACED, "ran once, before the first commit landed"
+    assert len(catalog.load_table("lake.src").metadata.snapshots) == 2
+    assert pending(faults) == 0
