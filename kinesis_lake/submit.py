@@ -159,7 +159,9 @@ def _s3_client() -> Any:
 
 class _Reporter:
     """Each asset's table (and, for a raw table, its stream) before the run, and the
-    metadata of what the run changed after it: the in-process assets' keys."""
+    metadata of what the run changed after it: the in-process assets' keys. A downstream
+    table the run did not commit to is left out, as the in-process derive step leaves it
+    (its spec is skippable): a materialization says a commit landed."""
 
     def __init__(self, settings: Settings, asset_keys: Sequence[str]) -> None:
         from kinesis_lake.events.declaration_file import load_declaration
@@ -181,6 +183,9 @@ class _Reporter:
         reported: dict[str, dict[str, Any]] = {}
         for key, before in self._before.items():
             change = table_change(self._settings, before)
+            stream = self._streams.get(key)
+            if stream is None and change.commits == 0:
+                continue  # a downstream table with nothing new is skippable, as in process
             metadata: dict[str, Any] = {
                 "dagster/table_name": before.identifier,
                 "dagster/row_count": change.after.rows,
@@ -190,9 +195,8 @@ class _Reporter:
             }
             if change.after.snapshot_id is not None:
                 metadata["snapshot_id"] = change.after.snapshot_id
-            stream = self._streams.get(key)
             if stream is None:
-                metadata["committed"] = change.commits > 0
+                metadata["committed"] = True
             else:
                 state = stream_state(stream)
                 metadata.update(
