@@ -212,7 +212,7 @@ class LaunchResource(dg.ConfigurableResource):
     def _emr_serverless(
         self, context, package: str, declaration: str, arguments: list[str], messages
     ) -> dg.PipesClientCompletedInvocation:
-        from dagster_aws.pipes import PipesEMRServerlessClient
+        from kinesis_lake.defs.job_run_clients import PipesEMRServerlessJobClient
 
         conf = {
             "spark.archives": f"{package}/{ENV_ARCHIVE}#environment",
@@ -221,7 +221,7 @@ class LaunchResource(dg.ConfigurableResource):
             "spark.emr-serverless.driverEnv.PYSPARK_PYTHON": ENVIRONMENT_PYTHON,
             **self._python_conf(),
         }
-        client = PipesEMRServerlessClient(
+        client = PipesEMRServerlessJobClient(
             client=self._client("emr-serverless"), message_reader=messages
         )
         return client.run(
@@ -304,10 +304,12 @@ class LaunchResource(dg.ConfigurableResource):
     ) -> dg.PipesClientCompletedInvocation:
         import shlex
 
-        from dagster_aws.pipes import PipesGlueClient, PipesS3ContextInjector
+        from dagster_aws.pipes import PipesS3ContextInjector
+
+        from kinesis_lake.defs.job_run_clients import PipesGlueJobClient
 
         command, env = arguments[:-2], arguments[-1]
-        client = PipesGlueClient(
+        client = PipesGlueJobClient(
             client=self._client("glue"),
             context_injector=PipesS3ContextInjector(bucket=self.pipes_bucket or "", client=s3),
             message_reader=messages,

@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import dagster as dg
 import pytest
+from botocore.awsrequest import AWSResponse
 from dagster_pipes import PipesContext
 
 from kinesis_lake.config import SettingsError
@@ -54,6 +55,15 @@ def aws(moto_endpoint, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[di
         monkeypatch.setenv(name, value)
     yield env
     boto3.DEFAULT_SESSION = None
+
+
+@pytest.fixture
+def short_log_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed job sends no closing Pipes message, so Dagster's reader waits out its grace
+    for late logs (10 s) before the step fails; moto's job has no logs to wait for."""
+    import dagster._core.pipes.utils as pipes_utils
+
+    monkeypatch.setattr(pipes_utils, "WAIT_FOR_LOGS_AFTER_EXECUTION_INTERVAL", 0)
 
 
 def play_cluster(event: str, job: Callable[[dict], tuple[list[str], dict[str, str]]]) -> list:
@@ -276,7 +286,7 @@ def test_in_process_keeps_the_asset_as_it_is() -> None:
 
 
 def test_a_failed_emr_step_fails_the_asset_naming_the_cluster_the_cause_and_the_log(
-    aws,
+    aws, short_log_grace
 ) -> None:
     """The step's driver fails before it reports anything, and ActionOnFailure ends the
     cluster TERMINATED_WITH_ERRORS. moto runs no step, so the hooks play that ending as
@@ -363,3 +373,82 @@ def test_a_failed_poll_during_a_long_step_is_asked_again_not_fatal(aws) -> None:
 
     assert described["Cluster"]["Status"]["State"] == "TERMINATED"
     assert len(polls) == 3  # two polls failed; the third found the cluster ended
+
+
+def test_a_failed_emr_serverless_job_run_fails_the_asset_in_one_line_saying_what_to_do(
+    aws, short_log_grace
+) -> None:
+    """dagster-aws's client fails a FAILED job run with only 'EMR Serverless job failed';
+    the operator must learn which run of which application failed, why, and what to do."""
+    application = boto3.client("emr-serverless").create_application(
+        name="lake", releaseLabel="emr-7.0.0", type="SPARK"
+    )["applicationId"]
+
+    def run_fails(parsed: dict, **_: Any) -> None:
+        parsed["jobRun"]["state"] = "FAILED"
+        parsed["jobRun"]["stateDetails"] = "Job failed, please check complete logs in S3."
+
+    def dashboard(**_: Any) -> tuple[AWSResponse, dict]:  # an API moto lacks
+        return AWSResponse("", 200, {}, None), {"url": "https://dashboard.example/run"}
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("after-call.emr-serverless.GetJobRun", run_fails)
+    boto3.DEFAULT_SESSION.events.register(
+        "before-call.emr-serverless.GetDashboardForJobRun", dashboard
+    )
+    launch = LaunchResource(
+        launcher="emr_serverless",
+        package_uri=PACKAGE,
+        pipes_bucket=PIPES_BUCKET,
+        emr_serverless_application_id=application,
+        job_role_arn="arn:aws:iam::123456789012:role/lake-job",
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr_serverless"}
+    )
+
+    with pytest.raises(Exception) as raised:
+        materialize(asset, launch)
+
+    message = str(raised.value)
+    assert application in message and "FAILED" in message and "ingest --stream clicks" in message
+    assert "please check complete logs in S3" in message and "materialize again" in message
+    assert message.count("\n") == 0
+
+
+def test_a_failed_glue_job_run_fails_the_asset_in_one_line_saying_what_to_do(
+    aws, short_log_grace
+) -> None:
+    """dagster-aws's client fails a FAILED Glue run with the status and Glue's message on
+    lines of their own, and nothing on what to do next."""
+    glue = boto3.client("glue")
+    glue.create_job(
+        Name="kinesis-lake",
+        Role="arn:aws:iam::123456789012:role/lake-glue",
+        Command={"Name": "glueetl", "ScriptLocation": f"{PACKAGE}/kinesis_lake_submit.py"},
+        GlueVersion="6.0",
+    )
+
+    def run_fails(parsed: dict, **_: Any) -> None:
+        parsed["JobRun"]["JobRunState"] = "FAILED"
+        parsed["JobRun"]["ErrorMessage"] = "An error occurred while calling o97.start.\nTrace"
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("after-call.glue.GetJobRun", run_fails)
+    launch = LaunchResource(
+        launcher="glue",
+        package_uri=PACKAGE,
+        pipes_bucket=PIPES_BUCKET,
+        glue_job_name="kinesis-lake",
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "glue"}
+    )
+
+    with pytest.raises(Exception) as raised:
+        materialize(asset, launch)
+
+    message = str(raised.value)
+    assert "Glue job kinesis-lake run" in message and "FAILED" in message
+    assert "An error occurred while calling o97.start." in message
+    assert "materialize again" in message and message.count("\n") == 0

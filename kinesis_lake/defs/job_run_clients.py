@@ -1,0 +1,61 @@
+"""dagster-aws's Pipes clients for EMR Serverless and Glue, failing a job run that did not
+succeed in one line that names the run, its cause and what to do.
+
+dagster-aws 0.29 fails both, but says too little for the operator who opens the failed
+Dagster step: EMR Serverless only "EMR Serverless job failed" (the state details go to the
+log), Glue the status and Glue's error message on lines of their own. Only the wait is
+wrapped; starting the run, the Pipes session and the log readers stay the library's.
+(EMR on EC2: :mod:`.emr_client`.)
+"""
+
+from typing import Any
+
+from dagster_aws.pipes import PipesEMRServerlessClient, PipesGlueClient
+
+from kinesis_lake.errors import KinesisLakeError
+
+WHAT_TO_DO = "Fix the cause and materialize again: the next run goes on after the last commit."
+
+
+class JobRunFailedError(KinesisLakeError):
+    """A job run launched through Pipes ended without succeeding."""
+
+
+class PipesEMRServerlessJobClient(PipesEMRServerlessClient):
+    """``PipesEMRServerlessClient`` raising :class:`JobRunFailedError` for a failed run."""
+
+    def _wait_for_completion(self, context: Any, start_response: Any) -> Any:
+        try:
+            return super()._wait_for_completion(context, start_response)
+        except RuntimeError as failed:  # the library's bare "job failed"
+            run = self.client.get_job_run(
+                applicationId=start_response["applicationId"],
+                jobRunId=start_response["jobRunId"],
+            )["jobRun"]
+            raise JobRunFailedError(
+                f"EMR Serverless job run {run['jobRunId']} ('{run.get('name', '')}') of "
+                f"application {run['applicationId']} ended {run['state']}: "
+                f"{_one_line(run.get('stateDetails'))}. {WHAT_TO_DO}"
+            ) from failed
+
+
+class PipesGlueJobClient(PipesGlueClient):
+    """``PipesGlueClient`` raising :class:`JobRunFailedError` for a run that did not succeed."""
+
+    def _wait_for_job_run_completion(self, job_name: str, run_id: str) -> Any:
+        response = super()._wait_for_job_run_completion(job_name, run_id)
+        run = response["JobRun"]
+        if run["JobRunState"] != "SUCCEEDED":
+            raise JobRunFailedError(
+                f"Glue job {job_name} run {run_id} ended {run['JobRunState']}: "
+                f"{_one_line(run.get('ErrorMessage'))} (its logs: the job's "
+                f"/aws-glue/jobs/error log group, stream {run_id}). {WHAT_TO_DO}"
+            )
+        return response
+
+
+def _one_line(text: str | None) -> str:
+    """The first line of an AWS message (a Glue error may carry a stack trace)."""
+    if not text:
+        return "no cause given"
+    return text.strip().splitlines()[0]
