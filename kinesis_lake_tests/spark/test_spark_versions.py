@@ -101,12 +101,16 @@ def test_a_reader_called_as_spark_4_0_calls_it_plans_after_what_spark_logged(
 ):
     """Spark 4.0/4.1 call ``latestOffset()`` with no arguments, before ``initialOffset()``
     for a new query, and tell a restarted one its last logged offset only through
-    ``partitions(X, X)`` (docs/spark-4.0-4.1.md, call order)."""
+    ``partitions(X, X)`` (docs/spark-4.0-4.1.md, call order). The byte cap rides with
+    the records' (Spark 4.2+ carry only one limit): records are 17 bytes, so 40 bytes over
+    two shards take fewer records than the 6 allowed."""
     url = kinesalite_endpoint.url
     stream = new_stream(url, shards=2)
     put(url, stream, keyed_events("a", keys=4, per_key=5))
     options = KinesisSourceOptions.parse(
-        source_options(url, stream, tmp_path / "meta", maxRecordsPerBatch="6")
+        source_options(
+            url, stream, tmp_path / "meta", maxRecordsPerBatch="6", maxBytesPerBatch="40"
+        )
     )
 
     reader = KinesisStreamReader(options)
@@ -117,8 +121,10 @@ def test_a_reader_called_as_spark_4_0_calls_it_plans_after_what_spark_logged(
     assert 0 < sum(cursor["limit"] for cursor in first["shards"].values()) <= 6, (
         "the default read limit applies though Spark passed none"
     )
+    assert sum(cursor["maxBytes"] for cursor in first["shards"].values()) <= 40
     read = [row for task in reader.partitions(initial, first) for row in _rows(reader, task)]
-    assert 0 < len(read) <= 6
+    assert 0 < len(read) < 6, "the byte cap, not the record cap, bounded the batch"
+    assert sum(len(row["data"]) + len(row["partition_key"]) for row in read) <= 40
 
     restarted = KinesisStreamReader(options)  # a new query on the same checkpoint
     assert restarted.partitions(first, first) == []  # setLatestSeenOffset, as 4.0/4.1 send it
