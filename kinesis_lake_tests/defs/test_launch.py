@@ -102,6 +102,53 @@ def materialize(asset: dg.AssetsDefinition, launch: LaunchResource) -> dg.Execut
     )
 
 
+def emr_serverless_launch() -> tuple[str, dg.AssetsDefinition, LaunchResource]:
+    """An EMR Serverless application on moto, and the raw asset launched there."""
+    application = boto3.client("emr-serverless").create_application(
+        name="lake",
+        releaseLabel="emr-7.0.0",
+        type="SPARK",  # moto knows no emr-spark-8.0.0
+    )["applicationId"]
+    launch = LaunchResource(
+        launcher="emr_serverless",
+        package_uri=PACKAGE,
+        pipes_bucket=PIPES_BUCKET,
+        emr_serverless_application_id=application,
+        job_role_arn="arn:aws:iam::123456789012:role/lake-job",
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr_serverless"}
+    )
+    return application, asset, launch
+
+
+def glue_launch() -> tuple[dg.AssetsDefinition, LaunchResource]:
+    """The Glue job on moto, and the raw asset launched as its runs."""
+    boto3.client("glue").create_job(
+        Name="kinesis-lake",
+        Role="arn:aws:iam::123456789012:role/lake-glue",
+        Command={"Name": "glueetl", "ScriptLocation": f"{PACKAGE}/kinesis_lake_submit.py"},
+        GlueVersion="6.0",
+    )
+    launch = LaunchResource(
+        launcher="glue",
+        package_uri=PACKAGE,
+        pipes_bucket=PIPES_BUCKET,
+        glue_job_name="kinesis-lake",
+    )
+    asset = launched(
+        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "glue"}
+    )
+    return asset, launch
+
+
+def failure_of(asset: dg.AssetsDefinition, launch: LaunchResource) -> str:
+    """What the failed materialization of ``asset`` says."""
+    with pytest.raises(Exception) as raised:
+        materialize(asset, launch)
+    return str(raised.value)
+
+
 def emr_serverless_job(parsed: dict) -> tuple[list[str], dict[str, str]]:
     run = boto3.client("emr-serverless").get_job_run(
         applicationId=parsed["applicationId"], jobRunId=parsed["jobRunId"]
@@ -116,22 +163,8 @@ def emr_serverless_job(parsed: dict) -> tuple[list[str], dict[str, str]]:
 
 
 def test_the_raw_asset_runs_as_an_emr_serverless_job_and_reports_back(aws) -> None:
-    application = boto3.client("emr-serverless").create_application(
-        name="lake",
-        releaseLabel="emr-7.0.0",
-        type="SPARK",  # moto knows no emr-spark-8.0.0
-    )["applicationId"]
+    application, asset, launch = emr_serverless_launch()
     seen = play_cluster("after-call.emr-serverless.StartJobRun", emr_serverless_job)
-    launch = LaunchResource(
-        launcher="emr_serverless",
-        package_uri=PACKAGE,
-        pipes_bucket=PIPES_BUCKET,
-        emr_serverless_application_id=application,
-        job_role_arn="arn:aws:iam::123456789012:role/lake-job",
-    )
-    asset = launched(
-        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr_serverless"}
-    )
 
     result = materialize(asset, launch)
 
@@ -213,13 +246,8 @@ def test_the_derived_tables_run_as_one_emr_step_on_a_transient_cluster(aws) -> N
 
 
 def test_the_raw_asset_runs_as_a_glue_job_whose_context_is_in_s3(aws) -> None:
+    asset, launch = glue_launch()
     glue = boto3.client("glue")
-    glue.create_job(
-        Name="kinesis-lake",
-        Role="arn:aws:iam::123456789012:role/lake-glue",
-        Command={"Name": "glueetl", "ScriptLocation": f"{PACKAGE}/kinesis_lake_submit.py"},
-        GlueVersion="6.0",
-    )
 
     def job_run(parsed: dict) -> tuple[list[str], dict[str, str]]:
         run = glue.get_job_run(JobName="kinesis-lake", RunId=parsed["JobRunId"])["JobRun"]
@@ -227,15 +255,6 @@ def test_the_raw_asset_runs_as_a_glue_job_whose_context_is_in_s3(aws) -> None:
         return ["--JOB_ID", "j_1", *argv], {"extra-files": run["Arguments"]["--extra-files"]}
 
     seen = play_cluster("after-call.glue.StartJobRun", job_run)
-    launch = LaunchResource(
-        launcher="glue",
-        package_uri=PACKAGE,
-        pipes_bucket=PIPES_BUCKET,
-        glue_job_name="kinesis-lake",
-    )
-    asset = launched(
-        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "glue"}
-    )
 
     result = materialize(asset, launch)
 
@@ -324,10 +343,7 @@ def test_a_failed_emr_step_fails_the_asset_naming_the_cluster_the_cause_and_the_
         raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr"}
     )
 
-    with pytest.raises(Exception) as raised:
-        materialize(asset, launch)
-
-    message = str(raised.value)
+    message = failure_of(asset, launch)
     assert "TERMINATED_WITH_ERRORS" in message and "Shut down as step failed" in message
     assert "ingest --stream clicks" in message and "FAILED" in message and log in message
     assert message.count("\n") == 0  # one line: what failed, why, where to look, what to do
@@ -380,9 +396,7 @@ def test_a_failed_emr_serverless_job_run_fails_the_asset_in_one_line_saying_what
 ) -> None:
     """dagster-aws's client fails a FAILED job run with only 'EMR Serverless job failed';
     the operator must learn which run of which application failed, why, and what to do."""
-    application = boto3.client("emr-serverless").create_application(
-        name="lake", releaseLabel="emr-7.0.0", type="SPARK"
-    )["applicationId"]
+    application, asset, launch = emr_serverless_launch()
 
     def run_fails(parsed: dict, **_: Any) -> None:
         parsed["jobRun"]["state"] = "FAILED"
@@ -396,21 +410,8 @@ def test_a_failed_emr_serverless_job_run_fails_the_asset_in_one_line_saying_what
     boto3.DEFAULT_SESSION.events.register(
         "before-call.emr-serverless.GetDashboardForJobRun", dashboard
     )
-    launch = LaunchResource(
-        launcher="emr_serverless",
-        package_uri=PACKAGE,
-        pipes_bucket=PIPES_BUCKET,
-        emr_serverless_application_id=application,
-        job_role_arn="arn:aws:iam::123456789012:role/lake-job",
-    )
-    asset = launched(
-        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "emr_serverless"}
-    )
 
-    with pytest.raises(Exception) as raised:
-        materialize(asset, launch)
-
-    message = str(raised.value)
+    message = failure_of(asset, launch)
     assert application in message and "FAILED" in message and "ingest --stream clicks" in message
     assert "please check complete logs in S3" in message and "materialize again" in message
     assert message.count("\n") == 0
@@ -421,13 +422,7 @@ def test_a_failed_glue_job_run_fails_the_asset_in_one_line_saying_what_to_do(
 ) -> None:
     """dagster-aws's client fails a FAILED Glue run with the status and Glue's message on
     lines of their own, and nothing on what to do next."""
-    glue = boto3.client("glue")
-    glue.create_job(
-        Name="kinesis-lake",
-        Role="arn:aws:iam::123456789012:role/lake-glue",
-        Command={"Name": "glueetl", "ScriptLocation": f"{PACKAGE}/kinesis_lake_submit.py"},
-        GlueVersion="6.0",
-    )
+    asset, launch = glue_launch()
 
     def run_fails(parsed: dict, **_: Any) -> None:
         parsed["JobRun"]["JobRunState"] = "FAILED"
@@ -435,20 +430,8 @@ def test_a_failed_glue_job_run_fails_the_asset_in_one_line_saying_what_to_do(
 
     assert boto3.DEFAULT_SESSION is not None
     boto3.DEFAULT_SESSION.events.register("after-call.glue.GetJobRun", run_fails)
-    launch = LaunchResource(
-        launcher="glue",
-        package_uri=PACKAGE,
-        pipes_bucket=PIPES_BUCKET,
-        glue_job_name="kinesis-lake",
-    )
-    asset = launched(
-        raw_asset(DEFAULT_STREAM), DEFAULT_STREAM, env={"KINESIS_LAKE_LAUNCHER": "glue"}
-    )
 
-    with pytest.raises(Exception) as raised:
-        materialize(asset, launch)
-
-    message = str(raised.value)
+    message = failure_of(asset, launch)
     assert "Glue job kinesis-lake run" in message and "FAILED" in message
     assert "An error occurred while calling o97.start." in message
     assert "materialize again" in message and message.count("\n") == 0
