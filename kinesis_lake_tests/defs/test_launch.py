@@ -75,7 +75,7 @@ def play_cluster(event: str, job: Callable[[dict], tuple[list[str], dict[str, st
     def run(parsed: dict, **_: Any) -> None:
         argv, environment = job(parsed)
         seen.append((argv, environment))
-        _, _, from_arguments = parse_invocation(argv)
+        from_arguments = parse_invocation(argv)[2]
         params = from_arguments or {
             k: v for k, v in environment.items() if k.startswith("DAGSTER_PIPES_")
         }
