@@ -299,3 +299,31 @@ def test_records_naming_many_unknown_versions_cost_few_registry_calls(registry):
     reasons = set(_reasons(quarantine).values())
     assert any("is not in the registry" in reason for reason in reasons)
     assert any(f"not asked: more than {MAX_UNKNOWN_VERSIONS_ASKED}" in r for r in reasons)
+
+
+def test_records_of_a_deleted_schema_version_are_quarantined_and_the_rest_still_land(registry):
+    """Real Glue lets a team delete a schema (and its versions) while producers still hold
+    records of it; moto's Glue deletes too. A version read before the deletion keeps
+    decoding (an id is never reused, its definition never changes); one never read is
+    quarantined with the stream, shard, sequence number and version, and the batch goes on."""
+    seen = registry.create("seen", CLICK_V1)
+    gone = registry.create("gone", CLICK_V1)
+    body = avro_datum(CLICK_V1, _click("s1"))
+    lake = _registry_lake(registry)
+    assert [r["id"] for r in _route(lake, [framed(seen, body)])[0]] == ["s1"]
+    for name in ("seen", "gone"):
+        registry.glue.delete_schema(SchemaId={"RegistryName": registry.name, "SchemaName": name})
+
+    rows, quarantine = _route(lake, [framed(seen, body), framed(gone, body)])
+
+    assert [r["id"] for r in rows] == ["s1"]
+    (row,) = quarantine
+    assert (row["stream_name"], row["shard_id"], row["sequence_number"]) == (
+        "events",
+        "shardId-000000000000",
+        "2",
+    )
+    assert row["error"] == (
+        f"glue-schema-registry: schema version {gone} is not in the registry (deleted, or "
+        "another registry's)"
+    )
