@@ -469,3 +469,17 @@ def test_two_versions_of_one_registry_schema_on_one_stream_stop_the_load(registr
     assert f"table 'u' follows registry {registry.name}, schema orders, version 1" in message
     assert "table 't' follows version 2 of it, on stream 'orders'" in message
     assert "follow one version in both" in message and "streams of their own" in message
+
+
+def test_upsert_and_sql_tables_read_a_table_declared_from_a_schema(tmp_path):
+    """Issue 35: upserts and SQL tables work on a schema-declared table as on a listed one."""
+    lake = _write_lake(
+        tmp_path,
+        "order.avsc",
+        ORDER,
+        "derived:\n  - name: latest_orders\n    from: t\n    upsert: {key: id, version: qty}\n"
+        "  - name: paid\n    sql: SELECT count(*) AS n FROM t WHERE status = 'PAID'\n",
+    )
+    upsert, sql = load_declaration(lake).derived
+    assert (upsert.inputs, upsert.upsert.key, upsert.upsert.version) == (("t",), "id", "qty")
+    assert sql.inputs == ("t",)
