@@ -11,13 +11,8 @@ from __future__ import annotations
 import logging
 import os
 
-from kinesis_lake_tests.simulation.derived import (
-    Figures,
-    Schedule,
-    Step,
-    generate,
-    run_schedule,
-)
+from kinesis_lake_tests.simulation.derived import Figures, run_schedule
+from kinesis_lake_tests.simulation.derived_schedules import Schedule, Step, generate
 
 SEEDS = [int(s) for s in os.environ.get("SIM_DERIVED_SEEDS", "2").split(",")]
 
