@@ -2,7 +2,8 @@
 read every table of the demo's declared lake (the clickstream: nested structs, lists,
 hourly and daily partitions, the quarantine, the aggregate, the upsert table after
 merge-on-read refreshes (position delete files) and its tombstones, the windowed SQL
-table after window replacements) as pyiceberg reads it. The lake is built once for both. Iceberg Java also
+table after window replacements) as pyiceberg reads it. The lake is built once for both.
+Iceberg Java also
 reads a table declared from an Avro schema of every type the project maps (issue 35),
 written through the pipeline from Avro records fastavro wrote, value for value."""
 
