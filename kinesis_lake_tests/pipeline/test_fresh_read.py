@@ -29,8 +29,11 @@ from kinesis_lake.pipeline.fresh_read import (
     fresh_read,
     read_fresh,
 )
+from kinesis_lake.pipeline.fresh_spark import register_fresh_reads
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
+from kinesis_lake.spark.iceberg.sink import SINK_NAME, IcebergDataSource
+from kinesis_lake.spark.spark_version import register_data_source
 from kinesis_lake_tests.pipeline.declared_lakes import AT
 from kinesis_lake_tests.pipeline_helpers import table_rows
 from kinesis_lake_tests.spark.source_helpers import merge, split
@@ -134,6 +137,7 @@ def test_fresh_reads_equal_the_tables_after_the_next_commits_across_a_split_and_
     orders_fresh = fresh_read(settings, "orders")
     notes_fresh = fresh_read(settings, "notes")
     prices_fresh = fresh_read(settings, "current_prices")
+    spark_reads = spark_fresh_rows(spark, settings, raw_fresh, orders_fresh, prices_fresh)
     # Reads racing the commits below: based on the tables as they are now, and reading
     # the stream only once both commits have landed.
     raw_base = fresh_base(settings, settings.raw_table_name)
@@ -153,6 +157,11 @@ def test_fresh_reads_equal_the_tables_after_the_next_commits_across_a_split_and_
     assert fresh_rows(orders_fresh) == fresh_rows(orders_raced) == rows_of(settings, "orders")
     assert raw_raced.rows_from_tail == 12 and orders_raced.rows_from_tail == 3
     assert fresh_rows(notes_fresh) == rows_of(settings, "notes")
+    assert spark_reads == [
+        fresh_rows(raw_fresh),
+        fresh_rows(orders_fresh),
+        fresh_rows(prices_fresh),
+    ]
     assert fresh_rows(prices_fresh) == rows_of(settings, "current_prices")
     assert sorted((r["sku"], r["version"]) for r in prices_fresh.table.to_pylist()) == [
         ("a", 2),
@@ -168,6 +177,23 @@ def test_fresh_reads_equal_the_tables_after_the_next_commits_across_a_split_and_
     ]
     caught_up = fresh_read(settings, "orders")
     assert (caught_up.rows_from_raw, caught_up.rows_from_tail, caught_up.tail_records) == (0, 0, 0)
+
+
+def spark_fresh_rows(spark, settings: Settings, *reads: FreshRead) -> list[list[tuple]]:
+    """The Spark reader's fresh reads of the tables ``reads`` read (rows as in
+    :func:`fresh_rows`, which must equal them: the tail is still where it was), made with
+    the lake's registration; and that a session without it refuses option ``fresh``."""
+    names = [settings.raw_table_name, "orders", "current_prices"][: len(reads)]
+    register_fresh_reads(spark, settings)
+    try:
+        frames = [spark.read.format(SINK_NAME).option("fresh", "true").load(name) for name in names]
+        rows = [_comparable(frame.toArrow().to_pylist()) for frame in frames]
+        assert frames[0].count() == reads[0].table.num_rows
+    finally:
+        register_data_source(spark, IcebergDataSource)
+    with pytest.raises(Exception, match=r"Option 'fresh' needs the lake's kinesis_lake_iceberg"):
+        spark.read.format(SINK_NAME).option("fresh", "true").load(names[0])
+    return rows
 
 
 def test_the_tail_cap_is_honoured_and_reported(settings, monkeypatch, capsys):

@@ -8,7 +8,7 @@ import pytest
 
 from kinesis_lake.config import Settings
 from kinesis_lake.spark.iceberg.options import OPTIONS, IcebergSinkOptionError, SinkOptions
-from kinesis_lake.spark.iceberg.sink import SINK_NAME
+from kinesis_lake.spark.iceberg.sink import SINK_NAME, IcebergDataSource
 
 
 def test_an_unknown_option_is_refused_naming_the_known_ones() -> None:
@@ -75,3 +75,10 @@ def test_reading_a_missing_table_names_the_namespace_it_looked_in(
     ) as failure:
         reader.load("nope")
     assert "the default namespace" in str(failure.value)
+
+
+def test_option_fresh_on_the_bare_tables_reader_fails_naming_the_registration() -> None:
+    """Reading the stream's tail is the pipeline's: the bare source must not ignore it."""
+    source = IcebergDataSource({"path": "raw_events", "FRESH": "True"})
+    with pytest.raises(IcebergSinkOptionError, match=r"register_fresh_reads\(spark, settings\)"):
+        source.schema()

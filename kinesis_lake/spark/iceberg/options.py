@@ -61,6 +61,16 @@ READ_OPTIONS: dict[str, tuple[str | None, str]] = {
         "Reads: an Iceberg row filter (pyiceberg syntax): only matching rows are read, from "
         "only the partitions and files whose statistics can hold them.",
     ),
+    "fresh": (
+        None,
+        "Reads: 'true' reads the table fresh (its snapshot plus its stream's uncommitted "
+        "tail); needs the lake's registration (kinesis_lake.pipeline.fresh_spark).",
+    ),
+    "freshMaxRecords": (None, "Fresh reads: Kinesis records read at most (default 100000)."),
+    "freshMaxAge": (
+        None,
+        "Fresh reads: seconds; a shard whose oldest uncommitted record is older is left out.",
+    ),
     "namespace": (
         None,
         "Reads: namespace of a bare table name (default KINESIS_LAKE_NAMESPACE, else "

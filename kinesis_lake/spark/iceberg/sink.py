@@ -55,16 +55,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import StructType
 
 from kinesis_lake.spark.iceberg.options import IcebergSinkOptionError, SinkOptions
 
 if TYPE_CHECKING:
-    from kinesis_lake.spark.iceberg.table_reader import TableRead, TableReader
+    from kinesis_lake.spark.iceberg.table_reader import TableRead
     from kinesis_lake.spark.iceberg.writer import IcebergBatchWriter, IcebergStreamWriter
 
 SINK_NAME = "kinesis_lake_iceberg"
+
+
+def wants_fresh(options: dict[str, str]) -> bool:
+    """Whether a read's options ask for a fresh read (option ``fresh``, any case)."""
+    lowered = {key.lower(): value for key, value in options.items()}
+    return (lowered.get("fresh") or "false").strip().lower() == "true"
+
+
+def refuse_unregistered_fresh(options: dict[str, str]) -> None:
+    """This source reads committed snapshots only; reading the stream's tail is the
+    pipeline's (it routes and deduplicates by the lake's declaration), so option ``fresh``
+    here means the session lacks the lake's registration: say so rather than ignore it."""
+    if wants_fresh(options):
+        raise IcebergSinkOptionError(
+            f"Option 'fresh' needs the lake's {SINK_NAME} reader: call "
+            "kinesis_lake.pipeline.fresh_spark.register_fresh_reads(spark, settings) on "
+            "this session first, or drop the option."
+        )
 
 
 class IcebergDataSource(DataSource):
@@ -81,6 +99,7 @@ class IcebergDataSource(DataSource):
         the frame's rows keep the snapshot and columns its schema was given."""
         planned: TableRead | None = getattr(self, "_read", None)
         if planned is None:
+            refuse_unregistered_fresh(dict(self.options))
             from kinesis_lake.spark.iceberg.table_reader import TableRead
 
             options = SinkOptions.parse(dict(self.options))
@@ -90,7 +109,7 @@ class IcebergDataSource(DataSource):
     def schema(self) -> StructType:
         return self._planned_read().spark_schema
 
-    def reader(self, schema: StructType) -> TableReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         from kinesis_lake.spark.iceberg.table_reader import TableReader
 
         return TableReader(SinkOptions.parse(dict(self.options)).load_table, self._planned_read())
