@@ -33,7 +33,7 @@ from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.pipeline.fresh_read import FreshRead, TailLimits, fresh_read
 from kinesis_lake.spark.iceberg.sink import IcebergDataSource, wants_fresh
-from kinesis_lake.spark.spark_version import register_data_source
+from kinesis_lake.spark.spark_version import register_data_source, replaces_data_sources
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,11 @@ class FreshIcebergDataSource(IcebergDataSource):
             planned = self._fresh_read = fresh_read(
                 self.settings, name, limits=fresh_limits(options)
             )
-            log.warning("fresh %s", planned.describe(name))
+            log.log(
+                logging.WARNING if planned.tail_truncated else logging.INFO,
+                "fresh %s",
+                planned.describe(name),
+            )
             for warning in planned.warnings:
                 log.warning("fresh %s: %s", name, warning)
         return planned
@@ -122,7 +126,18 @@ class ArrowRowsReader(DataSourceReader):
 
 def register_fresh_reads(spark: SparkSession, settings: Settings) -> SparkSession:
     """Register, as ``kinesis_lake_iceberg``, the tables' reader that also reads fresh,
-    for the lake ``settings`` describes (a class of its own, carrying them)."""
+    for the lake ``settings`` describes (a class of its own, carrying them).
+
+    Raises:
+        ConfigurationError: on Spark 4.0, which keeps the plain reader registered first,
+            so the option would be refused as if this were never called.
+    """
+    if not replaces_data_sources(spark.version):
+        raise ConfigurationError(
+            f"The Spark reader's option 'fresh' needs Spark 4.1 or later (this is "
+            f"{spark.version}, which keeps the plain tables' reader); on it, read fresh "
+            "with kinesis_lake.pipeline.fresh_read.fresh_read or `kinesis-lake query --fresh`."
+        )
     source = type("LakeFreshIcebergDataSource", (FreshIcebergDataSource,), {"settings": settings})
     register_data_source(spark, source)
     return spark

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 MINIMUM_SPARK = (4, 0)
 READ_LIMITS_SINCE = (4, 2)
+REPLACES_SOURCES_SINCE = (4, 1)
 
 
 class SparkVersionError(ConfigurationError):
@@ -68,6 +69,13 @@ def has_read_limits(version: str) -> bool:
     ``Trigger.AvailableNow`` (4.2+); 4.0/4.1 run one batch under AvailableNow, then stop."""
     minor = _minor(version)
     return minor is not None and minor >= READ_LIMITS_SINCE
+
+
+def replaces_data_sources(version: str) -> bool:
+    """Whether registering a data source under a name already registered replaces it
+    (4.1+); 4.0 keeps the first one (see :func:`register_data_source`)."""
+    minor = _minor(version)
+    return minor is not None and minor >= REPLACES_SOURCES_SINCE
 
 
 def register_data_source(spark: SparkSession, source: type) -> None:
