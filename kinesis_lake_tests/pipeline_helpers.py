@@ -27,7 +27,7 @@ from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.derive import DeriveResult, refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.pipeline.reconcile import reconcile_routed
+from kinesis_lake.pipeline.reconcile import RoutedReconciliation, reconcile_routed
 from kinesis_lake_tests.ambiguous_catalog import (
     RAISES_BEFORE,
     arm,
@@ -128,16 +128,21 @@ def run_cli_with(
     )
 
 
-def assert_reconciled(settings: Settings, tables: Sequence[str]) -> None:
-    """Every raw row of ``settings``' stream is in the declared ``tables`` its routes name or
-    in quarantine, once: the reconciles_with_raw check's own computation."""
+def reconciliation(settings: Settings, tables: Sequence[str]) -> RoutedReconciliation:
+    """The reconciles_with_raw check's own computation over the declared ``tables``: is
+    every raw row of ``settings``' stream in the tables its routes name or in quarantine,
+    once."""
     catalog = open_lake(settings)
-    report = reconcile_routed(
+    return reconcile_routed(
         catalog.load_table(settings.raw_table),
         {name: catalog.load_table(settings.table_identifier(name)) for name in tables},
         catalog.load_table(settings.quarantine_table),
         routes_everything=False,
     )
+
+
+def assert_reconciled(settings: Settings, tables: Sequence[str]) -> None:
+    report = reconciliation(settings, tables)
     assert report.passed, report
 
 

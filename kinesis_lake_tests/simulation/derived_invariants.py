@@ -12,7 +12,7 @@ import duckdb
 
 from kinesis_lake.config import Settings
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake.pipeline.reconcile import reconcile_routed
+from kinesis_lake_tests.pipeline_helpers import reconciliation
 from kinesis_lake_tests.simulation.derived_schedules import (
     INT_MAX,
     ROUTED,
@@ -185,13 +185,7 @@ def check(settings: Settings, model: Model, *, converged: bool) -> None:
     count = _rows(settings, "profile_count")
     if count is not None and [r["profiles"] for r in count] != [len(profiles)]:
         raise Violation("sql-full", f"profile_count {count}, profiles has {len(profiles)} rows")
-    catalog = open_lake(settings)
-    report = reconcile_routed(
-        catalog.load_table(settings.raw_table),
-        {t: catalog.load_table(settings.table_identifier(t)) for t in tables},
-        catalog.load_table(settings.quarantine_table),
-        routes_everything=False,
-    )
+    report = reconciliation(settings, tables)
     if not report.passed:
         raise Violation("reconcile", str(report))
 
