@@ -10,6 +10,7 @@ wrapped; starting the run, the Pipes session and the log readers stay the librar
 
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from dagster_aws.pipes import PipesEMRServerlessClient, PipesGlueClient
 
 from kinesis_lake.errors import KinesisLakeError
@@ -28,14 +29,18 @@ class PipesEMRServerlessJobClient(PipesEMRServerlessClient):
         try:
             return super()._wait_for_completion(context, start_response)
         except RuntimeError as failed:  # the library's bare "job failed"
-            run = self.client.get_job_run(
-                applicationId=start_response["applicationId"],
-                jobRunId=start_response["jobRunId"],
-            )["jobRun"]
+            application, run_id = start_response["applicationId"], start_response["jobRunId"]
+            try:
+                run = self.client.get_job_run(applicationId=application, jobRunId=run_id)
+            except (BotoCoreError, ClientError) as unread:  # throttled, say: keep the line
+                state, details, name = "FAILED or CANCELLED", f"its details unread ({unread})", ""
+            else:
+                job_run = run["jobRun"]
+                state, details = job_run["state"], _one_line(job_run.get("stateDetails"))
+                name = job_run.get("name", "")
             raise JobRunFailedError(
-                f"EMR Serverless job run {run['jobRunId']} ('{run.get('name', '')}') of "
-                f"application {run['applicationId']} ended {run['state']}: "
-                f"{_one_line(run.get('stateDetails'))}. {WHAT_TO_DO}"
+                f"EMR Serverless job run {run_id} ('{name}') of application {application} "
+                f"ended {state}: {details}. {WHAT_TO_DO}"
             ) from failed
 
 

@@ -21,6 +21,7 @@ import boto3
 import dagster as dg
 import pytest
 from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
 from dagster_pipes import PipesContext
 
 from kinesis_lake.config import SettingsError
@@ -434,4 +435,38 @@ def test_a_failed_glue_job_run_fails_the_asset_in_one_line_saying_what_to_do(
     message = failure_of(asset, launch)
     assert "Glue job kinesis-lake run" in message and "FAILED" in message
     assert "An error occurred while calling o97.start." in message
+    assert "materialize again" in message and message.count("\n") == 0
+
+
+def test_a_failed_emr_serverless_run_whose_details_cannot_be_read_still_fails_in_one_line(
+    aws, short_log_grace
+) -> None:
+    """Real EMR Serverless throttles GetJobRun: the call that reads a failed run's details
+    must not turn the one line into a ThrottlingException trace that hides which run failed."""
+    application, asset, launch = emr_serverless_launch()
+    failed: list[int] = []
+
+    def run_fails(parsed: dict, **_: Any) -> None:
+        parsed["jobRun"]["state"] = "FAILED"
+        failed.append(1)
+
+    def throttled_once_failed(**_: Any) -> None:
+        if failed:
+            error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+            raise ClientError(error, "GetJobRun")
+
+    def dashboard(**_: Any) -> tuple[AWSResponse, dict]:  # an API moto lacks
+        return AWSResponse("", 200, {}, None), {"url": "https://dashboard.example/run"}
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("after-call.emr-serverless.GetJobRun", run_fails)
+    boto3.DEFAULT_SESSION.events.register(
+        "before-call.emr-serverless.GetJobRun", throttled_once_failed
+    )
+    boto3.DEFAULT_SESSION.events.register(
+        "before-call.emr-serverless.GetDashboardForJobRun", dashboard
+    )
+
+    message = failure_of(asset, launch)
+    assert application in message and "FAILED" in message and "Rate exceeded" in message
     assert "materialize again" in message and message.count("\n") == 0
