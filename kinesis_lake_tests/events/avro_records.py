@@ -1,5 +1,6 @@
 """An Avro schema of every type a table declared from a schema maps, and records of it,
-shared by the fuzz target of the payload decoders and the Iceberg Java interop test."""
+shared by the payload tests, the fuzz target of the payload decoders and the Iceberg Java
+interop test."""
 
 from __future__ import annotations
 
