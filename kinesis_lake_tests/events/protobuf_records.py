@@ -54,6 +54,31 @@ enum Status {
 message, a map, a wrapper, a oneof, an ``optional`` scalar and message."""
 
 
+_EVENT_PROTO = """\
+syntax = "proto3";
+package p;
+{imports}message Event {{
+  string id = 1;
+  optional int64 n = 2;
+  repeated string tags = 3;
+  Kind kind = 4;
+  map<string, int32> counts = 5;
+{more}}}
+enum Kind {{
+  A = 0;
+  B = 1;
+}}
+"""
+EVENT_PROTO = _EVENT_PROTO.format(imports="", more="")
+"""An event of a scalar, an ``optional``, a repeated, an enum and a map field: what the
+Protobuf property tests send."""
+TIMED_EVENT_PROTO = _EVENT_PROTO.format(
+    imports='import "google/protobuf/timestamp.proto";\n',
+    more="  google.protobuf.Timestamp at = 6;\n",
+)
+"""The same event with a Timestamp ``at``: the fuzz target's, whose table maps it."""
+
+
 def message_classes(text: str, file_name: str = "test.proto") -> dict[str, Any]:
     """Every message class of the .proto ``text``, by short and by full name."""
     with tempfile.TemporaryDirectory() as folder:

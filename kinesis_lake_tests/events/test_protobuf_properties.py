@@ -20,7 +20,7 @@ from kinesis_lake.events.payload_formats import (
     PayloadFormat,
     payload_format,
 )
-from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
+from kinesis_lake_tests.events.protobuf_records import EVENT_PROTO, message_classes, registry_body
 from kinesis_lake_tests.events.registry import (
     MAYBE,
     Registry,
@@ -28,22 +28,7 @@ from kinesis_lake_tests.events.registry import (
     hostile_framings,
 )
 
-PROTO = """\
-syntax = "proto3";
-package p;
-message Event {
-  string id = 1;
-  optional int64 n = 2;
-  repeated string tags = 3;
-  Kind kind = 4;
-  map<string, int32> counts = 5;
-}
-enum Kind {
-  A = 0;
-  B = 1;
-}
-"""
-EVENT = message_classes(PROTO)["p.Event"]
+EVENT = message_classes(EVENT_PROTO)["p.Event"]
 RECORDS = st.fixed_dictionaries(
     {
         "id": st.text(max_size=10),
@@ -68,7 +53,7 @@ def _message(record: dict[str, Any]) -> Any:
 @pytest.fixture(scope="module")
 def known(moto_endpoint) -> Iterator[tuple[PayloadFormat, uuid.UUID]]:
     with Registry(moto_endpoint.url) as registry:
-        version = registry.create("events", PROTO, "PROTOBUF")
+        version = registry.create("events", EVENT_PROTO, "PROTOBUF")
         yield PayloadFormat(GLUE_SCHEMA_REGISTRY, None, "us-east-1", moto_endpoint.url), version
 
 
@@ -93,7 +78,7 @@ def test_every_registry_record_comes_out_once_decoded_or_quarantined(known, data
     assert_each_comes_out_once(fmt, sent, "registry", None)  # a flipped index: another message
 
 
-PLAIN = payload_format({"format": PROTOBUF, "schema": PROTO}, None)
+PLAIN = payload_format({"format": PROTOBUF, "schema": EVENT_PROTO}, None)
 
 
 @st.composite

@@ -43,7 +43,11 @@ with atheris.instrument_imports(include=["kinesis_lake"]):
     from kinesis_lake.spark.kinesis.arrow import KINESIS_ARROW_SCHEMA, records_to_arrow
 
 from kinesis_lake_tests.events.avro_records import MAPPED, mapped_record
-from kinesis_lake_tests.events.protobuf_records import message_classes, registry_body
+from kinesis_lake_tests.events.protobuf_records import (
+    TIMED_EVENT_PROTO,
+    message_classes,
+    registry_body,
+)
 from kinesis_lake_tests.events.raw import NOW, raw_table
 from kinesis_lake_tests.events.registry import Registry, avro_datum
 
@@ -140,23 +144,6 @@ def fuzz_parse(data: bytes) -> None:
     assert quarantine.column("error").null_count == 0, "a quarantined row says why"
 
 
-EVENT_PROTO = """\
-syntax = "proto3";
-package p;
-import "google/protobuf/timestamp.proto";
-message Event {
-  string id = 1;
-  optional int64 n = 2;
-  repeated string tags = 3;
-  Kind kind = 4;
-  map<string, int32> counts = 5;
-  google.protobuf.Timestamp at = 6;
-}
-enum Kind {
-  A = 0;
-  B = 1;
-}
-"""
 EVENT_JSON_SCHEMA = {
     "type": "object",
     "required": ["id"],
@@ -182,7 +169,7 @@ def _registry_lake() -> tuple[LakeDeclaration, tuple[uuid.UUID, ...]]:
     registry = Registry(f"http://{host}:{port}")
     versions = (
         registry.create("mapped", MAPPED),
-        registry.create("events", EVENT_PROTO, "PROTOBUF"),
+        registry.create("events", TIMED_EVENT_PROTO, "PROTOBUF"),
         registry.create("plain", EVENT_JSON_SCHEMA, "JSON"),
         UNKNOWN_VERSION,
     )
@@ -195,7 +182,7 @@ def _registry_lake() -> tuple[LakeDeclaration, tuple[uuid.UUID, ...]]:
         {
             "streams": [
                 {"name": "avro", "format": "avro", "schema": MAPPED},
-                {"name": "proto", "format": "protobuf", "schema": EVENT_PROTO},
+                {"name": "proto", "format": "protobuf", "schema": TIMED_EVENT_PROTO},
                 {"name": "registry", "format": "glue-schema-registry", "registry": where},
             ],
             "tables": [
@@ -284,7 +271,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
 
 def _payload_seeds() -> list[bytes]:
     """Valid records of each stream and registry version, one input each and all together."""
-    event = message_classes(EVENT_PROTO)["p.Event"](id="e1", n=5, tags=["t"], kind="B")
+    event = message_classes(TIMED_EVENT_PROTO)["p.Event"](id="e1", n=5, tags=["t"], kind="B")
     event.counts.update({"k": 3})
     event.at.FromSeconds(1_714_557_600)
     avro = avro_datum(MAPPED, mapped_record(3))
