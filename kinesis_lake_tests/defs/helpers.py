@@ -19,6 +19,19 @@ from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 
+DEMO_CHECKS = {
+    "raw_events:fresh_relative_to_stream",
+    "raw_events:ingestion_advances",
+    "raw_events:no_duplicate_records",
+    "raw_events:matches_committed_positions",
+    "raw_events:no_data_loss",
+    "events_quarantine:reconciles_with_raw",
+    "events:schema_matches_declared",
+    "events_quarantine:quarantine_ratio",
+    "event_counts_per_minute:sums_match_events",
+}
+"""Every check of the demo declaration (schemas/events.yaml), as asset:check."""
+
 
 def lake_env(data_dir: Path, endpoint_url: str, stream_name: str, **extra: str) -> dict[str, str]:
     """The variables a deployment would set; Settings.from_env and the resources read them."""

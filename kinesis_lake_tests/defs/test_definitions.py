@@ -19,6 +19,7 @@ from kinesis_lake.defs.resources import (
     PipelineSettingsResource,
     SparkResource,
 )
+from kinesis_lake_tests.defs.helpers import DEMO_CHECKS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,17 +31,6 @@ ASSETS = {
     "event_counts_per_minute",
 }
 """No maintenance: "Materialize all" takes every asset, and upkeep is not data."""
-CHECKS = {
-    "raw_events:fresh_relative_to_stream",
-    "raw_events:ingestion_advances",
-    "raw_events:no_duplicate_records",
-    "raw_events:matches_committed_positions",
-    "raw_events:no_data_loss",
-    "events_quarantine:reconciles_with_raw",
-    "events:schema_matches_declared",
-    "events_quarantine:quarantine_ratio",
-    "event_counts_per_minute:sums_match_events",
-}
 
 
 def _defs() -> dg.Definitions:
@@ -76,7 +66,7 @@ def test_names_the_cli_and_readme_refer_to():
     defs = _defs()
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == ASSETS
-    assert {k.to_user_string() for k in graph.asset_check_keys} == CHECKS
+    assert {k.to_user_string() for k in graph.asset_check_keys} == DEMO_CHECKS
     assert {j.name for j in defs.resolve_all_job_defs()} >= {
         "ingest_raw_events",
         "kinesis_lake_full",

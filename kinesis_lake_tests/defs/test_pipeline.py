@@ -33,7 +33,7 @@ from kinesis_lake.defs.tables import EVENT_COUNTS_PER_MINUTE, EVENTS_QUARANTINE
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.iceberg.incremental import caught_up_snapshot_id
 from kinesis_lake.pipeline.lake import open_lake, raw_positions, table_stats
-from kinesis_lake_tests.defs.helpers import Lake, evaluations, make_lake
+from kinesis_lake_tests.defs.helpers import DEMO_CHECKS, Lake, evaluations, make_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
 SENT = 200
@@ -52,17 +52,6 @@ ALL_DEFS = [
 ]
 PIPELINE = dg.AssetSelection.assets(RAW_EVENTS, EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
 DERIVED = dg.AssetSelection.assets(EVENTS, EVENTS_QUARANTINE, EVENT_COUNTS_PER_MINUTE)
-EVERY_CHECK = {
-    "raw_events:fresh_relative_to_stream",
-    "raw_events:ingestion_advances",
-    "raw_events:no_duplicate_records",
-    "raw_events:matches_committed_positions",
-    "raw_events:no_data_loss",
-    "events_quarantine:reconciles_with_raw",
-    "events:schema_matches_declared",
-    "events_quarantine:quarantine_ratio",
-    "event_counts_per_minute:sums_match_events",
-}
 
 
 @dataclass
@@ -134,7 +123,7 @@ def test_first_run_materializes_everything_and_every_check_passes(pipeline):
     result = pipeline.first_run
     assert result.success
     found = evaluations(result)
-    assert set(found) == EVERY_CHECK
+    assert set(found) == DEMO_CHECKS
     assert failed_checks(result) == []
 
 
@@ -246,7 +235,7 @@ def test_a_derive_run_with_nothing_new_materializes_nothing(pipeline):
     first_run = pipeline.first_run.run_id
     derived_checks = [
         dg.AssetCheckKey(dg.AssetKey(asset), check)
-        for asset, check in (name.split(":") for name in EVERY_CHECK)
+        for asset, check in (name.split(":") for name in DEMO_CHECKS)
         if dg.AssetKey(asset) != RAW_EVENTS
     ]
     summaries = pipeline.instance.event_log_storage.get_asset_check_summary_records(derived_checks)
@@ -550,7 +539,7 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
 
     # The derived tables' own commit history was expired too (retain 1): the checks find
     # what they processed through the commit watermark instead, and still reconcile.
-    after_maintenance = run_checks(lake, instance, *sorted(EVERY_CHECK))
+    after_maintenance = run_checks(lake, instance, *sorted(DEMO_CHECKS))
     assert [n for n, e in after_maintenance.items() if not e.passed] == []
     reconciled = after_maintenance["events_quarantine:reconciles_with_raw"].metadata
     assert reconciled["raw_processed"].value == rows_before[lake.settings.raw_table]
@@ -560,7 +549,7 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
     after = materialize(lake, instance, PIPELINE)
     assert after.success and failed_checks(after) == []
     assert metadata(after, EVENTS)["rows_added"] == 20
-    assert set(evaluations(after)) == EVERY_CHECK
+    assert set(evaluations(after)) == DEMO_CHECKS
 
 
 def test_stream_observation_freshness_window_is_three_intervals():
