@@ -34,6 +34,7 @@ from kinesis_lake_tests.ambiguous_catalog import (
     arm_race,
     catalog_environment,
 )
+from kinesis_lake_tests.kinesis.helpers import put as put_entries
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,13 +48,19 @@ def produce(
     return put_records(client, settings.stream_name, events)
 
 
-def put(settings: Settings, *payloads: bytes | dict[str, Any]) -> None:
-    """Put records one by one on one partition key, so they keep the order given."""
+def put(
+    settings: Settings, *payloads: bytes | dict[str, Any], keys: Sequence[str] = ("p",)
+) -> list[str]:
+    """Put records one by one (a dict as JSON), each on the next of ``keys`` in turn: on one
+    key they keep the order given; on several, every shard gets some. Returns their
+    sequence numbers."""
     client = kinesis_client(settings.endpoint_url, settings.region)
     ensure_stream(client, settings.stream_name, settings.shard_count)
-    for payload in payloads:
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="p")
+    entries = [
+        (keys[index % len(keys)], data if isinstance(data, bytes) else json.dumps(data).encode())
+        for index, data in enumerate(payloads)
+    ]
+    return put_entries(client, settings.stream_name, entries)
 
 
 def read_stream(client: Any, stream_name: str) -> list[dict[str, Any]]:

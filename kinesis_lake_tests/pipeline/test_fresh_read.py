@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from kinesis_lake.cli.entry import main
 from kinesis_lake.config import Settings
 from kinesis_lake.events import columns as C
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.streams import ensure_stream, list_shards
+from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.fresh_read import (
     FreshRead,
@@ -35,7 +36,7 @@ from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake.spark.iceberg.sink import SINK_NAME, IcebergDataSource
 from kinesis_lake.spark.spark_version import register_data_source
 from kinesis_lake_tests.pipeline.declared_lakes import AT
-from kinesis_lake_tests.pipeline_helpers import table_rows
+from kinesis_lake_tests.pipeline_helpers import put, table_rows
 from kinesis_lake_tests.spark.source_helpers import merge, split
 
 DECLARATION = """\
@@ -68,17 +69,8 @@ derived:
 """
 COUNT_RAW = "SELECT count(*) AS n FROM raw_events"
 STAMPS = {"ingested_at", "batch_id", C.PARSED_AT}
-
-
-def put(settings: Settings, *events: dict[str, Any] | bytes, keys: int = 8) -> None:
-    """Each event on a partition key of its own (of ``keys``), so every shard gets some."""
-    client = kinesis_client(settings.endpoint_url, settings.region)
-    ensure_stream(client, settings.stream_name, settings.shard_count)
-    for index, event in enumerate(events):
-        data = event if isinstance(event, bytes) else json.dumps(event).encode()
-        client.put_record(
-            StreamName=settings.stream_name, Data=data, PartitionKey=f"k{index % keys}"
-        )
+spread = partial(put, keys=[f"k{i}" for i in range(8)])
+"""``put`` with each record on the next of eight partition keys, so every shard gets some."""
 
 
 def order(order_id: str, amount: int = 1) -> dict[str, Any]:
@@ -112,26 +104,26 @@ def test_fresh_reads_equal_the_tables_after_the_next_commits_across_a_split_and_
     spark, settings
 ):
     """Also with the commits landing during a read (between its base and its tail)."""
-    put(settings, order("o1"), order("o2"), {"type": "note", "text": "first"}, price("a", 1))
-    put(settings, price("b", 1), price("d", 1))
+    spread(settings, order("o1"), order("o2"), {"type": "note", "text": "first"}, price("a", 1))
+    spread(settings, price("b", 1), price("d", 1))
     run_ingestion(spark, settings)
     refresh_downstream(spark, settings)
     # Committed to raw, not yet derived: the routed table's fresh read routes these too.
-    put(settings, order("o3"), order("o1", 99))  # o1 again: a duplicate of a committed key
-    put(settings, price("a", 2), price("d", 2, op="delete"))
+    spread(settings, order("o3"), order("o1", 99))  # o1 again: a duplicate of a committed key
+    spread(settings, price("a", 2), price("d", 2, op="delete"))
     run_ingestion(spark, settings)
     client = kinesis_client(settings.endpoint_url, settings.region)
     before = sorted(s.shard_id for s in list_shards(client, settings.stream_name))
-    put(settings, order("o4"), b"{broken", order("o4", 2))  # o4 twice in the tail itself
+    spread(settings, order("o4"), b"{broken", order("o4", 2))  # o4 twice in the tail itself
     split(client, settings.stream_name, before[0])
-    put(settings, order("o5"), {"type": "note", "text": "after the split"})
+    spread(settings, order("o5"), {"type": "note", "text": "after the split"})
     children = sorted(
         s.shard_id for s in list_shards(client, settings.stream_name) if s.shard_id not in before
     )
     merge(client, settings.stream_name, children[0], children[1])
-    put(settings, order("o6"), order("o5", 3), {"type": "note", "text": "after the merge"})
+    spread(settings, order("o6"), order("o5", 3), {"type": "note", "text": "after the merge"})
     # b deleted, c new, a's older version loses, d's update loses to its delete.
-    put(settings, price("b", 2, op="delete"), price("c", 1), price("a", 1), price("d", 1))
+    spread(settings, price("b", 2, op="delete"), price("c", 1), price("a", 1), price("d", 1))
 
     raw_fresh = fresh_read(settings, settings.raw_table_name)
     orders_fresh = fresh_read(settings, "orders")
@@ -189,6 +181,13 @@ def spark_fresh_rows(spark, settings: Settings, *reads: FreshRead) -> list[list[
         frames = [spark.read.format(SINK_NAME).option("fresh", "true").load(name) for name in names]
         rows = [_comparable(frame.toArrow().to_pylist()) for frame in frames]
         assert frames[0].count() == reads[0].table.num_rows
+        # The snapshot is read by the executors, a task per data file, not on the driver:
+        # one partition per file, and one more for the rows the driver decided.
+        for frame, read in zip(frames, reads, strict=True):
+            snapshot = read.snapshot
+            assert snapshot.table is not None and snapshot.snapshot_id is not None
+            files = list(snapshot.table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+            assert files and frame.rdd.getNumPartitions() == len(files) + 1
     finally:
         register_data_source(spark, IcebergDataSource)
     with pytest.raises(Exception, match=r"Option 'fresh' needs the lake's kinesis_lake_iceberg"):
@@ -197,7 +196,7 @@ def spark_fresh_rows(spark, settings: Settings, *reads: FreshRead) -> list[list[
 
 
 def test_the_tail_cap_is_honoured_and_reported(settings, monkeypatch, capsys):
-    put(settings, *(order(f"c{i}") for i in range(12)), keys=12)
+    put(settings, *(order(f"c{i}") for i in range(12)), keys=[f"k{i}" for i in range(12)])
 
     capped = fresh_read(settings, settings.raw_table_name, limits=TailLimits(max_records=5))
     whole = fresh_read(settings, settings.raw_table_name)

@@ -12,22 +12,14 @@ import time
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.summary import POSITIONS
-from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
 from kinesis_lake.pipeline.fresh_read import fresh_read
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.pipeline.declared_lakes import PROFILES
+from kinesis_lake_tests.pipeline_helpers import put
 
 SHARD = "shardId-000000000000"
-
-
-def _note(settings: Settings, text: str) -> dict:
-    client = kinesis_client(settings.endpoint_url, settings.region)
-    ensure_stream(client, settings.stream_name, 1)
-    data = json.dumps({"type": "note", "text": text}).encode()
-    return client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="k")
 
 
 def _record(settings: Settings, **properties: dict) -> None:
@@ -47,7 +39,7 @@ def test_a_quiet_shard_past_retention_is_no_alarm_and_a_gap_still_is(
 ):
     with ClockProxy(kinesalite_endpoint.url) as clock:
         settings = settings_factory(clock, declaration=PROFILES, shard_count=1)
-        committed = _note(settings, "committed")["SequenceNumber"]
+        (committed,) = put(settings, {"type": "note", "text": "committed"})
         read_at_ms = int(clock.now() * 1000)
         clock.advance(25 * 3600)  # the committed record is past retention now
 
@@ -71,11 +63,11 @@ def test_latest_starts_a_shard_without_position_at_its_recorded_read_to_tip(
     settings = settings_factory(
         kinesalite_endpoint, declaration=PROFILES, shard_count=1, starting_position="latest"
     )
-    _note(settings, "before ingestion started")
+    put(settings, {"type": "note", "text": "before ingestion started"})
     time.sleep(0.05)  # arrival times are in ms: the read to the tip comes strictly after
     read_at_ms = int(time.time() * 1000)
     time.sleep(0.05)
-    _note(settings, "after")
+    put(settings, {"type": "note", "text": "after"})
 
     prepare_raw_table(settings)
     unknown = fresh_read(settings, settings.raw_table_name)

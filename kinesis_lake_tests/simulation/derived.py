@@ -39,7 +39,6 @@ schedules, prints figures and, for each failure, its seed and a shrunk step list
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -55,13 +54,12 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_lake.config import Settings
-from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.maintain import MaintenancePolicy, run_maintenance
 from kinesis_lake.pipeline.replay import replay_quarantine
+from kinesis_lake_tests.pipeline_helpers import put
 from kinesis_lake_tests.simulation.derived_invariants import (
     Model,
     Violation,
@@ -90,12 +88,7 @@ class Figures:
 
 
 def _put(settings: Settings, model: Model, records: tuple[Any, ...]) -> None:
-    client = kinesis_client(settings.endpoint_url, settings.region)
-    ensure_stream(client, settings.stream_name, settings.shard_count)
-    for record in records:
-        data = record if isinstance(record, bytes) else json.dumps(record).encode()
-        answer = client.put_record(StreamName=settings.stream_name, Data=data, PartitionKey="p")
-        model.put.append((answer["SequenceNumber"], record))
+    model.put += zip(put(settings, *records), records, strict=True)
 
 
 def _ingest(spark: Any, settings: Settings, model: Model) -> None:
