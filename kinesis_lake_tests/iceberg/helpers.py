@@ -1,11 +1,12 @@
-"""Builders shared by the iceberg tests: raw rows, one-call ingestion, a racing catalog, a
-table of nested lists."""
+"""Builders shared by the iceberg tests: raw rows, one-call ingestion, a racing catalog and
+the raw table seen through it, a table of nested lists."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import ListType, LongType, NestedField, StringType, StructType
 
+from kinesis_lake.iceberg.catalog import local_catalog_properties, open_catalog
 from kinesis_lake.iceberg.commit import CommitOutcome, commit_files
 from kinesis_lake.iceberg.data_files import TableWriteTarget, write_data_files
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
@@ -108,3 +110,10 @@ class RacingCatalog(SqlCatalog):
         if self._hooks:
             self._hooks.pop(0)()
         return super().commit_table(table, requirements, updates)
+
+
+def racing_raw(data_dir: Path) -> tuple[RacingCatalog, Table, Table]:
+    """The raw table through a ``RacingCatalog`` (the writer under test) and through a
+    catalog of its own (the other writer, whose commit a hook lets land first)."""
+    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
+    return racing, racing.load_table(RAW), open_catalog(data_dir=data_dir).load_table(RAW)

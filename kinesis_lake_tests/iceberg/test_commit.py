@@ -13,7 +13,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from kinesis_lake.iceberg.catalog import local_catalog_properties, open_catalog
+from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.iceberg.commit import (
     commit_arrow,
     commit_files,
@@ -23,7 +23,7 @@ from kinesis_lake.iceberg.commit import (
 from kinesis_lake.iceberg.data_files import TableWriteTarget, WrittenFile, write_data_files
 from kinesis_lake.iceberg.retry import fail_fast
 from kinesis_lake.iceberg.tables import ensure_table
-from kinesis_lake_tests.iceberg.helpers import RAW, RacingCatalog, ingest, keys_of, raw_batch
+from kinesis_lake_tests.iceberg.helpers import RAW, ingest, keys_of, racing_raw, raw_batch
 
 
 def _write(table: Table, keys: range, prefix: str) -> list[WrittenFile]:
@@ -130,9 +130,7 @@ def test_fail_fast_view_does_not_let_pyiceberg_rebase_silently(
 def test_a_second_writer_committing_first_is_retried_without_loss(
     raw: Table, data_dir: Path
 ) -> None:
-    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
-    table = racing.load_table(RAW)
-    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing, table, other = racing_raw(data_dir)
     racing.before_next_commit(lambda: ingest(other, "w2", 0, range(100, 110)))
 
     outcome = commit_files(table, _write(table, range(10), "w1"), writer_id="w1", batch_id=0)
@@ -148,9 +146,7 @@ def test_a_second_writer_committing_first_is_retried_without_loss(
 def test_a_zombie_of_the_same_writer_committing_first_makes_the_retry_a_skip(
     raw: Table, data_dir: Path
 ) -> None:
-    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
-    table = racing.load_table(RAW)
-    zombie = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing, table, zombie = racing_raw(data_dir)
     racing.before_next_commit(lambda: ingest(zombie, "w", 0, range(10)))
 
     outcome = commit_files(table, _write(table, range(10), "w-again"), writer_id="w", batch_id=0)
@@ -160,9 +156,7 @@ def test_a_zombie_of_the_same_writer_committing_first_makes_the_retry_a_skip(
 
 
 def test_running_out_of_attempts_raises(raw: Table, data_dir: Path) -> None:
-    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
-    table = racing.load_table(RAW)
-    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing, table, other = racing_raw(data_dir)
     for batch_id in range(2):
         racing.before_next_commit(
             lambda b=batch_id: ingest(other, "w2", b, range(100 * (b + 1), 100 * (b + 1) + 3))
@@ -416,9 +410,7 @@ def test_positions_never_move_backwards_whatever_commit_carries_them(
 
     from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
 
-    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
-    table = racing.load_table(RAW)
-    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing, table, other = racing_raw(data_dir)
     racing.before_next_commit(
         lambda: commit_files(
             other,

@@ -10,9 +10,9 @@ from pathlib import Path
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from kinesis_lake.iceberg.catalog import local_catalog_properties, open_catalog
+from kinesis_lake.iceberg.catalog import open_catalog
 from kinesis_lake.iceberg.maintenance import compact, expire_snapshots, remove_orphan_files
-from kinesis_lake_tests.iceberg.helpers import RAW, RacingCatalog, ingest, keys_of
+from kinesis_lake_tests.iceberg.helpers import RAW, ingest, keys_of, racing_raw
 
 TARGET = 64 * 1024 * 1024
 
@@ -55,9 +55,7 @@ def test_compaction_that_loses_a_race_with_an_append_retries_and_keeps_both(
 ) -> None:
     for batch_id in range(3):
         ingest(raw, "w", batch_id, range(batch_id * 10, batch_id * 10 + 10))
-    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
-    table = racing.load_table(RAW)
-    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing, table, other = racing_raw(data_dir)
     racing.before_next_commit(lambda: ingest(other, "w", 3, range(30, 40)))
 
     report = compact(table, target_file_size_bytes=TARGET)
@@ -72,9 +70,7 @@ def test_compaction_whose_input_was_compacted_meanwhile_gives_up_cleanly(
 ) -> None:
     for batch_id in range(3):
         ingest(raw, "w", batch_id, range(batch_id * 10, batch_id * 10 + 10))
-    racing = RacingCatalog("kinesis_lake", **local_catalog_properties(data_dir))
-    table = racing.load_table(RAW)
-    other = open_catalog(data_dir=data_dir).load_table(RAW)
+    racing, table, other = racing_raw(data_dir)
     racing.before_next_commit(lambda: compact(other, target_file_size_bytes=TARGET))
 
     report = compact(table, target_file_size_bytes=TARGET)
