@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from kinesis_lake.kinesis.start_positions import StartPosition
+from kinesis_lake.kinesis.streams import Shard
 from kinesis_lake.spark.kinesis.offsets import SourceOffset, SourcePlanningError
 from kinesis_lake.spark.kinesis.planning import PlanningInput, plan_next_offset
 from kinesis_lake.spark.kinesis.read_limits import epoch_byte_limits, epoch_limits
@@ -88,15 +89,20 @@ def test_a_finished_shard_is_never_read_again():
     assert "p" not in third.shards and "p" in third.finished
 
 
-def test_available_now_stops_when_every_shard_reached_the_cutoff():
+def _one_of_two_at_the_cutoff() -> tuple[list[Shard], SourceOffset]:
+    """Shards a and b read once to a cutoff of 5 s: a reached it, b stopped at its limit."""
     listed = [shard("a"), shard("b")]
     first = plan(initial(*listed), listed, cutoff_ms=5_000)
-    second = plan(
+    return listed, plan(
         first,
         listed,
         [outcome("a", "3", stopped_by="cutoff"), outcome("b", "4", stopped_by="limit")],
         cutoff_ms=5_000,
     )
+
+
+def test_available_now_stops_when_every_shard_reached_the_cutoff():
+    listed, second = _one_of_two_at_the_cutoff()
     assert second.shards_to_read() == ["b"]
     assert second.shards["a"].reached_cutoff
     done = plan(
@@ -109,14 +115,7 @@ def test_available_now_stops_when_every_shard_reached_the_cutoff():
 
 
 def test_a_new_available_now_run_reads_shards_that_reached_the_old_cutoff():
-    listed = [shard("a"), shard("b")]
-    first = plan(initial(*listed), listed, cutoff_ms=5_000)
-    second = plan(
-        first,
-        listed,
-        [outcome("a", "3", stopped_by="cutoff"), outcome("b", "4", stopped_by="limit")],
-        cutoff_ms=5_000,
-    )
+    listed, second = _one_of_two_at_the_cutoff()
     later_run = plan(second, listed, [outcome("b", "5", stopped_by="cutoff")], cutoff_ms=9_000)
     assert later_run.shards_to_read() == ["a", "b"]
 
