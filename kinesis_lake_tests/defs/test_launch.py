@@ -163,6 +163,18 @@ def emr_serverless_job(parsed: dict) -> tuple[list[str], dict[str, str]]:
     return list(submit["entryPointArguments"]), {**environment, "conf": json.dumps(conf)}
 
 
+def answer_dashboards() -> None:
+    """Answer GetDashboardForJobRun, an API moto lacks, with a made-up address."""
+
+    def dashboard(**_: Any) -> tuple[AWSResponse, dict]:
+        return AWSResponse("", 200, {}, None), {"url": "https://dashboard.example/run"}
+
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register(
+        "before-call.emr-serverless.GetDashboardForJobRun", dashboard
+    )
+
+
 def test_the_raw_asset_runs_as_an_emr_serverless_job_and_reports_back(aws) -> None:
     application, asset, launch = emr_serverless_launch()
     seen = play_cluster("after-call.emr-serverless.StartJobRun", emr_serverless_job)
@@ -403,14 +415,9 @@ def test_a_failed_emr_serverless_job_run_fails_the_asset_in_one_line_saying_what
         parsed["jobRun"]["state"] = "FAILED"
         parsed["jobRun"]["stateDetails"] = "Job failed, please check complete logs in S3."
 
-    def dashboard(**_: Any) -> tuple[AWSResponse, dict]:  # an API moto lacks
-        return AWSResponse("", 200, {}, None), {"url": "https://dashboard.example/run"}
-
     assert boto3.DEFAULT_SESSION is not None
     boto3.DEFAULT_SESSION.events.register("after-call.emr-serverless.GetJobRun", run_fails)
-    boto3.DEFAULT_SESSION.events.register(
-        "before-call.emr-serverless.GetDashboardForJobRun", dashboard
-    )
+    answer_dashboards()
 
     message = failure_of(asset, launch)
     assert application in message and "FAILED" in message and "ingest --stream clicks" in message
@@ -455,17 +462,12 @@ def test_a_failed_emr_serverless_run_whose_details_cannot_be_read_still_fails_in
             error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
             raise ClientError(error, "GetJobRun")
 
-    def dashboard(**_: Any) -> tuple[AWSResponse, dict]:  # an API moto lacks
-        return AWSResponse("", 200, {}, None), {"url": "https://dashboard.example/run"}
-
     assert boto3.DEFAULT_SESSION is not None
     boto3.DEFAULT_SESSION.events.register("after-call.emr-serverless.GetJobRun", run_fails)
     boto3.DEFAULT_SESSION.events.register(
         "before-call.emr-serverless.GetJobRun", throttled_once_failed
     )
-    boto3.DEFAULT_SESSION.events.register(
-        "before-call.emr-serverless.GetDashboardForJobRun", dashboard
-    )
+    answer_dashboards()
 
     message = failure_of(asset, launch)
     assert application in message and "FAILED" in message and "Rate exceeded" in message
