@@ -96,6 +96,16 @@ def moto_endpoint() -> Iterator:
 
 
 @pytest.fixture
+def clock(kinesalite_endpoint) -> Iterator:
+    """The shared kinesalite behind a clock proxy of its own: the test moves the server's
+    clock (retention, iterator lifetimes) forward."""
+    from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
+
+    with ClockProxy(kinesalite_endpoint.url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
 def registry(moto_endpoint) -> Iterator:
     """A fresh schema registry on moto's Glue (the shared endpoint), deleted after the test:
     Glue, moto's too, holds at most ten registries."""

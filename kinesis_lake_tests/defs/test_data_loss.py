@@ -6,10 +6,8 @@ clock)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import dagster as dg
-import pytest
 
 from kinesis_lake.cli import main
 from kinesis_lake.defs.backlog_runs import BACKLOG_SENSOR_NAME
@@ -23,12 +21,6 @@ from kinesis_lake_tests.pipeline_helpers import produce, raw_keys
 
 HOUR_S = 3600
 NO_DATA_LOSS = dg.AssetCheckKey(RAW_EVENTS, DATA_LOSS_CHECK)
-
-
-@pytest.fixture
-def clock(kinesalite_endpoint) -> Iterator[ClockProxy]:
-    with ClockProxy(kinesalite_endpoint.url) as proxy:
-        yield proxy
 
 
 def _run(

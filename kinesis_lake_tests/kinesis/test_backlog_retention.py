@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from kinesis_lake.kinesis.backlog import probe_backlog
 from kinesis_lake.kinesis.client import kinesis_client
-from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 
 SHARD = "shardId-000000000000"
-
-
-@pytest.fixture
-def clock(kinesalite) -> Iterator[ClockProxy]:
-    with ClockProxy(kinesalite.url) as proxy:
-        yield proxy
 
 
 def test_probe_of_a_quiet_shard_whose_position_aged_out(clock, new_stream) -> None:

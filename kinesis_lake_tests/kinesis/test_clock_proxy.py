@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
-from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
 from kinesis_lake.kinesis.streams import ensure_stream
 from kinesis_lake_tests.kinesis.clock_proxy import ITERATOR_TTL_S, ClockProxy
 
 SHARD = "shardId-000000000000"
 DAY_S = 24 * 3600
-
-
-@pytest.fixture
-def clock(kinesalite: LocalKinesisEndpoint) -> Iterator[ClockProxy]:
-    with ClockProxy(kinesalite.url) as proxy:
-        yield proxy
 
 
 @pytest.fixture

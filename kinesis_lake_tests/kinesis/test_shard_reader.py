@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +13,6 @@ from kinesis_lake.kinesis.shard_calls import ShardReadError
 from kinesis_lake.kinesis.shard_reader import ReadCursor, ReadOutcome, ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import ensure_stream, list_shards, shard_lineage_order
-from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.kinesis.helpers import entries, put, read_shard
 
@@ -436,12 +434,6 @@ _RETENTION_MS = 24 * 3_600_000
 def _outcome(reader: ShardReader) -> ReadOutcome:
     assert reader.outcome is not None
     return reader.outcome
-
-
-@pytest.fixture
-def clock(kinesalite) -> Iterator[ClockProxy]:
-    with ClockProxy(kinesalite.url) as proxy:
-        yield proxy
 
 
 def test_a_replay_of_a_range_retention_took_reports_it_lost(clock, new_stream) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from kinesis_lake.spark.kinesis.options import (
     KinesisSourceOptions,
     check_against_stream,
 )
-from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.pipeline_helpers import produce, raw_keys, stream_truth
 from kinesis_lake_tests.spark.source_helpers import (
     QUERY_TIMEOUT_S,
@@ -43,12 +41,6 @@ from kinesis_lake_tests.spark.source_helpers import (
 PARENT = "shardId-000000000000"
 OTHER = "shardId-000000000001"
 DAY_S = 24 * 3600
-
-
-@pytest.fixture
-def clock(kinesalite_endpoint) -> Iterator[ClockProxy]:
-    with ClockProxy(kinesalite_endpoint.url) as proxy:
-        yield proxy
 
 
 def assert_exactly_once(settings, expected_rows: int) -> None:
