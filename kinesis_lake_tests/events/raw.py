@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from kinesis_lake.events.declaration_file import load_declaration
-from kinesis_lake.events.schema import EventSchema
+from kinesis_lake.events.schema import EventField, EventSchema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 ARRIVAL = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC)
@@ -43,6 +45,16 @@ GOOD = {
     "key3": "c",
 }
 """A valid event of the demo schema (schemas/events.yaml)."""
+
+
+def json_payload(value: Any) -> bytes:
+    """``value`` as a JSON record's payload."""
+    return json.dumps(value).encode()
+
+
+def event_fields(listed: list[dict[str, Any]]) -> tuple[EventField, ...]:
+    """The fields a declaration's ``fields:`` list declares, to compare derived ones with."""
+    return tuple(EventField.from_dict(field, f"fields[{i}]") for i, field in enumerate(listed))
 
 
 def load_event_schema(path: Path) -> EventSchema:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -20,16 +19,13 @@ from kinesis_lake_tests.events.raw import (
     GOOD,
     NOW,
     demo_schema,
+    json_payload,
     raw_table,
     seed_schema,
 )
 from kinesis_lake_tests.events.registry import avro_datum
 
 UTC = UTC
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value).encode()
 
 
 def _parse(payloads: list[bytes | None], schema: EventSchema, **raw: Any) -> tuple[pa.Table, ...]:
@@ -51,7 +47,7 @@ def _reason(
 
 def test_valid_event_becomes_typed_row_and_unknown_keys_are_ignored() -> None:
     payload = {**GOOD, "unknown": {"nested": [1, 2]}, "also_unknown": None}
-    parsed, quarantine = _parse([_json(payload)], demo_schema())
+    parsed, quarantine = _parse([json_payload(payload)], demo_schema())
     assert quarantine.num_rows == 0
     assert parsed.to_pylist() == [
         {
@@ -77,7 +73,7 @@ def test_valid_event_becomes_typed_row_and_unknown_keys_are_ignored() -> None:
 def test_optional_fields_may_be_missing_or_null_and_ints_fill_doubles() -> None:
     payload = {**GOOD, "user_id": None, "amount": 7}
     del payload["key1"]
-    (row,) = _parse([_json(payload)], demo_schema())[0].to_pylist()
+    (row,) = _parse([json_payload(payload)], demo_schema())[0].to_pylist()
     assert (row["user_id"], row["key1"], row["amount"]) == (None, None, 7.0)
 
 
@@ -99,7 +95,7 @@ TIMESTAMPS = {
 
 @pytest.mark.parametrize(("value", "expected"), TIMESTAMPS.values(), ids=TIMESTAMPS.keys())
 def test_timestamps_become_utc_microseconds(value: Any, expected: datetime) -> None:
-    (row,) = _parse([_json({**GOOD, "event_time": value})], demo_schema())[0].to_pylist()
+    (row,) = _parse([json_payload({**GOOD, "event_time": value})], demo_schema())[0].to_pylist()
     assert row["event_time"] == expected
     assert row["event_timestamp"] == expected
 
@@ -121,7 +117,7 @@ def test_every_type_converts() -> None:
         {"d": 2**60 + 1, "m": -5},
         {},
     ]
-    parsed, _ = _parse([_json(p) for p in payloads], ALL_TYPES)
+    parsed, _ = _parse([json_payload(p) for p in payloads], ALL_TYPES)
     columns = parsed.select([field.name for field in ALL_TYPES.fields]).to_pydict()
     assert columns == {
         "s": ["x", None, None, None],
@@ -148,7 +144,7 @@ def test_seed_article_parses_by_configuration_alone() -> None:
 
 DEMO_REASONS = {
     "source error": (
-        _json(GOOD),
+        json_payload(GOOD),
         {"source_errors": ["KPL aggregate MD5 mismatch"]},
         "kinesis source error: KPL aggregate MD5 mismatch",
         None,
@@ -183,31 +179,31 @@ DEMO_REASONS = {
     "integer": (b"42", {}, "JSON payload is an integer, expected an object", None),
     "null": (b"null", {}, "JSON payload is null, expected an object", None),
     "missing required": (
-        _json({k: v for k, v in GOOD.items() if k != "event_type"}),
+        json_payload({k: v for k, v in GOOD.items() if k != "event_type"}),
         {},
         "missing required field 'event_type'",
         "event_type",
     ),
     "null required": (
-        _json({**GOOD, "event_time": None}),
+        json_payload({**GOOD, "event_time": None}),
         {},
         "required field 'event_time' is null",
         "event_time",
     ),
     "wrong type": (
-        _json({**GOOD, "event_id": 7}),
+        json_payload({**GOOD, "event_id": 7}),
         {},
         "field 'event_id': expected string, got integer 7",
         "event_id",
     ),
     "string for double": (
-        _json({**GOOD, "amount": "12.5"}),
+        json_payload({**GOOD, "amount": "12.5"}),
         {},
         "field 'amount': expected double, got string \"12.5\"",
         "amount",
     ),
     "boolean for double": (
-        _json({**GOOD, "amount": True}),
+        json_payload({**GOOD, "amount": True}),
         {},
         "field 'amount': expected double, got boolean true",
         "amount",
@@ -219,7 +215,7 @@ DEMO_REASONS = {
         "amount",
     ),
     "long value excerpt": (
-        _json({**GOOD, "user_id": ["x" * 100]}),
+        json_payload({**GOOD, "user_id": ["x" * 100]}),
         {},
         "field 'user_id': expected string, got array [\"" + "x" * 55 + "...",
         "user_id",
@@ -231,40 +227,40 @@ DEMO_REASONS = {
         "event_id",
     ),
     "unparseable timestamp": (
-        _json({**GOOD, "event_time": "2024-13-01T00:00:00Z"}),
+        json_payload({**GOOD, "event_time": "2024-13-01T00:00:00Z"}),
         {},
         "field 'event_time': unparseable timestamp \"2024-13-01T00:00:00Z\": "
         "month must be in 1..12",
         "event_time",
     ),
     "timestamp without offset": (
-        _json({**GOOD, "event_time": "2024-05-01T10:00:00"}),
+        json_payload({**GOOD, "event_time": "2024-05-01T10:00:00"}),
         {},
         "field 'event_time': unparseable timestamp \"2024-05-01T10:00:00\": "
         "no UTC offset (append Z or +HH:MM)",
         "event_time",
     ),
     "timestamp beyond year 9999 in UTC": (
-        _json({**GOOD, "event_time": "9999-12-31T23:59:59-02:00"}),
+        json_payload({**GOOD, "event_time": "9999-12-31T23:59:59-02:00"}),
         {},
         "field 'event_time': timestamp \"9999-12-31T23:59:59-02:00\" is not between 0001-01-01 "
         "and 9999-12-30 in UTC (the last day of 9999 has no day or minute end to window it in)",
         "event_time",
     ),
     "epoch out of range": (
-        _json({**GOOD, "event_time": 10**20}),
+        json_payload({**GOOD, "event_time": 10**20}),
         {},
         "field 'event_time': epoch milliseconds 100000000000000000000 out of range",
         "event_time",
     ),
     "timestamp of wrong type": (
-        _json({**GOOD, "event_time": {"ms": 1}}),
+        json_payload({**GOOD, "event_time": {"ms": 1}}),
         {},
         "field 'event_time': expected timestamp, got object {\"ms\": 1}",
         "event_time",
     ),
     "first error wins": (
-        _json({"event_id": 1, "amount": "x"}),
+        json_payload({"event_id": 1, "amount": "x"}),
         {},
         "field 'event_id': expected string, got integer 1",
         "event_id",
@@ -325,7 +321,7 @@ TYPE_REASONS = {
 
 @pytest.mark.parametrize(("payload", "error"), TYPE_REASONS.values(), ids=TYPE_REASONS.keys())
 def test_type_quarantine_reasons(payload: dict, error: str) -> None:
-    assert _reason(_json(payload), ALL_TYPES) == (error, next(iter(payload)))
+    assert _reason(json_payload(payload), ALL_TYPES) == (error, next(iter(payload)))
 
 
 def test_missing_arrival_time_without_event_time_field_is_quarantined() -> None:
@@ -334,7 +330,7 @@ def test_missing_arrival_time_without_event_time_field_is_quarantined() -> None:
 
 
 def test_quarantine_keeps_identity_and_raw_payload_in_input_order() -> None:
-    payloads = [b"{", _json(GOOD), b"\xff", _json({**GOOD, "event_id": "e2"})]
+    payloads = [b"{", json_payload(GOOD), b"\xff", json_payload({**GOOD, "event_id": "e2"})]
     parsed, quarantine = _parse(
         payloads,
         demo_schema(),
@@ -354,7 +350,7 @@ def test_quarantine_keeps_identity_and_raw_payload_in_input_order() -> None:
 
 
 def test_record_batch_and_loosely_typed_raw_columns_are_accepted() -> None:
-    table = raw_table([_json(GOOD)])
+    table = raw_table([json_payload(GOOD)])
     loose = table.cast(
         pa.schema(
             [
@@ -381,15 +377,15 @@ def test_empty_input_gives_empty_tables() -> None:
 
 def test_parse_without_now_stamps_current_time() -> None:
     before = datetime.now(UTC)
-    parsed, _ = parse_events(raw_table([_json(GOOD)]), demo_schema())
+    parsed, _ = parse_events(raw_table([json_payload(GOOD)]), demo_schema())
     assert before <= parsed.column("parsed_at")[0].as_py() <= datetime.now(UTC)
 
 
 def test_wiring_mistakes_raise() -> None:
     with pytest.raises(ValueError, match=r"raw input lacks columns \['source_error'\]"):
-        parse_events(raw_table([_json(GOOD)]).drop_columns(["source_error"]), demo_schema())
+        parse_events(raw_table([json_payload(GOOD)]).drop_columns(["source_error"]), demo_schema())
     with pytest.raises(ValueError, match="now must be timezone-aware"):
-        parse_events(raw_table([_json(GOOD)]), demo_schema(), now=datetime(2024, 1, 1))
+        parse_events(raw_table([json_payload(GOOD)]), demo_schema(), now=datetime(2024, 1, 1))
 
 
 def test_an_avro_local_timestamp_is_quarantined_for_its_missing_offset() -> None:

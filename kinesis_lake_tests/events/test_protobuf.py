@@ -18,9 +18,8 @@ from kinesis_lake.events.declaration_file import (
     load_declaration,
 )
 from kinesis_lake.events.parse import route_events
-from kinesis_lake.events.schema import EventField
 from kinesis_lake_tests.events.protobuf_records import ORDER_PROTO, message_classes, registry_body
-from kinesis_lake_tests.events.raw import NOW, raw_table
+from kinesis_lake_tests.events.raw import NOW, event_fields, raw_table
 from kinesis_lake_tests.events.registry import EVENT_SCHEMA, ZLIB, Registry, framed
 
 LINE = [
@@ -68,10 +67,6 @@ def _order(order_id: str, **changes: Any) -> Any:
     return order
 
 
-def _fields(listed: list[dict[str, Any]]) -> tuple[EventField, ...]:
-    return tuple(EventField.from_dict(field, f"fields[{i}]") for i, field in enumerate(listed))
-
-
 def _lake_file(tmp_path: Path, text: str, stream: str = "") -> Path:
     (tmp_path / "order.proto").write_text(ORDER_PROTO)
     lake = tmp_path / "lake.yaml"
@@ -84,7 +79,7 @@ TABLE = "tables:\n  - name: orders\n    schema_file: order.proto\n    dedup: id\
 
 def test_a_proto_message_declares_the_fields_a_listed_table_would_have(tmp_path):
     (table,) = load_declaration(_lake_file(tmp_path, TABLE)).tables
-    assert table.schema.fields == _fields(LISTED)
+    assert table.schema.fields == event_fields(LISTED)
     assert table.origin is not None and table.origin.data_format == "PROTOBUF"
 
 
@@ -222,7 +217,9 @@ def test_a_table_names_which_message_of_its_proto_it_is(tmp_path):
     table = "tables:\n  - {name: addresses, schema_file: order.proto, message: Address}\n"
     lake = load_declaration(_lake_file(tmp_path, table))
     (table,) = lake.tables
-    assert table.schema.fields == _fields([{"name": "city", "type": "string", "required": True}])
+    assert table.schema.fields == event_fields(
+        [{"name": "city", "type": "string", "required": True}]
+    )
 
 
 @pytest.mark.parametrize(
@@ -303,7 +300,7 @@ def test_registry_protobuf_records_decode_by_their_message_index(registry):
         registry,
         {"name": "orders", "registry_schema": {"registry": registry.name, "schema": "orders"}},
     )
-    assert lake.tables[0].schema.fields == _fields(LISTED)
+    assert lake.tables[0].schema.fields == event_fields(LISTED)
     good = registry_body(_order("o1"))
     address = registry_body(CLASSES["shop.Address"](city="Oslo"))
     payloads = [

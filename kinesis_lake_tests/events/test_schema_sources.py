@@ -17,9 +17,8 @@ from pyiceberg.types import MapType, StringType
 from kinesis_lake.events.declaration import DeclarationError, LakeDeclaration
 from kinesis_lake.events.declaration_file import declaration_from_dict, load_declaration
 from kinesis_lake.events.parse import route_events
-from kinesis_lake.events.schema import EventField
 from kinesis_lake.events.tables import parsed_table_schema
-from kinesis_lake_tests.events.raw import NOW, raw_table
+from kinesis_lake_tests.events.raw import NOW, event_fields, raw_table
 from kinesis_lake_tests.events.registry import Registry, avro_datum
 
 ORDER = {
@@ -128,10 +127,6 @@ JSON_LISTED = [
 ]
 
 
-def _fields(listed: list[dict[str, Any]]) -> tuple[EventField, ...]:
-    return tuple(EventField.from_dict(field, f"fields[{i}]") for i, field in enumerate(listed))
-
-
 def _write_lake(tmp_path: Path, schema_file: str, schema: Any, table_extra: str = "") -> Path:
     (tmp_path / schema_file).write_text(json.dumps(schema))
     lake = tmp_path / "lake.yaml"
@@ -150,7 +145,7 @@ def test_an_avro_schema_file_declares_the_fields_a_listed_table_would_have(tmp_p
 
     (table,) = load_declaration(lake).tables
 
-    assert table.schema.fields == _fields(LISTED)
+    assert table.schema.fields == event_fields(LISTED)
     assert (table.schema.event_key, table.schema.event_time_field) == ("id", "at")
     assert [p.name for p in table.partition] == ["at_day", "status"]
     assert table.origin is not None and table.origin.definition == ORDER
@@ -162,7 +157,7 @@ def test_an_avro_schema_file_declares_the_fields_a_listed_table_would_have(tmp_p
 def test_a_json_schema_file_declares_the_fields_a_listed_table_would_have(tmp_path):
     lake = _write_lake(tmp_path, "order.schema.json", JSON_SCHEMA, "    event_time_field: at\n")
     (table,) = load_declaration(lake).tables
-    assert table.schema.fields == _fields(JSON_LISTED)
+    assert table.schema.fields == event_fields(JSON_LISTED)
 
 
 def test_a_table_from_a_schema_routes_and_types_records_like_a_listed_one():
@@ -405,7 +400,7 @@ def test_a_registry_schema_declares_the_table_at_its_latest_or_a_numbered_versio
 def test_a_json_schema_in_the_registry_declares_a_table_too(registry):
     registry.create("events", JSON_SCHEMA, data_format="JSON")
     lake = declaration_from_dict(_registry_lake(registry, {"schema": "events"}))
-    assert lake.tables[0].schema.fields == _fields(JSON_LISTED)
+    assert lake.tables[0].schema.fields == event_fields(JSON_LISTED)
 
 
 @pytest.mark.parametrize(
