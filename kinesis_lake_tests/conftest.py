@@ -152,6 +152,12 @@ def spark():
 
 
 @pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """Where a test's lake (catalog database and warehouse) lives."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
 def settings_factory(tmp_path: Path):
     """Settings for a fresh stream and a fresh catalog/warehouse under tmp_path; with
     ``declaration=`` (a lake.yaml text), declared by it (:func:`make_settings`)."""

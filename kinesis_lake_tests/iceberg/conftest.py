@@ -15,11 +15,6 @@ from kinesis_lake_tests.iceberg.helpers import NAMESPACE, RAW
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def catalog(data_dir: Path) -> Catalog:
     catalog = open_catalog(data_dir=data_dir)
     ensure_namespace(catalog, NAMESPACE)

@@ -37,6 +37,11 @@ ORDER_ITEMS = [None, [], [{"sku": "a"}], [None]]
 """A null list, an empty one, one with a value, one holding a null struct: all different."""
 
 
+def id_rows(ids: list[int]) -> pa.Table:
+    """Rows of a one-column table (``id``, a long): what the race tests commit."""
+    return pa.table({"id": pa.array(ids, pa.int64())})
+
+
 def raw_batch(
     keys: Sequence[int],
     *,

@@ -7,7 +7,6 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.expressions import GreaterThan
@@ -30,6 +29,7 @@ from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import pending_slice
 from kinesis_lake_tests.ambiguous_catalog import catalog_environment, pause_commits
+from kinesis_lake_tests.iceberg.helpers import id_rows
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 WRITER = derived_writer_id("src")
@@ -40,10 +40,6 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for key, value in catalog_environment(tmp_path / "data", tmp_path / "faults.json").items():
         monkeypatch.setenv(key, value)
     return tmp_path / "data"
-
-
-def _rows(ids: list[int]) -> pa.Table:
-    return pa.table({"id": pa.array(ids, pa.int64())})
 
 
 def _refresh_from_scratch(source: Table, derived: Table) -> None:
@@ -72,12 +68,12 @@ def test_a_rebuild_landing_after_another_refresh_rebuilt_leaves_no_rows_without_
     catalog = open_catalog("kinesis_lake", data_dir=data_dir)
     ensure_namespace(catalog, "lake")
     source = ensure_table(catalog, "lake.src", SCHEMA)
-    commit_arrow(source, _rows([1, 2, 3]), writer_id="raw", batch_id=0)
+    commit_arrow(source, id_rows([1, 2, 3]), writer_id="raw", batch_id=0)
     derived = ensure_table(catalog, "lake.dst", SCHEMA)
     _refresh_from_scratch(source, derived)
     catalog.drop_table("lake.src")  # what SnapshotExpiredError tells operators to do
     source = ensure_table(catalog, "lake.src", SCHEMA)
-    commit_arrow(source, _rows([1, 2, 3]), writer_id="raw", batch_id=0)
+    commit_arrow(source, id_rows([1, 2, 3]), writer_id="raw", batch_id=0)
 
     slow = catalog.load_table("lake.dst")
     why = source_moved_back(source, slow, WRITER)
@@ -115,26 +111,26 @@ def test_a_rollback_past_a_refresh_that_wrote_no_rows_is_seen_and_rebuilt(
     catalog = open_catalog("kinesis_lake", data_dir=data_dir)
     ensure_namespace(catalog, "lake")
     source = ensure_table(catalog, "lake.src", SCHEMA)
-    commit_arrow(source, _rows([1, 2, 3]), writer_id="raw", batch_id=0)
+    commit_arrow(source, id_rows([1, 2, 3]), writer_id="raw", batch_id=0)
     first = source.current_snapshot()
     assert first is not None
     derived = ensure_table(catalog, "lake.dst", SCHEMA)
     _refresh_from_scratch(source, derived)
-    commit_arrow(source, _rows([4]), writer_id="raw", batch_id=1)
+    commit_arrow(source, id_rows([4]), writer_id="raw", batch_id=1)
     second = source.current_snapshot()
     assert second is not None and second.sequence_number is not None
     piece = pending_slice(source, derived)
     assert piece.files and piece.to_snapshot_id == second.snapshot_id
     commit_arrow(  # no output: the watermark moves, no snapshot records the source's
         derived,
-        _rows([]),
+        id_rows([]),
         writer_id=WRITER,
         batch_id=second.sequence_number,
         summary=source_summary(source, second.snapshot_id),
         writer_properties=source_properties(source),
     )
     source.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
-    commit_arrow(source, _rows([5]), writer_id="raw", batch_id=2)
+    commit_arrow(source, id_rows([5]), writer_id="raw", batch_id=2)
 
     derived = catalog.load_table("lake.dst")
     rebuild_if_source_moved_back(source, derived)
@@ -154,10 +150,10 @@ def test_a_re_created_source_is_seen_after_the_derived_tables_own_maintenance(
     catalog = open_catalog("kinesis_lake", data_dir=data_dir)
     ensure_namespace(catalog, "lake")
     source = ensure_table(catalog, "lake.src", SCHEMA)
-    commit_arrow(source, _rows([1]), writer_id="raw", batch_id=0)
+    commit_arrow(source, id_rows([1]), writer_id="raw", batch_id=0)
     derived = ensure_table(catalog, "lake.dst", SCHEMA)
     _refresh_from_scratch(source, derived)
-    commit_arrow(source, _rows([2]), writer_id="raw", batch_id=1)
+    commit_arrow(source, id_rows([2]), writer_id="raw", batch_id=1)
     piece = pending_slice(source, derived)
     snapshot = source.current_snapshot()
     assert snapshot is not None and snapshot.sequence_number is not None
@@ -174,7 +170,7 @@ def test_a_re_created_source_is_seen_after_the_derived_tables_own_maintenance(
     catalog.drop_table("lake.src")
     source = ensure_table(catalog, "lake.src", SCHEMA)
     for batch in range(5):
-        commit_arrow(source, _rows([10 + batch]), writer_id="raw", batch_id=batch)
+        commit_arrow(source, id_rows([10 + batch]), writer_id="raw", batch_id=batch)
 
     derived = catalog.load_table("lake.dst")
     assert source_moved_back(source, derived, WRITER) is not None
@@ -196,8 +192,8 @@ def test_a_table_two_sources_feed_is_not_rebuilt_when_the_second_is_first_read(
     ensure_namespace(catalog, "lake")
     clicks = ensure_table(catalog, "lake.clicks", SCHEMA)
     orders = ensure_table(catalog, "lake.orders", SCHEMA)
-    commit_arrow(clicks, _rows([1]), writer_id="raw", batch_id=0)
-    commit_arrow(orders, _rows([2]), writer_id="raw", batch_id=0)
+    commit_arrow(clicks, id_rows([1]), writer_id="raw", batch_id=0)
+    commit_arrow(orders, id_rows([2]), writer_id="raw", batch_id=0)
     shared = ensure_table(catalog, "lake.shared", SCHEMA)
     snapshot = clicks.current_snapshot()
     assert snapshot is not None and snapshot.sequence_number is not None
@@ -222,7 +218,7 @@ def test_forgetting_a_source_the_table_never_read_drops_nothing_and_does_not_fai
     ensure_namespace(catalog, "lake")
     source = ensure_table(catalog, "lake.src", SCHEMA)
     derived = ensure_table(catalog, "lake.dst", SCHEMA)
-    commit_arrow(derived, _rows([1]), writer_id="other", batch_id=1)
+    commit_arrow(derived, id_rows([1]), writer_id="other", batch_id=1)
     forget_source(catalog.load_table("lake.dst"), WRITER, source, "test")
     derived = catalog.load_table("lake.dst")
     assert derived.scan().to_arrow().num_rows == 0
@@ -237,7 +233,7 @@ def test_a_rebuild_for_one_source_keeps_the_rows_other_sources_wrote(data_dir: P
     ensure_namespace(catalog, "lake")
     source = ensure_table(catalog, "lake.src", SCHEMA)
     derived = ensure_table(catalog, "lake.dst", SCHEMA)
-    commit_arrow(derived, _rows([1, 2, 3]), writer_id="other", batch_id=1)
+    commit_arrow(derived, id_rows([1, 2, 3]), writer_id="other", batch_id=1)
     forget_source(catalog.load_table("lake.dst"), WRITER, source, "test", rows=GreaterThan("id", 1))
     derived = catalog.load_table("lake.dst")
     assert sorted(derived.scan().to_arrow().column("id").to_pylist()) == [1]

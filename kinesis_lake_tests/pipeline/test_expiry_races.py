@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -32,13 +31,10 @@ from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.maintain import expiry_cutoff_ms
 from kinesis_lake.pipeline.refresh import pending_slice
 from kinesis_lake_tests.ambiguous_catalog import catalog_environment, pause_commits
+from kinesis_lake_tests.iceberg.helpers import id_rows
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 WRITER = derived_writer_id("src")
-
-
-def _rows(ids: list[int]) -> pa.Table:
-    return pa.table({"id": pa.array(ids, pa.int64())})
 
 
 def _upkeep_with_the_tightest_policy(catalog, reader: Table | None) -> None:
@@ -58,8 +54,8 @@ def test_upkeep_during_a_first_refresh_keeps_the_snapshot_it_will_record(
     catalog = open_catalog("kinesis_lake", data_dir=tmp_path / "data")
     ensure_namespace(catalog, "lake")
     source = ensure_table(catalog, "lake.src", SCHEMA)
-    commit_arrow(source, _rows([1]), writer_id="raw", batch_id=0)
-    commit_arrow(source, _rows([2]), writer_id="raw", batch_id=1)
+    commit_arrow(source, id_rows([1]), writer_id="raw", batch_id=0)
+    commit_arrow(source, id_rows([2]), writer_id="raw", batch_id=1)
     read_at = source.current_snapshot()
     assert read_at is not None and read_at.sequence_number is not None
     rows = source.scan().to_arrow()  # the first refresh reads the whole source ...
@@ -81,7 +77,7 @@ def test_upkeep_during_a_first_refresh_keeps_the_snapshot_it_will_record(
             summary=source_summary(source, read_at.snapshot_id),
             writer_properties=source_properties(source),
         )
-    commit_arrow(source, _rows([3]), writer_id="raw", batch_id=2)
+    commit_arrow(source, id_rows([3]), writer_id="raw", batch_id=2)
 
     source = catalog.load_table("lake.src")
     derived = catalog.load_table("lake.dst")

@@ -21,11 +21,6 @@ NAMESPACE = "reads"
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def raw(data_dir: Path) -> Table:
     """Three commits: days 0 and 1, then day 2, then more of day 0."""
     catalog: Catalog = open_catalog(data_dir=data_dir)
