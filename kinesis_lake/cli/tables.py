@@ -111,10 +111,11 @@ def _fresh_reader(settings: Settings, args: argparse.Namespace) -> Callable[[str
 
     def read(name: str) -> pa.Table:
         fresh = fresh_read(settings, name, limits=limits)
+        rows = fresh.table  # read before it is described, so the line counts its rows
         print(f"fresh {fresh.describe(name)}", file=sys.stderr)
         for warning in fresh.warnings:
             print(f"fresh {name}: {warning}", file=sys.stderr)
-        return fresh.table
+        return rows
 
     return read
 

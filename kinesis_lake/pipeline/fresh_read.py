@@ -42,9 +42,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysFalse, BooleanExpression, In
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
@@ -85,13 +87,47 @@ class FreshReadNotOffered(TableError):
     """A table a fresh read does not cover (yet); the message says which ones it does."""
 
 
+@dataclass(frozen=True)
+class SnapshotRows:
+    """A table's snapshot as a fresh read takes it, not yet read: ``table`` at
+    ``snapshot_id`` in ``schema``, without the rows whose ``key`` is one of ``replaced``
+    (an upsert table's keys that the fresh rows decide again).
+
+    Kept unread so that the reader can be chosen: :meth:`read` on the driver for the Python
+    API and ``query --fresh``, one executor task per data file for the Spark reader
+    (:mod:`kinesis_lake.pipeline.fresh_spark`), whose snapshot may be any size.
+    """
+
+    table: Table | None
+    snapshot_id: int | None
+    schema: pa.Schema
+    key: str | None = None
+    replaced: pa.Array | None = None
+
+    @property
+    def row_filter(self) -> pc.Expression | None:
+        """The rows kept (a null key is never replaced); None: all of them."""
+        if self.key is None or self.replaced is None or len(self.replaced) == 0:
+            return None
+        return ~pc.field(self.key).isin(self.replaced)
+
+    def read(self) -> pa.Table:
+        """The rows, read here."""
+        if self.table is None or self.snapshot_id is None:
+            return self.schema.empty_table()
+        rows = self.table.scan(snapshot_id=self.snapshot_id).to_arrow()
+        if self.row_filter is not None:
+            rows = rows.filter(self.row_filter)
+        return rows.select(self.schema.names).cast(self.schema)
+
+
 @dataclass
 class FreshRead:
-    """A fresh read's rows and what they are made of."""
+    """A fresh read's rows and what they are made of: the snapshot's rows (unread until
+    :attr:`table` is asked for) and the ``fresh`` rows no snapshot of the table holds."""
 
-    table: pa.Table
-    snapshot_id: int | None
-    rows_from_snapshot: int
+    snapshot: SnapshotRows
+    fresh: pa.Table
     rows_from_raw: int
     """A routed table's rows from raw rows committed after the raw snapshot it caught up
     to (0 for a raw table)."""
@@ -104,14 +140,31 @@ class FreshRead:
     warnings: list[str] = field(default_factory=list)
 
     @property
+    def snapshot_id(self) -> int | None:
+        return self.snapshot.snapshot_id
+
+    @cached_property
+    def table(self) -> pa.Table:
+        """Every row, the snapshot's read on this process."""
+        return pa.concat_tables([self.snapshot.read(), self.fresh])
+
+    @property
+    def rows_from_snapshot(self) -> int:
+        """Rows taken from the snapshot (reads it here, once)."""
+        return self.table.num_rows - self.fresh.num_rows
+
+    @property
     def tail_truncated(self) -> bool:
         """Whether the stream held records past the committed positions that this read
         left out (the pipeline is further behind than the limits take)."""
         return bool(self.left_out)
 
     def describe(self, name: str) -> str:
-        """One line for people: where the rows came from and what was left out."""
-        parts = [f"{self.rows_from_snapshot} rows from snapshot {self.snapshot_id}"]
+        """One line for people: where the rows came from and what was left out. The
+        snapshot's rows are counted only if this process read them."""
+        snapshot = f"snapshot {self.snapshot_id}"
+        read_here = "table" in self.__dict__
+        parts = [f"{self.rows_from_snapshot} rows from {snapshot}" if read_here else snapshot]
         if self.rows_from_raw:
             parts.append(f"{self.rows_from_raw} from raw not yet derived")
         parts.append(
@@ -232,13 +285,20 @@ def read_fresh(
     return routed if base.upsert is None else _fresh_upsert(base, base.upsert, routed)
 
 
-def _snapshot_rows(table: Table | None, schema: pa.Schema) -> tuple[pa.Table, int | None]:
-    if table is None or table.current_snapshot() is None:
-        return schema.empty_table(), None
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
-    return rows.select(schema.names).cast(schema), snapshot.snapshot_id
+def _snapshot(table: Table | None, schema: pa.Schema) -> SnapshotRows:
+    current = table.current_snapshot() if table is not None else None
+    return SnapshotRows(table, current.snapshot_id if current is not None else None, schema)
+
+
+def _rows_with_keys(snapshot: SnapshotRows, key: str, keys: pa.Array) -> pa.Table:
+    """The snapshot's rows whose ``key`` is one of ``keys``: a filtered scan, so the
+    driver reads only the files whose statistics can hold them, not the whole table."""
+    if snapshot.table is None or snapshot.snapshot_id is None:
+        return snapshot.schema.empty_table()
+    values = [value for value in keys.unique().to_pylist() if value is not None]
+    row_filter: BooleanExpression = In(key, values) if values else AlwaysFalse()
+    rows = snapshot.table.scan(row_filter=row_filter, snapshot_id=snapshot.snapshot_id)
+    return rows.to_arrow().select(snapshot.schema.names).cast(snapshot.schema)
 
 
 def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
@@ -247,12 +307,10 @@ def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
         if base.table is not None
         else raw_arrow_schema()
     )
-    committed, snapshot_id = _snapshot_rows(base.table, schema)
     fresh = tail.rows.select(schema.names).cast(schema)
     return FreshRead(
-        table=pa.concat_tables([committed, fresh]),
-        snapshot_id=snapshot_id,
-        rows_from_snapshot=committed.num_rows,
+        snapshot=_snapshot(base.table, schema),
+        fresh=fresh,
         rows_from_raw=0,
         rows_from_tail=fresh.num_rows,
         tail_records=fresh.num_rows,
@@ -270,7 +328,7 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
         else parsed_arrow_schema(declared.schema),
         _ROUTED_STAMPS,
     )
-    committed, snapshot_id = _snapshot_rows(base.table, schema)
+    snapshot = _snapshot(base.table, schema)
     pending = _raw_not_derived(base)
     raw_rows = pa.concat_tables(
         [pending.select(tail.rows.column_names).cast(tail.rows.schema), tail.rows]
@@ -283,14 +341,13 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
     )
     key = declared.schema.event_key
     if key is not None:
-        rows = first_occurrences(rows, committed, key)
+        rows = first_occurrences(rows, _rows_with_keys(snapshot, key, rows.column(key)), key)
     rows = rows.select(schema.names).cast(schema)
     from_raw = pc.is_in(_identities(rows), value_set=_identities(pending))
     taken_from_raw = int(pc.sum(from_raw).as_py() or 0)
     return FreshRead(
-        table=pa.concat_tables([committed, rows]),
-        snapshot_id=snapshot_id,
-        rows_from_snapshot=committed.num_rows,
+        snapshot=snapshot,
+        fresh=rows,
         rows_from_raw=taken_from_raw,
         rows_from_tail=rows.num_rows - taken_from_raw,
         tail_records=tail.rows.num_rows,
@@ -302,16 +359,12 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
 
 def _fresh_upsert(base: FreshBase, upsert: UpsertBase, source: FreshRead) -> FreshRead:
     """The upsert table with the source's rows it has not merged merged in: the rows its
-    source committed since the upsert caught up, and the source's fresh rows."""
+    source committed since the upsert caught up, and the source's fresh rows. Only the
+    keys those rows touch are decided again, so only their rows of the table and of its
+    tombstones are read here; the rest of the table is the snapshot, left for the reader."""
     spec = upsert.spec.upsert
     assert spec is not None
-    schema = source.table.schema
-    committed, snapshot_id = _snapshot_rows(upsert.table, schema)
-    tombstones = (
-        _snapshot_rows(upsert.tombstones, table_arrow_schema(upsert.tombstones.schema()))[0]
-        if upsert.tombstones is not None
-        else schema.empty_table().select([spec.key, spec.version, *ORDER_COLUMNS])
-    )
+    schema = source.fresh.schema
     done = (
         caught_up_snapshot_id(base.table, upsert.table)
         if base.table is not None and upsert.table is not None
@@ -322,13 +375,22 @@ def _fresh_upsert(base: FreshBase, upsert: UpsertBase, source: FreshRead) -> Fre
         if base.table is not None
         else schema.empty_table()
     )
-    fresh = source.table.slice(source.rows_from_snapshot)
-    new_rows = pa.concat_tables([not_merged.select(schema.names).cast(schema), fresh])
-    rows = upsert_winners(committed, tombstones, new_rows, spec)
-    # What the source read (raw, tail, shards, what was left out) is what this read read.
-    return replace(
-        source, table=rows, snapshot_id=snapshot_id, rows_from_snapshot=committed.num_rows
+    new_rows = pa.concat_tables([not_merged.select(schema.names).cast(schema), source.fresh])
+    touched = pc.drop_null(new_rows.column(spec.key)).unique()
+    table = _snapshot(upsert.table, schema)
+    tombstones = (
+        _rows_with_keys(
+            _snapshot(upsert.tombstones, table_arrow_schema(upsert.tombstones.schema())),
+            spec.key,
+            touched,
+        )
+        if upsert.tombstones is not None
+        else schema.empty_table().select([spec.key, spec.version, *ORDER_COLUMNS])
     )
+    held = _rows_with_keys(table, spec.key, touched)
+    winners = upsert_winners(held, tombstones, new_rows, spec)
+    # What the source read (raw, tail, shards, what was left out) is what this read read.
+    return replace(source, snapshot=replace(table, key=spec.key, replaced=touched), fresh=winners)
 
 
 def _raw_not_derived(base: FreshBase) -> pa.Table:

@@ -10,11 +10,14 @@ subclass built with its :class:`~kinesis_lake.config.Settings`
 included, so the planning worker needs no environment of its own. Without ``fresh`` it
 is the ordinary reader; a bare registration refuses ``fresh`` in one line.
 
-The fresh read runs once on the driver, when Spark asks for the schema at ``load`` (the
-frame keeps the rows its schema was given, as the ordinary reader keeps its snapshot),
-and its rows reach the executors as Arrow partitions. What the read left out (limits
-``freshMaxRecords`` and ``freshMaxAge``, as ``query --fresh``'s flags) is logged on the
-driver with :meth:`~kinesis_lake.pipeline.fresh_read.FreshRead.describe`.
+The driver plans once, when Spark asks for the schema at ``load`` (the frame keeps the
+rows its schema was given, as the ordinary reader keeps its snapshot): it reads the tail
+and decides its rows (small: bounded by the limits, ``freshMaxRecords`` and
+``freshMaxAge``, as ``query --fresh``'s flags), and for an upsert table the keys they
+decide again; the snapshot itself is read by the executors, one task per data file, as
+the ordinary reader reads it, so a fresh read scales as a plain one does. What the read
+left out is logged on the driver with
+:meth:`~kinesis_lake.pipeline.fresh_read.FreshRead.describe`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from pyspark.sql.types import StructType
 from kinesis_lake.config import Settings
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.pipeline.fresh_read import FreshRead, TailLimits, fresh_read
+from kinesis_lake.spark.iceberg.files_reader import FilesReader
 from kinesis_lake.spark.iceberg.sink import IcebergDataSource, wants_fresh
+from kinesis_lake.spark.iceberg.table_reader import scan_file_tasks
 from kinesis_lake.spark.spark_version import register_data_source, replaces_data_sources
 
 log = logging.getLogger(__name__)
@@ -40,13 +45,33 @@ log = logging.getLogger(__name__)
 _ROWS_PER_PARTITION = 100_000
 
 
+@dataclass(frozen=True)
+class PlannedFreshRead:
+    """What the driver planned, picklable (Spark pickles the source after ``schema()``):
+    one task per data file of the snapshot, read on the executors, and the fresh rows."""
+
+    schema: pa.Schema
+    partitions: tuple[InputPartition, ...]
+
+    @classmethod
+    def of(cls, fresh: FreshRead) -> PlannedFreshRead:
+        snapshot = fresh.snapshot
+        files: list[InputPartition] = []
+        if snapshot.table is not None and snapshot.snapshot_id is not None:
+            planned = snapshot.table.scan(snapshot_id=snapshot.snapshot_id).plan_files()
+            files = list(
+                scan_file_tasks(snapshot.table, planned, snapshot.schema, snapshot.row_filter)
+            )
+        return cls(snapshot.schema, (*files, *ArrowRowsReader.of(fresh.fresh).partitions()))
+
+
 class FreshIcebergDataSource(IcebergDataSource):
     """The tables' reader with option ``fresh``; ``settings`` is set by the registration."""
 
     settings: Settings | None = None
 
-    def _fresh(self) -> FreshRead:
-        planned: FreshRead | None = getattr(self, "_fresh_read", None)
+    def _fresh(self) -> PlannedFreshRead:
+        planned: PlannedFreshRead | None = getattr(self, "_fresh_read", None)
         if planned is None:
             if self.settings is None:
                 raise ConfigurationError(
@@ -55,27 +80,26 @@ class FreshIcebergDataSource(IcebergDataSource):
                 )
             options = {key.lower(): value for key, value in self.options.items()}
             name = (options.get("table") or options.get("path") or "").rsplit(".", 1)[-1]
-            planned = self._fresh_read = fresh_read(
-                self.settings, name, limits=fresh_limits(options)
-            )
+            fresh = fresh_read(self.settings, name, limits=fresh_limits(options))
             log.log(
-                logging.WARNING if planned.tail_truncated else logging.INFO,
+                logging.WARNING if fresh.tail_truncated else logging.INFO,
                 "fresh %s",
-                planned.describe(name),
+                fresh.describe(name),
             )
-            for warning in planned.warnings:
+            for warning in fresh.warnings:
                 log.warning("fresh %s: %s", name, warning)
+            planned = self._fresh_read = PlannedFreshRead.of(fresh)
         return planned
 
     def schema(self) -> StructType:
         if not wants_fresh(dict(self.options)):
             return super().schema()
-        return from_arrow_schema(self._fresh().table.schema)
+        return from_arrow_schema(self._fresh().schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if not wants_fresh(dict(self.options)):
             return super().reader(schema)
-        return ArrowRowsReader.of(self._fresh().table)
+        return FreshReader(self._fresh().partitions)
 
 
 def fresh_limits(options: dict[str, str]) -> TailLimits:
@@ -122,6 +146,21 @@ class ArrowRowsReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ArrowRows)
         yield from pa.ipc.open_stream(partition.ipc).read_all().to_batches()
+
+
+class FreshReader(DataSourceReader):
+    """The snapshot's files and the fresh rows, each partition read on an executor."""
+
+    def __init__(self, partitions: Sequence[InputPartition]) -> None:
+        self.planned = list(partitions)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.planned
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ArrowRows):
+            return ArrowRowsReader([]).read(partition)
+        return FilesReader([]).read(partition)
 
 
 def register_fresh_reads(spark: SparkSession, settings: Settings) -> SparkSession:

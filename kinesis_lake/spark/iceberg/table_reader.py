@@ -20,15 +20,16 @@ once and each task drops its file's deleted rows. Deletion vectors and equality 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.io.pyarrow import expression_to_pyarrow
-from pyiceberg.table import Table
+from pyiceberg.table import FileScanTask, Table
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -105,31 +106,42 @@ class TableRead:
             snapshot_id=self.snapshot_id,
             selected_fields=tuple(self.read_schema.names),
         )
-        target = TableWriteTarget.from_table(table)
-        schema_ipc = self.read_schema.serialize().to_pybytes()
-        filtering = self.row_filter != "True"
         schema = table.schema()
         row_filter = (
             # With the schema, fields inside structs are named by their full path.
             expression_to_pyarrow(bind(schema, parse(self.row_filter), True), schema)
-            if filtering
+            if self.row_filter != "True"
             else None
         )
         output = tuple(self.arrow_schema.names) if self.read_schema != self.arrow_schema else None
-        planned = list(scan.plan_files())
-        deleted = deleted_positions(table.io, {d for task in planned for d in task.delete_files})
-        return [
-            FileTask(
-                task.file.file_path,
-                target.location,
-                target.io_properties,
-                schema_ipc,
-                row_filter,
-                output,
-                deleted=deleted.get(task.file.file_path, np.empty(0, np.int64)).tobytes(),
-            )
-            for task in planned
-        ]
+        return scan_file_tasks(table, scan.plan_files(), self.read_schema, row_filter, output)
+
+
+def scan_file_tasks(
+    table: Table,
+    planned: Iterable[FileScanTask],
+    schema: pa.Schema,
+    row_filter: pc.Expression | None = None,
+    output: tuple[str, ...] | None = None,
+) -> list[FileTask]:
+    """One executor task per planned file of ``table``: its rows in ``schema`` (cast to
+    it), without those its delete files delete, then only those ``row_filter`` keeps."""
+    target = TableWriteTarget.from_table(table)
+    schema_ipc = schema.serialize().to_pybytes()
+    planned = list(planned)
+    deleted = deleted_positions(table.io, {d for task in planned for d in task.delete_files})
+    return [
+        FileTask(
+            task.file.file_path,
+            target.location,
+            target.io_properties,
+            schema_ipc,
+            row_filter,
+            output,
+            deleted=deleted.get(task.file.file_path, np.empty(0, np.int64)).tobytes(),
+        )
+        for task in planned
+    ]
 
 
 def _snapshot_id(table: Table, name: str, options: dict[str, str]) -> int | None:
