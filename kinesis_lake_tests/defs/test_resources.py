@@ -10,6 +10,10 @@ import dagster as dg
 import pytest
 
 from kinesis_lake.defs.resources import SparkResource
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
+from kinesis_lake.spark.iceberg.sink import SINK_NAME, IcebergDataSource
+from kinesis_lake.spark.spark_version import register_data_source
+from kinesis_lake_tests.pipeline_helpers import put
 
 
 def test_a_session_started_elsewhere_is_used_and_left_running(spark):
@@ -17,6 +21,30 @@ def test_a_session_started_elsewhere_is_used_and_left_running(spark):
         assert resources.spark.session.sparkContext is spark.sparkContext
     # Teardown ran; the shared session must still work.
     assert spark.range(3).count() == 3
+
+
+def test_an_asset_on_the_lake_s_spark_resource_reads_a_table_fresh(spark, lake, instance):
+    """A user's own asset asks the tables' reader for option ``fresh`` with no set-up of
+    its own: the resource registered the lake's reader, so the records still in the
+    stream (no ingestion ran) are read, decoded and counted."""
+    prepare_raw_table(lake.settings)
+    put(lake.settings, *({"event_id": f"e{i}", "event_type": "click"} for i in range(3)))
+
+    @dg.asset
+    def fresh_raw_count(spark: SparkResource) -> dg.MaterializeResult:
+        frame = (
+            spark.session.read.format(SINK_NAME)
+            .option("fresh", "true")
+            .load(lake.settings.raw_table_name)
+        )
+        return dg.MaterializeResult(metadata={"rows": frame.count()})
+
+    try:
+        result = dg.materialize([fresh_raw_count], resources=lake.resources, instance=instance)
+    finally:
+        register_data_source(spark, IcebergDataSource)  # the suite's session, as it was
+    materialization = result.asset_materializations_for_node("fresh_raw_count")[0]
+    assert materialization.metadata["rows"].value == 3
 
 
 STARTS_AND_TEARS_DOWN = """
