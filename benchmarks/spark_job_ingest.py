@@ -81,12 +81,12 @@ def cmd_ingest(spark: Any, args: Any) -> dict[str, Any]:
 
 
 def cmd_continuous(spark: Any, args: Any) -> dict[str, Any]:
-    from kinesis_lake.iceberg.raw_table import ensure_raw_table
     from kinesis_lake.pipeline.ingest import run_continuous
+    from kinesis_lake.pipeline.ingest_query import prepare_raw_table
     from kinesis_lake.pipeline.ingest_report import BatchReport
 
     settings = _settings(args, args.namespace)
-    ensure_raw_table(settings)
+    prepare_raw_table(settings)
     stop = threading.Event()
     stop_file = Path(args.stop_file)
     deadline = time.monotonic() + args.max_seconds
