@@ -31,7 +31,7 @@ from benchmarks.context import BenchContext
 from benchmarks.machine import load_now
 from benchmarks.sandbox import REGION
 from benchmarks.spark_worker import cpu_delta
-from benchmarks.stats import percentile, verdict
+from benchmarks.stats import percentile, phase_medians, verdict
 from benchmarks.streams import SHARDS
 
 NAME = "freshness"
@@ -380,7 +380,7 @@ def measure(
             "p95": percentile(durations, 95),
             "max": durations[-1] if durations else None,
         },
-        "batch_duration_breakdown_ms_median": _median_breakdown(moving[1:]),
+        "batch_duration_breakdown_ms_median": phase_medians(moving[1:]),
         "cpu_s_per_batch": cpu_per_batch,
         "poller_polls": poller.polls,
         "data_files_max": poller.data_files_max,
@@ -396,15 +396,6 @@ def measure(
 def _data_files(table: Any) -> int:
     snapshot = table.current_snapshot()
     return int((snapshot.summary or {}).get("total-data-files", 0)) if snapshot else 0
-
-
-def _median_breakdown(progress: list[dict[str, Any]]) -> dict[str, float]:
-    keys = sorted({k for p in progress for k in p["durationMs"]})
-    out = {}
-    for key in keys:
-        values = sorted(p["durationMs"].get(key, 0) for p in progress)
-        out[key] = values[len(values) // 2] if values else 0
-    return out
 
 
 def run(ctx: BenchContext) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from benchmarks.stats import phase_medians
+
 
 def _fmt(value: Any, digits: int = 2) -> str:
     if value is None:
@@ -83,16 +85,6 @@ def _ingest_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _phase_medians(progress: list[dict[str, Any]]) -> dict[str, float]:
-    moving = [p for p in progress if p["numInputRows"] > 0]
-    keys = sorted({k for p in moving for k in p["durationMs"]})
-    out = {}
-    for key in keys:
-        values = sorted(p["durationMs"].get(key, 0) for p in moving)
-        out[key] = values[len(values) // 2] if values else 0
-    return out
-
-
 def _ingest_evidence(ours: dict[str, Any]) -> list[str]:
     warm = ours["runs"]["warm"]
     lines = []
@@ -103,7 +95,7 @@ def _ingest_evidence(ours: dict[str, Any]) -> list[str]:
             f"CPU seconds per wall-clock second during the warm run: {parts} (2 cores = "
             "2.0 in total; kinesalite is one Node thread, so 1.0 means it is saturated)."
         )
-    phases = _phase_medians(warm["progress"])
+    phases = phase_medians([p for p in warm["progress"] if p["numInputRows"] > 0])
     if phases:
         parts = ", ".join(f"{k} {v:,} ms" for k, v in phases.items())
         lines.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -25,3 +26,14 @@ def percentile(values: Sequence[float], pct: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
     return ordered[rank - 1]
+
+
+def phase_medians(progress: list[dict[str, Any]]) -> dict[str, float]:
+    """Each phase of Spark's ``durationMs`` over the micro-batches ``progress``, its median
+    (the upper one: a duration some batch really had)."""
+    keys = sorted({k for p in progress for k in p["durationMs"]})
+    out = {}
+    for key in keys:
+        values = sorted(p["durationMs"].get(key, 0) for p in progress)
+        out[key] = values[len(values) // 2] if values else 0
+    return out
