@@ -17,6 +17,15 @@ import matplotlib.pyplot as plt
 from benchmarks.report_sections import _fmt
 
 
+def _save(fig: Any, out: Path) -> str:
+    """Write ``fig`` to ``out`` as every plot is written, and close it: pyplot keeps open
+    figures alive. Returns the name REPORT.md links."""
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
 def _plot_throughput(results: dict[str, Any], out: Path) -> str | None:
     ceiling = results.get("ingest_vs_read_ceiling", {})
     hand = results.get("ingest_vs_hand_written", {})
@@ -47,10 +56,7 @@ def _plot_throughput(results: dict[str, Any], out: Path) -> str | None:
     axis.set_xticks(range(len(bars)), labels, fontsize=7)
     axis.set_ylabel("records/s")
     axis.set_title(f"Ingest throughput, {_fmt(ceiling.get('records'))} records, 4 shards")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out.name
+    return _save(fig, out)
 
 
 def _plot_freshness(result: dict[str, Any], out: Path) -> str | None:
@@ -68,10 +74,7 @@ def _plot_freshness(result: dict[str, Any], out: Path) -> str | None:
     axis.set_ylabel("fraction of records")
     axis.set_title("Freshness latency CDF (steady state)")
     axis.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out.name
+    return _save(fig, out)
 
 
 def _plot_commits(result: dict[str, Any], out: Path) -> str | None:
@@ -99,10 +102,7 @@ def _plot_commits(result: dict[str, Any], out: Path) -> str | None:
     twin.set_ylabel("snapshots (green), manifests (orange)")
     axis.legend(loc="upper left", fontsize=8)
     axis.set_title("Commit latency over a streaming writer's life")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out.name
+    return _save(fig, out)
 
 
 def _plot_memory(result: dict[str, Any], out: Path) -> str | None:
@@ -130,10 +130,7 @@ def _plot_memory(result: dict[str, Any], out: Path) -> str | None:
     axis.set_ylabel("memory of the process tree (MiB)")
     axis.set_title("Ingestion driver memory (Python + JVM + workers)")
     axis.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out.name
+    return _save(fig, out)
 
 
 def _plot_derive(result: dict[str, Any], out: Path) -> str | None:
@@ -153,7 +150,4 @@ def _plot_derive(result: dict[str, Any], out: Path) -> str | None:
     axis.set_ylabel("refresh_downstream seconds (per round)")
     axis.set_title(f"Refresh after {_fmt(result.get('new_rows_per_refresh'))} new raw rows")
     axis.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out.name
+    return _save(fig, out)
