@@ -36,6 +36,7 @@ from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake.spark.iceberg.sink import SINK_NAME, IcebergDataSource
 from kinesis_lake.spark.spark_version import register_data_source
 from kinesis_lake_tests.pipeline.declared_lakes import AT
+from kinesis_lake_tests.pipeline.fresh_helpers import comparable
 from kinesis_lake_tests.pipeline_helpers import put, table_rows
 from kinesis_lake_tests.spark.source_helpers import merge, split
 
@@ -68,7 +69,6 @@ derived:
     refresh: full
 """
 COUNT_RAW = "SELECT count(*) AS n FROM raw_events"
-STAMPS = {"ingested_at", "batch_id", C.PARSED_AT}
 spread = partial(put, keys=[f"k{i}" for i in range(8)])
 """``put`` with each record on the next of eight partition keys, so every shard gets some."""
 
@@ -83,17 +83,11 @@ def price(sku: str, version: int, op: str = "set") -> dict[str, Any]:
 
 def rows_of(settings: Settings, name: str) -> list[tuple]:
     """A committed table's rows without the commit's stamps, sorted."""
-    return _comparable(table_rows(settings, settings.table_identifier(name)))
+    return comparable(table_rows(settings, settings.table_identifier(name)))
 
 
 def fresh_rows(fresh: FreshRead) -> list[tuple]:
-    return _comparable(fresh.table.to_pylist())
-
-
-def _comparable(rows: list[dict]) -> list[tuple]:
-    return sorted(
-        tuple(sorted((k, repr(v)) for k, v in row.items() if k not in STAMPS)) for row in rows
-    )
+    return comparable(fresh.table.to_pylist())
 
 
 def identities(fresh: FreshRead) -> list[tuple]:
@@ -179,7 +173,7 @@ def spark_fresh_rows(spark, settings: Settings, *reads: FreshRead) -> list[list[
     register_fresh_reads(spark, settings)
     try:
         frames = [spark.read.format(SINK_NAME).option("fresh", "true").load(name) for name in names]
-        rows = [_comparable(frame.toArrow().to_pylist()) for frame in frames]
+        rows = [comparable(frame.toArrow().to_pylist()) for frame in frames]
         assert frames[0].count() == reads[0].table.num_rows
         # The snapshot is read by the executors, a task per data file, not on the driver:
         # one partition per file, and one more for the rows the driver decided.

@@ -26,7 +26,9 @@ from ``kinesis_lake.events``): no record twice in any table; each routed table h
 exactly the records its route and fields take (``dedup``: the first per key and UTC day,
 in Kinesis order), the upsert table equals the winners, the windowed and full SQL tables
 equal their SQL re-run with DuckDB over their inputs as they are now, and the pipeline's
-own ``reconciles_with_raw`` computation passes. After a step that failed on purpose only
+own ``reconciles_with_raw`` computation passes; and before a derive with nothing but
+records since the last one, a fresh read of each table it offers (raw, routed, upsert)
+equals, row for row, that table after the derive. After a step that failed on purpose only
 "no record twice" is checked; the next successful step must converge.
 
 The schedules and their draw are in ``derived_schedules``, the model and the invariants in
@@ -64,6 +66,8 @@ from kinesis_lake_tests.simulation.derived_invariants import (
     Model,
     Violation,
     check,
+    check_fresh,
+    fresh_reads,
     table_identifier,
 )
 from kinesis_lake_tests.simulation.derived_schedules import ROUTED, Schedule, declaration, generate
@@ -160,10 +164,17 @@ def run_schedule(
             if step.kind == "put":
                 _put(settings, model, step.records)
             elif step.kind == "derive":
+                shown = None if model.unsettled else fresh_reads(settings, model)
                 _ingest(spark, settings, model)
                 refresh_downstream(spark, settings)
                 model.derive()
                 model.unsettled = False
+                if shown is not None:
+                    try:
+                        check_fresh(settings, shown)
+                    except Violation as violation:
+                        detail = f"step {index} {step}: {violation}"
+                        raise Violation(violation.kind, detail) from None
             elif step.kind == "fail":
                 _ingest(spark, settings, model)
                 fired = _fail(settings, step.arg)

@@ -11,10 +11,13 @@ from typing import Any
 import duckdb
 
 from kinesis_lake.config import Settings
+from kinesis_lake.pipeline.fresh_read import fresh_read
 from kinesis_lake.pipeline.lake import open_lake
+from kinesis_lake_tests.pipeline.fresh_helpers import comparable
 from kinesis_lake_tests.pipeline_helpers import reconciliation
 from kinesis_lake_tests.simulation.derived_schedules import (
     INT_MAX,
+    RAW,
     ROUTED,
     WINDOWED_SQL,
     show_record,
@@ -201,3 +204,26 @@ def _arrow(settings: Settings, table: str) -> Any:
 def table_identifier(settings: Settings, table: str) -> str:
     """The lake's identifier of a table the simulation names (``quarantine`` included)."""
     return settings.quarantine_table if table == "quarantine" else settings.table_identifier(table)
+
+
+def fresh_reads(settings: Settings, model: Model) -> dict[str, list[tuple]]:
+    """Each table a fresh read offers (raw, routed, the upsert table), read fresh now: the
+    table the next ``ingest --derive`` must make, row for row (issue 36), when nothing but
+    records happened since the last one (``model.unsettled`` False)."""
+    offered = (RAW, *model.tables(), "profiles")
+    return {name: comparable(fresh_read(settings, name).table.to_pylist()) for name in offered}
+
+
+def check_fresh(settings: Settings, shown: dict[str, list[tuple]]) -> None:
+    """The tables after the derive against what their fresh reads showed before it."""
+    for name, fresh in shown.items():
+        committed = comparable(_rows(settings, name) or [])
+        if committed != fresh:
+            only_fresh = sorted(set(fresh) - set(committed))[:3]
+            only_committed = sorted(set(committed) - set(fresh))[:3]
+            raise Violation(
+                "fresh-read",
+                f"{name}: the fresh read before the derive showed {len(fresh)} rows, the "
+                f"table after it holds {len(committed)}; only fresh {only_fresh}, only "
+                f"committed {only_committed}",
+            )
