@@ -197,7 +197,8 @@ class _Watcher:
 
         raw = load_table(self._catalog(), self._settings.raw_table)
         snapshot = raw.current_snapshot() if raw is not None else None
-        return int(snapshot.summary.get("total-records", 0)) if snapshot else 0
+        summary = snapshot.summary if snapshot else None
+        return int(summary.get("total-records", 0)) if summary else 0
 
     def caught_up(self) -> dict[str, bool]:
         """Per downstream table: has it processed everything its inputs hold now (and

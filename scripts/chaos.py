@@ -108,7 +108,8 @@ class IngestionWatcher:
             self.settings.catalog_name, data_dir=self.settings.data_dir
         ).load_table(self.settings.raw_table)
         snapshot = table.current_snapshot()
-        files = int(snapshot.summary.get("total-data-files", 0)) if snapshot else 0
+        summary = snapshot.summary if snapshot else None
+        files = int(summary.get("total-data-files", 0)) if summary else 0
         query = self.query_id()
         return (last_committed_batch(table, query) if query else None), files
 

@@ -79,7 +79,8 @@ def runtime_closure() -> set[str]:
 
 
 def _requires(distribution: str, extra: str) -> list[Requirement]:
-    environment = {**default_environment(), "extra": extra}
+    environment = {key: str(value) for key, value in default_environment().items()}
+    environment["extra"] = extra
     found = []
     for text in metadata.requires(distribution) or []:
         requirement = Requirement(text)

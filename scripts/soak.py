@@ -302,8 +302,8 @@ def run_ingest(
     lines: list[str] = []
     errors: list[str] = []
     readers = [
-        threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True),
-        threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True),
+        threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True),
+        threading.Thread(target=lambda: errors.extend(process.stderr or ()), daemon=True),
     ]
     for reader in readers:
         reader.start()
@@ -514,7 +514,7 @@ def verify(
             settings.aggregate_table,
         )
     )
-    if parsed is None or quarantine is None or aggregate is None:
+    if raw is None or parsed is None or quarantine is None or aggregate is None:
         report.failures.append("the derived tables were never created: no refresh finished")
         return
     derived = reconcile_routed(raw, {"events": parsed}, quarantine, routes_everything=True)
