@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.incremental import IncrementalSlice, appended_since, caught_up_snapshot_id
@@ -84,9 +85,10 @@ def append_rows(
     """Append ``rows`` through the Iceberg sink as ``writer_id``'s batch ``batch_id`` (a
     batch it already committed is skipped), with ``summary`` in its snapshot and
     ``writer_properties`` next to its watermark; the number of rows."""
-    count = rows.count()
+    observation = Observation(f"rows of {identifier} batch {batch_id}")
     writer = (
-        rows.write.format(SINK_NAME)
+        rows.observe(observation, F.count(F.lit(1)).alias("rows"))
+        .write.format(SINK_NAME)
         .mode("append")
         .option("table", identifier)
         .option("catalog", settings.catalog_name)
@@ -99,7 +101,7 @@ def append_rows(
     for name, value in (writer_properties or {}).items():
         writer = writer.option(f"writerProperty.{name}", value)
     writer.save()
-    return count
+    return int(observation.get["rows"])
 
 
 def from_micros(micros: int) -> datetime:
