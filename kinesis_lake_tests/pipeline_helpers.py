@@ -135,6 +135,13 @@ def run_cli_with(
     )
 
 
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed command printed on stderr; a second line fails the test."""
+    assert done.returncode != 0, done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    return line
+
+
 def reconciliation(settings: Settings, tables: Sequence[str]) -> RoutedReconciliation:
     """The reconciles_with_raw check's own computation over the declared ``tables``: is
     every raw row of ``settings``' stream in the tables its routes name or in quarantine,

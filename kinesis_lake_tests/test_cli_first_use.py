@@ -4,7 +4,6 @@ real CLI process."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import boto3
@@ -12,15 +11,15 @@ import boto3
 from kinesis_lake.config import Settings
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.pipeline.lake import open_lake
-from kinesis_lake_tests.pipeline_helpers import produce, run_cli, run_cli_with, settings_env
+from kinesis_lake_tests.pipeline_helpers import (
+    one_error_line,
+    produce,
+    run_cli,
+    run_cli_with,
+    settings_env,
+)
 
 CLICKSTREAM = Path(__file__).resolve().parents[1] / "schemas" / "clickstream.yaml"
-
-
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode != 0, done.stdout
-    (line,) = done.stderr.strip().splitlines()
-    return line
 
 
 def _declaring_streams(settings: Settings, tmp_path: Path, *names: str) -> dict[str, str]:
@@ -46,7 +45,7 @@ def test_a_missing_declared_stream_is_named_as_declared_and_create_streams_creat
     orders, clicks = f"{settings.stream_name}-orders", f"{settings.stream_name}-clicks"
     env = _declaring_streams(settings, tmp_path, orders, clicks)
 
-    line = _one_line(run_cli_with(env, "ingest"))
+    line = one_error_line(run_cli_with(env, "ingest"))
 
     assert "KINESIS_STREAM_NAME" not in line, line
     assert f"stream {orders!r} (streams: in {tmp_path / 'mine.yaml'})" in line
@@ -92,8 +91,8 @@ def test_query_of_a_lake_without_its_namespace_says_what_to_do_in_one_line(
     open_lake(settings).list_namespaces()  # the catalog's database exists, no namespace
     assert (settings.data_dir / "catalog.db").exists()
 
-    query = _one_line(run_cli(settings, "query", "SELECT count(*) FROM raw_events"))
-    history = _one_line(run_cli(settings, "history", "raw_events"))
+    query = one_error_line(run_cli(settings, "query", "SELECT count(*) FROM raw_events"))
+    history = one_error_line(run_cli(settings, "history", "raw_events"))
 
     expected = (
         f"kinesis-lake: No table in {settings.namespace} at KINESIS_LAKE_DATA_DIR="

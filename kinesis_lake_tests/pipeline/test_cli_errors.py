@@ -13,7 +13,7 @@ from kinesis_lake.iceberg.raw_table import ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake_tests.iceberg.helpers import ingest
-from kinesis_lake_tests.pipeline_helpers import produce, run_cli_with, settings_env
+from kinesis_lake_tests.pipeline_helpers import one_error_line, produce, run_cli_with, settings_env
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,12 +59,6 @@ def test_an_error_raised_inside_spark_is_one_line_naming_the_spark_log(
     assert lines[1] == f"(Spark's log: {settings.log_dir / 'spark.log'})"
 
 
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode != 0, done.stdout
-    (line,) = done.stderr.strip().splitlines()
-    return line
-
-
 def test_reading_commands_fail_in_one_line_that_says_what_exists(
     kinesalite_endpoint, settings_factory
 ):
@@ -74,7 +68,7 @@ def test_reading_commands_fail_in_one_line_that_says_what_exists(
     env = settings_env(settings)
 
     nowhere = _cli(env, "query", "SELECT 1 FROM raw_events")
-    assert _one_line(nowhere).startswith(
+    assert one_error_line(nowhere).startswith(
         f"kinesis-lake: No lake at KINESIS_LAKE_DATA_DIR={settings.data_dir} yet."
     )
     assert not (settings.data_dir / "catalog.db").exists(), "reading created an empty catalog"
@@ -86,24 +80,26 @@ def test_reading_commands_fail_in_one_line_that_says_what_exists(
     first = raw.current_snapshot()
     assert first is not None
 
-    assert _one_line(_cli(env, "query", "SELECT count(*) FROM raw_event")) == (
+    assert one_error_line(_cli(env, "query", "SELECT count(*) FROM raw_event")) == (
         "kinesis-lake: Catalog Error: Table with name raw_event does not exist!; the tables in "
         f"{settings.namespace} are: raw_events"
     )
-    assert _one_line(_cli(env, "query", "SELEC 1")).startswith(
+    assert one_error_line(_cli(env, "query", "SELEC 1")).startswith(
         "kinesis-lake: Cannot parse the query: syntax error"
     )
-    assert _one_line(_cli(env, "query", "SELECT nope FROM raw_events")).startswith(
+    assert one_error_line(_cli(env, "query", "SELECT nope FROM raw_events")).startswith(
         'kinesis-lake: Binder Error: Referenced column "nope" not found'
     )
-    assert _one_line(_cli(env, "query", "SELECT 1 FROM raw_events", "--as-of", "yesterday")) == (
+    assert one_error_line(
+        _cli(env, "query", "SELECT 1 FROM raw_events", "--as-of", "yesterday")
+    ) == (
         "kinesis-lake: configuration error: --as-of 'yesterday' is neither ISO-8601 "
         "(2026-11-24T10:00:00Z) nor epoch milliseconds"
     )
     before = _cli(env, "query", "SELECT 1 FROM raw_events", "--as-of", str(first.timestamp_ms - 1))
-    assert _one_line(before).startswith("kinesis-lake: No table the query names had data at ")
-    assert "the earliest data is raw_events's" in _one_line(before)
-    assert _one_line(_cli(env, "history", "raw_event")) == (
+    assert one_error_line(before).startswith("kinesis-lake: No table the query names had data at ")
+    assert "the earliest data is raw_events's" in one_error_line(before)
+    assert one_error_line(_cli(env, "history", "raw_event")) == (
         f"kinesis-lake: No table {settings.namespace}.raw_event; the tables in "
         f"{settings.namespace} are: raw_events"
     )
