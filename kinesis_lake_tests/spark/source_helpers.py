@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import boto3
@@ -131,6 +131,30 @@ def start_source(
     if bounded is not None:
         writer = bounded.trigger(writer)
     return writer.start(), rows
+
+
+def run_into(
+    spark: SparkSession,
+    options: dict,
+    checkpoint: Path,
+    sink: Callable[[DataFrame, int], None],
+    timeout_s: float | None = None,
+) -> None:
+    """Run one availableNow query to its end (or for ``timeout_s``), each batch handed to
+    ``sink`` (foreachBatch): for sinks that keep no rows, or that fail the query.
+
+    Raises ``StreamingQueryException`` when the query fails.
+    """
+    query = (
+        spark.readStream.format("kinesis")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(timeout_s)
 
 
 def run_source(spark: SparkSession, options: dict, checkpoint: Path) -> list[dict]:

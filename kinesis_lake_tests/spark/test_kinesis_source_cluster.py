@@ -22,6 +22,7 @@ from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,
     put,
+    run_into,
     source_options,
 )
 
@@ -96,16 +97,7 @@ def _child(url: str, stream: str, work: Path) -> None:
     # One task per shard (bytesPerTask=0), so that the four reads spread over both
     # executors: packed by bytes, four small shards would be one task on one of them.
     options = source_options(url, stream, str(metadata), maxRecordsPerShard="3", bytesPerTask="0")
-    query = (
-        spark.readStream.format("kinesis")
-        .options(**options)
-        .load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_into(spark, options, work / "checkpoint", sink)
     ingestion = _default_ingestion(spark, url, work / "lake")
     spark.stop()
     result = {"rows": rows, "reads": list(reads.values()), "ingestion": ingestion}

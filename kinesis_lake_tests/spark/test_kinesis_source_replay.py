@@ -24,6 +24,7 @@ from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,
     put,
+    run_into,
     run_source,
     source_options,
     stream_positions,
@@ -110,16 +111,7 @@ def _child(url: str, stream: str, work: Path) -> None:
             os.killpg(os.getpgid(0), signal.SIGKILL)
         _append(work, "committed", {"batch": batch_id, "keys": keys})
 
-    query = (
-        spark.readStream.format("kinesis")
-        .options(**_options(url, stream, work))
-        .load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_into(spark, _options(url, stream, work), work / "checkpoint", sink)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from kinesis_lake_tests.spark.source_helpers import (
     new_stream,
     payloads,
     put,
+    run_into,
     run_source,
     source_options,
     split,
@@ -285,17 +286,8 @@ def test_a_replay_of_a_parent_gone_from_the_stream_reports_its_loss_then_goes_on
         batch.count()  # the executors read the parent and record where they stopped
         raise RuntimeError("the sink died before its commit")
 
-    query = (
-        spark.readStream.format("kinesis")
-        .options(**options)
-        .load()
-        .writeStream.foreachBatch(read_then_die)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
     with pytest.raises(StreamingQueryException, match="died before its commit"):
-        query.awaitTermination(QUERY_TIMEOUT_S)
+        run_into(spark, options, checkpoint, read_then_die, QUERY_TIMEOUT_S)
     clock.advance(DAY_S + 3600)
     # The proxy answers for a shard it knows expired, from a listing (the planner's).
     assert PARENT not in {
