@@ -183,7 +183,12 @@ class DownstreamFollower:
         # Recorded once the refresh is done: a passed blocking check on raw's newest commit
         # is what the automation sensor waits for, and seen while the downstream tables are
         # still behind it would launch a derive run of its own that finds nothing to do.
+        started = time.monotonic()
         verdicts = self._evaluate(self._blocking)
+        self._context.log.info(
+            f"Following {self._keys.raw_table}'s commit downstream: its blocking checks took "
+            f"{time.monotonic() - started:.1f} s"
+        )
         try:
             self._follow_checked(verdicts)
         finally:
@@ -207,7 +212,11 @@ class DownstreamFollower:
                     return
                 time.sleep(CLAIM_POLL_S)
             try:
+                started = time.monotonic()
                 self._refresh()
+                self._context.log.info(
+                    f"The downstream tables followed in {time.monotonic() - started:.1f} s"
+                )
             finally:
                 pools.free_step(self._step_key)
 
