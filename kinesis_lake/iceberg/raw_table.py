@@ -24,6 +24,7 @@ from pyiceberg.types import (
 )
 
 from kinesis_lake.iceberg.tables import ensure_table
+from kinesis_lake.record_rows import RECORD_ARROW_SCHEMA, UTC_MICROS
 
 RAW_SCHEMA = Schema(
     NestedField(1, "stream_name", StringType(), required=True),
@@ -43,21 +44,12 @@ RAW_SCHEMA = Schema(
     identifier_field_ids=[1, 2, 3, 4],
 )
 
-_UTC_MICROS = pa.timestamp("us", tz="UTC")
 
 # What executors build their Arrow batches with; mirrors RAW_SCHEMA field for field.
 RAW_ARROW_SCHEMA = pa.schema(
     [
-        pa.field("stream_name", pa.string(), nullable=False),
-        pa.field("shard_id", pa.string(), nullable=False),
-        pa.field("sequence_number", pa.string(), nullable=False),
-        pa.field("sub_sequence_number", pa.int64(), nullable=False),
-        pa.field("partition_key", pa.string(), nullable=False),
-        pa.field("approximate_arrival_timestamp", _UTC_MICROS, nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("aggregated", pa.bool_(), nullable=False),
-        pa.field("source_error", pa.string(), nullable=True),
-        pa.field("ingested_at", _UTC_MICROS, nullable=False),
+        *RECORD_ARROW_SCHEMA,
+        pa.field("ingested_at", UTC_MICROS, nullable=False),
         pa.field("batch_id", pa.int64(), nullable=False),
     ]
 )

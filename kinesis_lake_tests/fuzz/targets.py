@@ -40,7 +40,8 @@ with atheris.instrument_imports(include=["kinesis_lake"]):
     from kinesis_lake.events.schema import EventSchema
     from kinesis_lake.kinesis.kpl import KPL_MAGIC, aggregate, user_records
     from kinesis_lake.kinesis.records import KinesisRecord
-    from kinesis_lake.spark.kinesis.arrow import KINESIS_ARROW_SCHEMA, records_to_arrow
+    from kinesis_lake.record_rows import RECORD_ARROW_SCHEMA
+    from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 
 from kinesis_lake_tests.events.avro_records import MAPPED, mapped_record
 from kinesis_lake_tests.events.protobuf_records import (
@@ -52,7 +53,7 @@ from kinesis_lake_tests.events.raw import NOW, raw_table
 from kinesis_lake_tests.events.registry import Registry, avro_datum
 
 SHARD = "shardId-000000000000"
-REQUIRED = [f.name for f in KINESIS_ARROW_SCHEMA if not f.nullable]
+REQUIRED = [f.name for f in RECORD_ARROW_SCHEMA if not f.nullable]
 EVERY_TYPE = EventSchema.from_dict(
     {
         "name": "every_type",
@@ -79,7 +80,7 @@ def _check_batch(records: list[KinesisRecord]) -> None:
     """records_to_arrow keeps every record, in order, with every required column set."""
     batch = records_to_arrow("stream", SHARD, records)
     assert batch.num_rows == len(records), (batch.num_rows, len(records))
-    assert batch.schema == KINESIS_ARROW_SCHEMA
+    assert batch.schema == RECORD_ARROW_SCHEMA
     for name in REQUIRED:
         assert batch.column(name).null_count == 0, name
 

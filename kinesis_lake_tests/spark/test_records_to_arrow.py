@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.spark.kinesis.arrow import KINESIS_ARROW_SCHEMA, records_to_arrow
+from kinesis_lake.record_rows import RECORD_ARROW_SCHEMA
+from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 
 
 def _record(sequence: str, **fields: object) -> KinesisRecord:
@@ -47,7 +48,7 @@ def test_a_record_that_cannot_be_converted_is_flagged_and_its_neighbours_kept(
 
     batch = records_to_arrow("stream", "shardId-000000000007", records)
 
-    assert batch.schema == KINESIS_ARROW_SCHEMA
+    assert batch.schema == RECORD_ARROW_SCHEMA
     rows = batch.to_pylist()
     assert [r["sequence_number"] for r in rows] == ["1", "2", "3"]
     for row in (rows[0], rows[2]):

@@ -14,20 +14,8 @@ from typing import cast
 import pyarrow as pa
 
 from kinesis_lake.kinesis.records import KinesisRecord, escaped_text
+from kinesis_lake.record_rows import RECORD_ARROW_SCHEMA
 
-KINESIS_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("stream_name", pa.string(), nullable=False),
-        pa.field("shard_id", pa.string(), nullable=False),
-        pa.field("sequence_number", pa.string(), nullable=False),
-        pa.field("sub_sequence_number", pa.int64(), nullable=False),
-        pa.field("partition_key", pa.string(), nullable=False),
-        pa.field("approximate_arrival_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("aggregated", pa.bool_(), nullable=False),
-        pa.field("source_error", pa.string(), nullable=True),
-    ]
-)
 KINESIS_SCHEMA_DDL = (
     "stream_name string not null, shard_id string not null, sequence_number string not null, "
     "sub_sequence_number long not null, partition_key string not null, "
@@ -52,7 +40,7 @@ def records_to_arrow(
         return _arrow_batch(stream_name, shard_id, [_representable(shard_id, r) for r in records])
 
 
-_REQUIRED_COLUMNS = [f.name for f in KINESIS_ARROW_SCHEMA if not f.nullable]
+_REQUIRED_COLUMNS = [f.name for f in RECORD_ARROW_SCHEMA if not f.nullable]
 _MIN_INT64, _MAX_INT64 = -(2**63), 2**63 - 1
 _MIN_ARRIVAL_MS, _MAX_ARRIVAL_MS = -(2**63 // 1000), _MAX_INT64 // 1000  # as microseconds
 
@@ -73,7 +61,7 @@ def _arrow_batch(
             pa.array([r.aggregated for r in records], pa.bool_()),
             pa.array([r.error for r in records], pa.string()),
         ],
-        schema=KINESIS_ARROW_SCHEMA,
+        schema=RECORD_ARROW_SCHEMA,
     )
     if any(batch.column(name).null_count for name in _REQUIRED_COLUMNS):
         raise ValueError("a required column holds a null")
