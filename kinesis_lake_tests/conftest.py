@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 
 from kinesis_lake_tests import scheduling, tiers
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
@@ -155,6 +156,15 @@ def spark():
 def data_dir(tmp_path: Path) -> Path:
     """Where a test's lake (catalog database and warehouse) lives."""
     return tmp_path / "data"
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> SqlCatalog:
+    """A fresh pyiceberg SqlCatalog with the ``lake`` namespace, for tests that write tables
+    without a lake's settings (the iceberg tests have one of their own, over ``data_dir``)."""
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("lake")
+    return catalog
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ table, the column and both versions."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,13 +37,6 @@ V2 = {
     ],
 }
 V3 = {**V2, "fields": [ID, {"name": "count", "type": "string"}, *V2["fields"][2:]]}
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> SqlCatalog:
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
-    catalog.create_namespace("lake")
-    return catalog
 
 
 def _lake(registry: Registry) -> LakeDeclaration:
