@@ -46,7 +46,6 @@ from functools import cached_property
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import AlwaysFalse, BooleanExpression, In
 from pyiceberg.table import Table
 
 from kinesis_lake.config import Settings
@@ -58,6 +57,7 @@ from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.tables import parsed_arrow_schema
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
+from kinesis_lake.iceberg.filters import any_of
 from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id, read_files
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
@@ -296,8 +296,7 @@ def _rows_with_keys(snapshot: SnapshotRows, key: str, keys: pa.Array) -> pa.Tabl
     if snapshot.table is None or snapshot.snapshot_id is None:
         return snapshot.schema.empty_table()
     values = [value for value in keys.unique().to_pylist() if value is not None]
-    row_filter: BooleanExpression = In(key, values) if values else AlwaysFalse()
-    rows = snapshot.table.scan(row_filter=row_filter, snapshot_id=snapshot.snapshot_id)
+    rows = snapshot.table.scan(row_filter=any_of(key, values), snapshot_id=snapshot.snapshot_id)
     return rows.to_arrow().select(snapshot.schema.names).cast(snapshot.schema)
 
 
