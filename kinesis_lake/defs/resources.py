@@ -258,10 +258,9 @@ class SparkResource(LazyPySparkResource):
     ``spark_config``. Added here: a typed ``master`` defaulting from ``SPARK_MASTER``;
     ``spark_config`` values that are ``dg.EnvVar``s are resolved (the base's ``Any`` values
     are not); the session is built by ``build_spark_session`` (loopback, UTC, no
-    speculation, Spark's log to a file), with the tables' reader able to read fresh
-    (option ``fresh``, for the lake the environment describes); and teardown stops the
-    session only if this resource started it: one someone else owns (a test's shared
-    session) is used and left running, where the base never stops any.
+    speculation, Spark's log to a file); and teardown stops the session only if this
+    resource started it: one someone else owns (a test's shared session) is used and left
+    running, where the base never stops any.
     """
 
     master: str = _setting_field("spark_master")
@@ -287,22 +286,15 @@ class SparkResource(LazyPySparkResource):
         # Imported here so that loading definitions and running sensors stays JVM-free.
         from pyspark import SparkContext
 
-        from kinesis_lake.pipeline.fresh_spark import register_fresh_reads
         from kinesis_lake.spark.runtime.session import build_spark_session
-        from kinesis_lake.spark.spark_version import replaces_data_sources
 
         existing = SparkContext._active_spark_context
-        settings = Settings.from_env()
         session = build_spark_session(
             self.master,
             app_name=self.app_name,
             conf=self.spark_config,
-            log_dir=self.log_dir or settings.log_dir,
+            log_dir=self.log_dir or Settings.from_env().log_dir,
         )
-        if replaces_data_sources(session.version):
-            # An asset of the user's reads the lake's tables fresh with no set-up of its
-            # own; Spark 4.0 keeps the plain reader, which then says how to read fresh.
-            register_fresh_reads(session, settings)
         self._owned = existing is None or session.sparkContext is not existing
         self._spark_session = session
 

@@ -9,7 +9,8 @@ import sys
 import dagster as dg
 import pytest
 
-from kinesis_lake.defs.resources import SparkResource
+from kinesis_lake.defs.resources import PipelineSettingsResource, SparkResource
+from kinesis_lake.pipeline.fresh_spark import register_fresh_reads
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake.spark.iceberg.sink import SINK_NAME, IcebergDataSource
 from kinesis_lake.spark.spark_version import register_data_source
@@ -23,20 +24,20 @@ def test_a_session_started_elsewhere_is_used_and_left_running(spark):
     assert spark.range(3).count() == 3
 
 
-def test_an_asset_on_the_lake_s_spark_resource_reads_a_table_fresh(spark, lake, instance):
-    """A user's own asset asks the tables' reader for option ``fresh`` with no set-up of
-    its own: the resource registered the lake's reader, so the records still in the
-    stream (no ingestion ran) are read, decoded and counted."""
+def test_an_asset_reads_a_table_fresh_with_the_run_s_own_settings(spark, lake, instance):
+    """A user's own asset reads fresh as the README says: the lake's reader registered on
+    the run's session with the run's ``settings`` resource (not the environment's: a run
+    whose settings were changed at launch must read its own lake). The records are still in
+    the stream (no ingestion ran): they are read, decoded and counted."""
     prepare_raw_table(lake.settings)
     put(lake.settings, *({"event_id": f"e{i}", "event_type": "click"} for i in range(3)))
 
     @dg.asset
-    def fresh_raw_count(spark: SparkResource) -> dg.MaterializeResult:
-        frame = (
-            spark.session.read.format(SINK_NAME)
-            .option("fresh", "true")
-            .load(lake.settings.raw_table_name)
-        )
+    def fresh_raw_count(
+        spark: SparkResource, settings: PipelineSettingsResource
+    ) -> dg.MaterializeResult:
+        session = register_fresh_reads(spark.session, settings.settings())
+        frame = session.read.format(SINK_NAME).option("fresh", "true").load("raw_events")
         return dg.MaterializeResult(metadata={"rows": frame.count()})
 
     try:
