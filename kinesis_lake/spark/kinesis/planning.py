@@ -110,7 +110,9 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         others = f" (nor were {', '.join(gone[1:])})" if len(gone) > 1 else ""
         raise SourcePlanningError(
             f"Shard {gone[0]} is no longer in the stream but was not read to its end"
-            f"{others}: its remaining records expired (retention) before they were read. "
+            f"{others}: whatever records it still held expired (retention) before they "
+            "were read (Kinesis does not say whether it held any; an empty shard gives "
+            "the same error). "
             "To go on without them, set KINESIS_LAKE_FAIL_ON_DATA_LOSS=false (source "
             "option failOnDataLoss=false) for one run, which names each shard it skips; "
             "the no_data_loss check counts them, and kinesis-lake acknowledge-loss clears it."

@@ -321,8 +321,8 @@ skipped it; the count, ``skippedRanges``, is kept whole for the no_data_loss che
 
 
 GONE_UNREAD = (
-    "no longer in the stream before it was read to its end: its remaining records "
-    "expired (retention) unread"
+    "no longer in the stream before it was read to its end: whatever records it "
+    "still held (Kinesis does not say whether any) expired (retention) unread"
 )
 """The cause of a gap the plan skipped (a shard gone, not a read's finding)."""
 
