@@ -4,6 +4,7 @@ through the Iceberg sink."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,10 @@ from kinesis_lake.iceberg.incremental import IncrementalSlice, appended_since, c
 from kinesis_lake.spark.iceberg.sink import SINK_NAME
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+APPEND_THREADS = 4
+"""Appends a refresh runs side by side. A small append spends most of its second
+waiting (the Python processes Spark starts for a Python data source's plan and commit,
+the catalog's commit), not computing, so even two cores overlap several."""
 
 
 @dataclass
@@ -37,13 +42,24 @@ class TableRefresh:
 
 OnCommit = Callable[[str, TableRefresh, dict[str, int]], None]
 """Told each table's refresh (by the table's short name, with numbers of its own such as
-the aggregate's ``windows_recomputed``) as soon as its commit has landed, before the next
-table's work starts: a caller shows each table fresh when it is, not when the slowest
-table of the refresh is."""
+the aggregate's ``windows_recomputed``) as soon as its commit has landed: a caller shows
+each table fresh when it is, not when the slowest table of the refresh is. Tables are
+refreshed side by side, so it is called from several threads, one call at a time."""
 
 
 def no_report(name: str, refresh: TableRefresh, numbers: dict[str, int]) -> None:
     """The default ``OnCommit``: nobody is watching."""
+
+
+def one_at_a_time(on_commit: OnCommit) -> OnCommit:
+    """``on_commit`` called by one thread at a time (a Dagster log, a list being filled)."""
+    held = threading.Lock()
+
+    def report(name: str, refresh: TableRefresh, numbers: dict[str, int]) -> None:
+        with held:
+            on_commit(name, refresh, numbers)
+
+    return report
 
 
 def combined(identifier: str, refreshes: list[TableRefresh]) -> TableRefresh:

@@ -40,14 +40,17 @@ from kinesis_lake.pipeline.dedup import deduplicate
 from kinesis_lake.pipeline.downstream_tables import DownstreamTables
 from kinesis_lake.pipeline.quarantine_marks import KEYS, WAS, mark_resolved, movable, resolvable
 from kinesis_lake.pipeline.refresh import (
+    APPEND_THREADS,
     OnCommit,
     TableRefresh,
     append_rows,
     combined,
     no_report,
+    one_at_a_time,
     pending_slice,
     sequence_number,
 )
+from kinesis_lake.pipeline.session_thread import session_pool
 from kinesis_lake.spark.iceberg.files_reader import read_table_files
 from kinesis_lake.spark.routing import (
     QUARANTINE,
@@ -86,6 +89,7 @@ def refresh_routed(
     go with the tables), are verdicts on the old history; the rebuilt raw's records are
     all judged again under the declaration as it is now, each once.
     """
+    on_commit = one_at_a_time(on_commit)
     stream_tables = {name: tables.routed[name] for name in declaration.names}
     targets: dict[str, Table] = {**stream_tables, QUARANTINE: tables.quarantine}
     for table in stream_tables.values():  # each by its own record: a crash between is repaired
@@ -112,20 +116,46 @@ def refresh_routed(
         routed = route_on_executors(raw_rows, declaration).persist()
         try:
             outputs = target_rows(spark, routed, raw_rows, declaration, tables, names)
-            for name in names:
-                identifier = ".".join(targets[name].name())
-                count = _append(outputs[name], settings, identifier, raw, piece)
-                results[name] = TableRefresh(
-                    identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
-                )
-                targets[name].refresh()  # committed through Spark: the next pass reads it
-                on_commit(QUARANTINE_TABLE if name == QUARANTINE else name, results[name], {})
+            results.update(
+                _append_side_by_side(spark, settings, raw, piece, targets, outputs, on_commit)
+            )
         finally:
             routed.unpersist()
     for name, earlier in backfilled.items():
         results[name] = combined(results[name].table, [earlier, results[name]])
     quarantine = results.pop(QUARANTINE)
     return {name: results[name] for name in declaration.names}, quarantine
+
+
+def _append_side_by_side(
+    spark: SparkSession,
+    settings: Settings,
+    raw: Table,
+    piece: IncrementalSlice,
+    targets: dict[str, Table],
+    outputs: dict[str, DataFrame],
+    on_commit: OnCommit,
+) -> dict[str, TableRefresh]:
+    """Append each target's rows of one routing pass, side by side (``APPEND_THREADS``).
+
+    Every output was planned before (the duplicate verdicts' reads of the keyed tables
+    included), so no append sees another's commit; each is a commit of its own, which a
+    crash between leaves for the next refresh. All of them end before the first failure,
+    if any, is raised."""
+
+    def append(name: str) -> TableRefresh:
+        identifier = ".".join(targets[name].name())
+        count = _append(outputs[name], settings, identifier, raw, piece)
+        result = TableRefresh(
+            identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
+        )
+        targets[name].refresh()  # committed through Spark: the next pass reads it
+        on_commit(QUARANTINE_TABLE if name == QUARANTINE else name, result, {})
+        return result
+
+    with session_pool(spark, min(len(outputs), APPEND_THREADS), "routed-append") as pool:
+        appended = {name: pool.submit(append, name) for name in outputs}
+    return {name: future.result() for name, future in appended.items()}
 
 
 def _backfill_to_quarantine(

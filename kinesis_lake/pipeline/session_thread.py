@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import SparkSession
 
@@ -18,10 +19,20 @@ def session_thread(spark: SparkSession, target: Callable[[], None], name: str) -
     """
 
     def run() -> None:
-        jvm_session = getattr(spark, "_jsparkSession", None)
-        jvm = getattr(spark, "_jvm", None)
-        if jvm_session is not None and jvm is not None:
-            jvm.SparkSession.setActiveSession(jvm_session)
+        _activate(spark)
         target()
 
     return threading.Thread(target=run, name=name, daemon=True)
+
+
+def session_pool(spark: SparkSession, workers: int, name: str) -> ThreadPoolExecutor:
+    """Threads that submit Spark jobs side by side on ``spark`` (for the reason above,
+    each with it as its active session)."""
+    return ThreadPoolExecutor(workers, name, initializer=_activate, initargs=(spark,))
+
+
+def _activate(spark: SparkSession) -> None:
+    jvm_session = getattr(spark, "_jsparkSession", None)
+    jvm = getattr(spark, "_jvm", None)
+    if jvm_session is not None and jvm is not None:
+        jvm.SparkSession.setActiveSession(jvm_session)

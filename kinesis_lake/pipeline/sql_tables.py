@@ -26,6 +26,7 @@ columns, allowed widenings) after.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -73,6 +74,12 @@ class SqlTableError(TableError, ValueError):
     """A declared SQL table's query produced something its refresh mode cannot store."""
 
 
+VIEWS = threading.Lock()
+"""Held from registering a query's views to its result: the views are the session's, by
+the tables' short names, and tables refreshed side by side (``derive.py``) may read the
+same table through different views (a slice, some windows, the whole)."""
+
+
 def refresh_sql(
     spark: SparkSession,
     catalog: Catalog,
@@ -99,18 +106,19 @@ def refresh_sql(
     piece = pending_slice(source, table)
     if not piece.files:
         return TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
-    read_table_files(spark, source, piece.files).createOrReplaceTempView(spec.source)
-    result = spark.sql(_query(spec))
-    _table_for(catalog, identifier, spec, to_arrow_schema(result.schema))
-    written = append_rows(
-        result,
-        settings,
-        identifier,
-        writer_id=derived_writer_id(spec.source),
-        batch_id=sequence_number(source, piece.to_snapshot_id),
-        summary=source_summary(source, piece.to_snapshot_id),
-        writer_properties=source_properties(source),
-    )
+    with VIEWS:
+        read_table_files(spark, source, piece.files).createOrReplaceTempView(spec.source)
+        result = spark.sql(_query(spec))
+        _table_for(catalog, identifier, spec, to_arrow_schema(result.schema))
+        written = append_rows(
+            result,
+            settings,
+            identifier,
+            writer_id=derived_writer_id(spec.source),
+            batch_id=sequence_number(source, piece.to_snapshot_id),
+            summary=source_summary(source, piece.to_snapshot_id),
+            writer_properties=source_properties(source),
+        )
     return TableRefresh(
         identifier, len(piece.files), piece.rows, written, piece.to_snapshot_id, True
     )
@@ -150,8 +158,9 @@ def refresh_windowed(
         if table is not None:  # a new table waits for rows with a time to get its columns
             commit(table, table_arrow_schema(table.schema()).empty_table())
         return TableRefresh(name, len(piece.files), piece.rows, 0, piece.to_snapshot_id, True), 0
-    _window_rows(spark, source, window, window_micros).createOrReplaceTempView(spec.source)
-    data = spark.sql(_query(spec)).toArrow()
+    with VIEWS:
+        _window_rows(spark, source, window, window_micros).createOrReplaceTempView(spec.source)
+        data = spark.sql(_query(spec)).toArrow()
     _check_windows(spec, window, data, window_micros)
     table = create(data.schema)
     outcome = commit(
@@ -180,15 +189,16 @@ def _refresh_full(
     if batch_id is None:
         return TableRefresh(identifier, 0, 0, 0, None, False)
     files = rows = 0
-    for name in spec.inputs:
-        snapshot = snapshots[name]  # the ones batch_id counts, even if an input moved since
-        scan = inputs[name].scan(snapshot_id=snapshot.snapshot_id) if snapshot else None
-        tasks = list(scan.plan_files()) if scan is not None else []
-        # Planned tasks carry their delete files (merge-on-read upsert inputs).
-        read_planned_files(spark, inputs[name], tasks).createOrReplaceTempView(name)
-        files += len(tasks)
-        rows += live_rows(inputs[name].io, tasks)
-    data = spark.sql(_query(spec)).toArrow()
+    with VIEWS:
+        for name in spec.inputs:
+            snapshot = snapshots[name]  # the ones batch_id counts, even if an input moved
+            scan = inputs[name].scan(snapshot_id=snapshot.snapshot_id) if snapshot else None
+            tasks = list(scan.plan_files()) if scan is not None else []
+            # Planned tasks carry their delete files (merge-on-read upsert inputs).
+            read_planned_files(spark, inputs[name], tasks).createOrReplaceTempView(name)
+            files += len(tasks)
+            rows += live_rows(inputs[name].io, tasks)
+        data = spark.sql(_query(spec)).toArrow()
     table = _table_for(catalog, identifier, spec, data.schema)
     outcome = commit_arrow(
         table,

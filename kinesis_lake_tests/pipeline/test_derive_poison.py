@@ -127,3 +127,36 @@ def test_a_crash_between_the_parsed_and_quarantine_commits_duplicates_nothing(
     assert sorted(r["event_id"] for r in parsed) == ["e1", "e2", "e3"]
     reasons = sorted(r["error"].split(":")[0] for r in quarantined)
     assert reasons == ["duplicate event", "invalid JSON", "invalid JSON"]
+
+
+def test_a_keyed_tables_failed_commit_beside_the_quarantines_quarantines_nothing_twice(
+    spark, kinesalite_endpoint, settings_factory
+):
+    """Appends run side by side, so the quarantine's commit can land while the keyed
+    table's fails: the next refresh finds the table behind the quarantine and takes the
+    backfill path, which must neither quarantine the slice's duplicate again nor lose it."""
+    settings = settings_factory(kinesalite_endpoint)
+    ingest_and_derive(spark, settings, event("e1", "2024-05-01T10:00:00Z"))
+    put(
+        settings,
+        event("e2", "2024-05-01T10:00:00Z"),
+        event("e1", "2024-05-01T10:30:00Z"),  # a true duplicate
+        b"{broken",
+    )
+    run_ingestion(spark, settings)
+
+    crashed = derive_with_a_failing_commit(settings, settings.table_identifier("events"))
+
+    assert crashed.returncode != 0
+    assert f"injected: commit of {settings.table_identifier('events')} failed" in crashed.stderr
+    assert [r["event_id"] for r in table_rows(settings, settings.table_identifier("events"))] == [
+        "e1"
+    ], "the crash point: events did not commit"
+    assert len(table_rows(settings, settings.quarantine_table)) == 2, "committed beside it"
+
+    refresh_downstream(spark, settings)
+
+    parsed, quarantined = assert_accounted(settings)
+    assert sorted(r["event_id"] for r in parsed) == ["e1", "e2"]
+    reasons = sorted(r["error"].split(":")[0] for r in quarantined)
+    assert reasons == ["duplicate event", "invalid JSON"]
