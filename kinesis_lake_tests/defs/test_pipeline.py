@@ -526,7 +526,7 @@ def test_maintenance_compacts_expires_and_every_check_stays_green(pipeline):
         "orphans_removed",
         "orphan_bytes_removed",
         "commit_attempts",
-        "seconds",
+        "maintenance_seconds",
     }
     assert raw["files_after"] < raw["files_before"]
     assert raw["partitions_compacted"] >= 1
