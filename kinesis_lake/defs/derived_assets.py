@@ -21,7 +21,6 @@ the automation, which requested the run, waits for raw to move again.
 """
 
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -250,8 +249,8 @@ def derived_tables_asset(
         session = spark.session
         catalog = open_lake(lake)
         reported: set[str] = set()
-        for name, refresh, numbers, seconds in _refresh_as_commits_land(session, lake):
-            materialization = refresh_materialization(catalog, name, refresh, seconds, numbers)
+        for name, refresh, numbers in _refresh_as_commits_land(session, lake):
+            materialization = refresh_materialization(catalog, name, refresh, numbers)
             # A table added to the declaration can commit twice in one refresh (its backfill,
             # then the new records): the step's output is its first commit, the next ones
             # are materializations of their own, since an output can be yielded only once.
@@ -272,21 +271,17 @@ _DONE = object()
 
 def _refresh_as_commits_land(
     session: Any, lake: Settings
-) -> Iterator[tuple[str, "TableRefresh", dict[str, int], float]]:
+) -> Iterator[tuple[str, "TableRefresh", dict[str, int]]]:
     """Run one downstream refresh in a thread and hand out each table's commit as it lands
-    (name, refresh, its numbers, seconds since the previous commit), so a step yields it
-    then."""
+    (name, refresh, its numbers), so a step yields it then."""
     from kinesis_lake.pipeline.derive import refresh_downstream  # PySpark: only in a step
     from kinesis_lake.pipeline.session_thread import session_thread
 
     commits: queue.Queue[Any] = queue.Queue()
     outcome: dict[str, Any] = {}
-    last = [time.monotonic()]
 
     def on_commit(name: str, refresh: "TableRefresh", numbers: dict[str, int]) -> None:
-        now = time.monotonic()
-        commits.put((name, refresh, numbers, now - last[0]))
-        last[0] = now
+        commits.put((name, refresh, numbers))
 
     def work() -> None:
         try:

@@ -127,7 +127,6 @@ class DownstreamFollower:
 
         self._thread = session_thread(session, self._run, "downstream-follower")
         self._step_key = f"{keys.raw_table}:follow_downstream"
-        self._last_commit = time.monotonic()
 
     def start(self) -> DownstreamFollower:
         self._thread.start()
@@ -224,14 +223,9 @@ class DownstreamFollower:
         from kinesis_lake.pipeline.derive import refresh_downstream  # PySpark: in a step only
 
         catalog = open_lake(self._lake)
-        self._last_commit = time.monotonic()
 
         def report(name: str, refresh: TableRefresh, numbers: dict[str, int]) -> None:
-            now = time.monotonic()
-            seconds, self._last_commit = now - self._last_commit, now
-            self._context.log_event(
-                refresh_materialization(catalog, name, refresh, seconds, numbers)
-            )
+            self._context.log_event(refresh_materialization(catalog, name, refresh, numbers))
 
         refresh_downstream(self._session, self._lake, on_commit=report)
 

@@ -71,11 +71,12 @@ def refresh_materialization(
     catalog: "Catalog",
     name: str,
     refresh: "TableRefresh",
-    seconds: float,
     numbers: dict[str, int] | None = None,
 ) -> dg.AssetMaterialization:
-    """One downstream table's commit as its materialization; ``seconds`` is this table's
-    share of the refresh (since the commit before it), so ``rows_per_second`` is its own."""
+    """One downstream table's commit as its materialization, timed by its own work
+    (``TableRefresh.seconds``: tables refresh side by side), so ``rows_per_second`` is
+    its own."""
+    seconds = refresh.seconds
     metadata: dict[str, Any] = {
         **table_metadata(refresh.table, catalog.load_table(refresh.table)),
         "rows_added": refresh.rows_written,

@@ -19,6 +19,7 @@ the ones it reads (``upsert.py``, ``sql_tables.py``).
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from kinesis_lake.pipeline.refresh import (
     combined,
     no_report,
     one_at_a_time,
+    timed,
 )
 from kinesis_lake.pipeline.routed_refresh import refresh_routed
 from kinesis_lake.pipeline.session_thread import session_pool
@@ -109,10 +111,12 @@ def _refresh_counts(
     tables: DownstreamTables,
     on_commit: OnCommit,
 ) -> tuple[TableRefresh, int]:
+    started = time.monotonic()
     source = open_lake(settings).load_table(settings.table_identifier(declaration.aggregate_source))
     aggregate, windows = refresh_aggregate(
         spark, declaration.table(declaration.aggregate_source).schema, source, tables.aggregate
     )
+    aggregate = timed(aggregate, started)
     if aggregate.committed:
         on_commit(AGGREGATE_TABLE, aggregate, {"windows_recomputed": windows})
     return aggregate, windows
@@ -141,14 +145,16 @@ def refresh_derived_tables(
         return routed[name]
 
     def refresh(spec: DerivedTable) -> TableRefresh:
+        inputs = {name: readable(name) for name in spec.inputs}
+        started = time.monotonic()  # its inputs are done: from here the work is its own
         if spec.upsert is not None:
-            source = readable(spec.source)
+            source = inputs[spec.source]
             catalog = open_lake(settings)
             upsert_tables = ensure_upsert_tables(catalog, settings, spec, source)
             result = refresh_upsert(spark, spec, source, upsert_tables)
         else:
-            inputs = {name: readable(name) for name in spec.inputs}
             result = refresh_sql(spark, open_lake(settings), settings, spec, inputs)
+        result = timed(result, started)
         if result.committed:
             on_commit(spec.name, result, {})
         return result

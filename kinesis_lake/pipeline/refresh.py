@@ -5,8 +5,9 @@ through the Iceberg sink."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from pyiceberg.table import Table
@@ -34,6 +35,10 @@ class TableRefresh:
     rows_written: int
     source_snapshot_id: int | None
     committed: bool
+    seconds: float = 0.0
+    """This table's own work, to its commit: for a routed table, from the start of the
+    routing pass that fed it. Tables are refreshed side by side, so these overlap and the
+    time since the commit before would be another table's share."""
 
     @property
     def up_to_date(self) -> bool:
@@ -49,6 +54,11 @@ refreshed side by side, so it is called from several threads, one call at a time
 
 def no_report(name: str, refresh: TableRefresh, numbers: dict[str, int]) -> None:
     """The default ``OnCommit``: nobody is watching."""
+
+
+def timed(refresh: TableRefresh, started: float) -> TableRefresh:
+    """``refresh`` with its ``seconds``: from ``started`` (``time.monotonic``) to now."""
+    return replace(refresh, seconds=time.monotonic() - started)
 
 
 def one_at_a_time(on_commit: OnCommit) -> OnCommit:
@@ -71,6 +81,7 @@ def combined(identifier: str, refreshes: list[TableRefresh]) -> TableRefresh:
         sum(r.rows_written for r in refreshes),
         refreshes[-1].source_snapshot_id if refreshes else None,
         any(r.committed for r in refreshes),
+        sum(r.seconds for r in refreshes),
     )
 
 

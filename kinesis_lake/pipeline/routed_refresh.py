@@ -17,6 +17,7 @@ on, so no verdict on an earlier record is skipped or given twice.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from functools import reduce
 
@@ -49,6 +50,7 @@ from kinesis_lake.pipeline.refresh import (
     one_at_a_time,
     pending_slice,
     sequence_number,
+    timed,
 )
 from kinesis_lake.pipeline.session_thread import session_pool
 from kinesis_lake.spark.iceberg.files_reader import read_table_files
@@ -112,12 +114,15 @@ def refresh_routed(
                 identifier = ".".join(targets[name].name())
                 results[name] = TableRefresh(identifier, 0, 0, 0, piece.to_snapshot_id, False)
             continue
+        started = time.monotonic()
         raw_rows = read_table_files(spark, raw, piece.files)
         routed = route_on_executors(raw_rows, declaration).persist()
         try:
             outputs = target_rows(spark, routed, raw_rows, declaration, tables, names)
             results.update(
-                _append_side_by_side(spark, settings, raw, piece, targets, outputs, on_commit)
+                _append_side_by_side(
+                    spark, settings, raw, piece, targets, outputs, on_commit, started
+                )
             )
         finally:
             routed.unpersist()
@@ -135,6 +140,7 @@ def _append_side_by_side(
     targets: dict[str, Table],
     outputs: dict[str, DataFrame],
     on_commit: OnCommit,
+    started: float,
 ) -> dict[str, TableRefresh]:
     """Append each target's rows of one routing pass, side by side (``APPEND_THREADS``).
 
@@ -146,8 +152,11 @@ def _append_side_by_side(
     def append(name: str) -> TableRefresh:
         identifier = ".".join(targets[name].name())
         count = _append(outputs[name], settings, identifier, raw, piece)
-        result = TableRefresh(
-            identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
+        result = timed(
+            TableRefresh(
+                identifier, len(piece.files), piece.rows, count, piece.to_snapshot_id, True
+            ),
+            started,
         )
         targets[name].refresh()  # committed through Spark: the next pass reads it
         on_commit(QUARANTINE_TABLE if name == QUARANTINE else name, result, {})
@@ -190,6 +199,7 @@ def _backfill_to_quarantine(
         piece = appended_since(raw, start, to_snapshot_id=done)
         if not piece.files:
             continue
+        started = time.monotonic()
         raw_rows = read_table_files(spark, raw, piece.files)
         routed = route_on_executors(raw_rows, declaration).persist()
         try:
@@ -222,13 +232,18 @@ def _backfill_to_quarantine(
                 batch_id=sequence_number(raw, done),
             )
             if resolved:
-                marking = TableRefresh(identifier, len(piece.files), piece.rows, 0, done, True)
+                marking = timed(
+                    TableRefresh(identifier, len(piece.files), piece.rows, 0, done, True), started
+                )
                 on_commit(QUARANTINE_TABLE, marking, {"rows_resolved": resolved})
             for name in names:
                 table = tables.routed[name]
                 count = _append(outputs[name], settings, ".".join(table.name()), raw, piece)
-                results[name] = TableRefresh(
-                    ".".join(table.name()), len(piece.files), piece.rows, count, done, True
+                results[name] = timed(
+                    TableRefresh(
+                        ".".join(table.name()), len(piece.files), piece.rows, count, done, True
+                    ),
+                    started,
                 )
                 table.refresh()
         finally:

@@ -131,12 +131,11 @@ def test_rates_measure_each_commit_not_the_lingering(run):
         seconds, rows = metadata["seconds"].value, metadata["rows_added"].value
         assert 0 < seconds <= working_s
         assert metadata["rows_per_second"].value == round(rows / seconds, 1)
-    downstream_s = sum(
-        e.asset_materialization.metadata["seconds"].value
-        for key in DOWNSTREAM
-        for e in run.materializations(key)
-    )
-    assert 0 < downstream_s <= working_s
+    # Tables refresh side by side, so each one's own work overlaps the others': each is
+    # within the run's working time (their sum need not be).
+    for key in DOWNSTREAM:
+        for entry in run.materializations(key):
+            assert 0 < entry.asset_materialization.metadata["seconds"].value <= working_s
 
 
 def test_every_check_is_dated_after_the_materialization_it_judges_and_passes(run):

@@ -42,8 +42,8 @@ def _upkeep(table: str) -> MaintenancePass:
 def test_upkeep_shares_no_metadata_key_with_a_commit(catalog, streamless_settings):
     table = catalog.create_table("lake.t", Schema(NestedField(1, "n", LongType())))
     table.append(pa.table({"n": pa.array([1], pa.int64())}))
-    refresh = TableRefresh("lake.t", 1, 1, 1, None, committed=True)
-    derived_commit = refresh_materialization(catalog, "t", refresh, 1.5, {"windows": 1})
+    refresh = TableRefresh("lake.t", 1, 1, 1, None, committed=True, seconds=1.5)
+    derived_commit = refresh_materialization(catalog, "t", refresh, {"windows": 1})
     raw_commit = raw_batch_materialization(
         streamless_settings,
         BatchReport(
