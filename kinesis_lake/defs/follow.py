@@ -179,19 +179,17 @@ class DownstreamFollower:
         if latest is None or latest == self._followed:
             return
         self._followed = latest
-        # Recorded once the refresh is done: a passed blocking check on raw's newest commit
-        # is what the automation sensor waits for, and seen while the downstream tables are
-        # still behind it would launch a derive run of its own that finds nothing to do.
+        # Recorded at once, so each is dated when it was evaluated. The automation cannot
+        # take a passed one as its cue to derive meanwhile: raw is in progress until the
+        # run ends (``derived_automation``), and by then this has followed raw's last commit.
         started = time.monotonic()
         verdicts = self._evaluate(self._blocking)
+        self._record(verdicts)
         self._context.log.info(
             f"Following {self._keys.raw_table}'s commit downstream: its blocking checks took "
             f"{time.monotonic() - started:.1f} s"
         )
-        try:
-            self._follow_checked(verdicts)
-        finally:
-            self._record(verdicts)
+        self._follow_checked(verdicts)
 
     def _follow_checked(self, verdicts: list[dg.AssetCheckEvaluation]) -> None:
         if not all(v.passed for v in verdicts):

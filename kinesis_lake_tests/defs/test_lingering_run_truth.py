@@ -152,3 +152,25 @@ def test_every_check_is_dated_after_the_materialization_it_judges_and_passes(run
         newest = run.materializations(key.asset_key)[-1]
         assert target is not None and target.storage_id == newest.storage_id, key
         assert latest.create_timestamp >= newest.timestamp, key
+
+
+def test_raws_blocking_check_is_dated_when_it_was_evaluated(run):
+    """A check's time is when it evaluated: raw's blocking check runs right after each raw
+    commit, before the downstream tables follow it, but was recorded only once they had
+    (30-46 s late in make dev, seen in its UI)."""
+    history = run.instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(RAW, "no_duplicate_records"), limit=100
+    )
+    judged = {
+        entry.event.dagster_event.event_specific_data.target_materialization_data.storage_id: (
+            entry.event.timestamp
+        )
+        for entry in history
+    }
+    followed = 0
+    for commit in run.materializations(RAW):
+        after = [e for e in run.materializations(EVENTS) if e.storage_id > commit.storage_id]
+        if commit.storage_id in judged and after:
+            assert judged[commit.storage_id] <= after[0].timestamp, "recorded after the refresh"
+            followed += 1
+    assert followed >= 1
