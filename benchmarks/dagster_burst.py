@@ -128,10 +128,12 @@ def _measure(ctx: BenchContext, extra_env: dict[str, str]) -> dict[str, Any]:
             put_records(client, settings.stream_name, sample_events(BURST, seed=1000 + index))
             put_s = time.time() - put_at
             seen = watcher.follow(expected, put_at, BURST_TIMEOUT_S)
-            bursts.append({"burst": index, "put_s": round(put_s, 2), **seen})
+            bursts.append({"burst": index, "put_s": round(put_s, 2), "put_at": put_at, **seen})
         runs = server.graphql(_RUNS)["runsOrError"]["results"]
     finally:
         server.stop()
+    for burst in bursts:
+        burst["timeline_s"] = _timeline(home, burst.pop("put_at"))
     raw = [b["raw_s"] for b in bursts if b["raw_s"] is not None]
     derived = [b["derived_s"] for b in bursts if b["derived_s"] is not None]
     by_job: dict[str, list[float]] = {}
@@ -154,6 +156,48 @@ def _measure(ctx: BenchContext, extra_env: dict[str, str]) -> dict[str, Any]:
             if r["jobName"] == "iceberg_maintenance"
         ],
     }
+
+
+def _timeline(home: Any, put_at: float) -> dict[str, float]:
+    """Where a burst's seconds went, from the Dagster event log: seconds after the put at
+    which the ingestion run that took it was created, started its step, logged raw's first
+    materialization, began following it downstream (after the blocking checks) and
+    logged the first and last downstream materialization."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    marks: dict[str, float] = {}
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        records = [
+            r
+            for r in instance.get_run_records()
+            if r.dagster_run.job_name == "ingest_raw_events"
+            and (r.end_time is None or r.end_time > put_at)
+        ]
+        records.sort(key=lambda r: r.create_timestamp.timestamp())
+        if not records:
+            return marks
+        record = next((r for r in records if r.create_timestamp.timestamp() >= put_at), records[0])
+        marks["run_created"] = record.create_timestamp.timestamp()
+        downstream: list[float] = []
+        for entry in instance.all_logs(record.dagster_run.run_id):
+            event = entry.dagster_event
+            kind = event.event_type_value if event is not None else None
+            if entry.timestamp < put_at:
+                continue
+            if kind == "STEP_START":
+                marks.setdefault("step_started", entry.timestamp)
+            elif kind == "ASSET_MATERIALIZATION" and event is not None:
+                key = event.asset_key.to_user_string() if event.asset_key else ""
+                if "raw" in key and "raw_materialized" not in marks:
+                    marks["raw_materialized"] = entry.timestamp
+                elif "raw" not in key and "raw_materialized" in marks:
+                    downstream.append(entry.timestamp)
+            elif "downstream: its blocking checks took" in (entry.user_message or ""):
+                marks.setdefault("following", entry.timestamp)
+        if downstream:
+            marks["first_downstream"], marks["last_downstream"] = downstream[0], downstream[-1]
+    return {name: round(at - put_at, 2) for name, at in marks.items()}
 
 
 def _bursts(ctx: BenchContext) -> int:
