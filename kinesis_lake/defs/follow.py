@@ -6,6 +6,7 @@ derive run while an upstream asset is in progress: the downstream tables used to
 the whole run, its checks and the next automation tick (minutes after a burst). Here the
 run's own step follows raw instead, in a thread beside the streaming query:
 
+* while the query starts, it warms the refresh up (``pipeline/warm_up.py``);
 * after a raw commit it evaluates raw's blocking checks against that commit's
   materialization (the guarantee the automation's ``all_deps_blocking_checks_passed``
   gives), and only if they pass
@@ -148,6 +149,7 @@ class DownstreamFollower:
         self._thread.join()
 
     def _run(self) -> None:
+        self._guarded(self._warm_up)
         while True:
             self._wake.wait()
             self._following = True
@@ -216,6 +218,17 @@ class DownstreamFollower:
                 )
             finally:
                 pools.free_step(self._step_key)
+
+    def _warm_up(self) -> None:
+        """Beside the query's start: the session's Python processes, before the first
+        commit needs them (``pipeline/warm_up.py``)."""
+        from kinesis_lake.pipeline.warm_up import warm_up  # PySpark: in a step only
+
+        started = time.monotonic()
+        if warm_up(self._session, self._lake):
+            self._context.log.info(
+                f"Warmed the downstream refresh up in {time.monotonic() - started:.1f} s"
+            )
 
     def _refresh(self) -> None:
         from kinesis_lake.pipeline.derive import refresh_downstream  # PySpark: in a step only
