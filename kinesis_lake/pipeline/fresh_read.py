@@ -56,7 +56,7 @@ from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable
 from kinesis_lake.events.parse import route_events
 from kinesis_lake.events.tables import parsed_arrow_schema
-from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
+from kinesis_lake.iceberg.arrow_schema import conform_batch, table_arrow_schema
 from kinesis_lake.iceberg.filters import any_of
 from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id, read_files
 from kinesis_lake.iceberg.summary import committed_positions
@@ -118,7 +118,7 @@ class SnapshotRows:
         rows = self.table.scan(snapshot_id=self.snapshot_id).to_arrow()
         if self.row_filter is not None:
             rows = rows.filter(self.row_filter)
-        return rows.select(self.schema.names).cast(self.schema)
+        return _conformed(rows, self.schema)
 
 
 @dataclass
@@ -297,7 +297,15 @@ def _rows_with_keys(snapshot: SnapshotRows, key: str, keys: pa.Array) -> pa.Tabl
         return snapshot.schema.empty_table()
     values = [value for value in keys.unique().to_pylist() if value is not None]
     rows = snapshot.table.scan(row_filter=any_of(key, values), snapshot_id=snapshot.snapshot_id)
-    return rows.to_arrow().select(snapshot.schema.names).cast(snapshot.schema)
+    return _conformed(rows.to_arrow(), snapshot.schema)
+
+
+def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` in ``schema``, columns it lacks read as null: a scan reads a snapshot in
+    its own schema, and the table may have gained columns since (derived simulation seed
+    5301: a selection by name raised KeyError). Columns ``schema`` lacks are left out."""
+    kept = rows.select([name for name in rows.schema.names if name in schema.names])
+    return pa.Table.from_batches([conform_batch(b, schema) for b in kept.to_batches()], schema)
 
 
 def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
@@ -341,7 +349,7 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
     key = declared.schema.event_key
     if key is not None:
         rows = first_occurrences(rows, _rows_with_keys(snapshot, key, rows.column(key)), key)
-    rows = rows.select(schema.names).cast(schema)
+    rows = _conformed(rows, schema)
     from_raw = pc.is_in(_identities(rows), value_set=_identities(pending))
     taken_from_raw = int(pc.sum(from_raw).as_py() or 0)
     return FreshRead(

@@ -250,3 +250,27 @@ def test_a_field_added_to_the_declaration_reads_fresh_before_the_refresh_adds_it
     run_ingestion(spark, settings)
     refresh_downstream(spark, settings)
     assert fresh_rows(fresh) == rows_of(settings, "orders")
+
+
+def test_a_column_the_table_gained_after_its_snapshot_reads_as_null(spark, settings):
+    """Derived simulation seed 5301 (fails on 178ecaf too): the table's schema gained a
+    column after its current snapshot was written (an evolution that commits no data), and
+    reading the committed rows of the tail's keys projected the snapshot's rows onto the
+    table's schema by name: KeyError. Columns added later read as null in older rows."""
+    from pyiceberg.types import StringType
+
+    from kinesis_lake.pipeline.lake import open_lake
+
+    spread(settings, order("o1"), order("o2"))
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    table = open_lake(settings).load_table(settings.table_identifier("orders"))
+    with table.update_schema() as update:
+        update.add_column("extra", StringType())
+    spread(settings, order("o1", 99), order("o3"))  # o1: a repeat of a committed key
+
+    fresh = fresh_read(settings, "orders")
+
+    rows = {row["id"]: row for row in fresh.table.to_pylist()}
+    assert sorted(rows) == ["o1", "o2", "o3"] and rows["o1"]["amount"] == 1
+    assert all(row["extra"] is None for row in rows.values())
