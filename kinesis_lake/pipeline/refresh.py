@@ -20,9 +20,10 @@ from kinesis_lake.spark.iceberg.sink import SINK_NAME
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 APPEND_THREADS = 4
-"""Appends a refresh runs side by side. A small append spends most of its second
-waiting (the Python processes Spark starts for a Python data source's plan and commit,
-the catalog's commit), not computing, so even two cores overlap several."""
+"""Spark jobs a refresh submits side by side, for a cluster whose executors one small job
+leaves idle. On two local cores it bought nothing measurable (nine tables of 1,000 records:
+10-16 s in-process either way; a warm 200-row append alone takes 0.15 s): the refresh is
+compute, not waiting."""
 
 
 @dataclass
