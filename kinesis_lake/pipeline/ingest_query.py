@@ -33,6 +33,7 @@ from kinesis_lake.spark.iceberg.sink import SINK_NAME
 from kinesis_lake.spark.kinesis.available_now import AvailableNow
 from kinesis_lake.spark.kinesis.options import EarlierReads
 from kinesis_lake.spark.kinesis.source import release_consumer
+from kinesis_lake.spark.packing import known_cores
 
 logger = logging.getLogger(__name__)
 
@@ -149,12 +150,6 @@ def start_ingestion_query(
     return writer.trigger(processingTime=processing_time).start()
 
 
-def _is_local(master: str) -> bool:
-    """``local`` or ``local[N]``: one JVM whose cores are known at once (``local-cluster``
-    starts executor processes that register later, like a real cluster)."""
-    return master == "local" or master.startswith("local[")
-
-
 def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict[str, str]:
     """How the source packs a micro-batch's shards into read (and so write) tasks.
 
@@ -176,12 +171,4 @@ def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
-    return {"bytesPerTask": str(target), "minTasks": str(max(_cores(spark), 1))}
-
-
-def _cores(spark: SparkSession) -> int:
-    """The cores known when the query starts; 0 when none are."""
-    if isinstance(spark, SparkSession) and _is_local(spark.sparkContext.master or ""):
-        return spark.sparkContext.defaultParallelism
-    # Over Spark Connect (no SparkContext here) or on a cluster: the configured value.
-    return int(spark.conf.get("spark.default.parallelism", "0") or 0)
+    return {"bytesPerTask": str(target), "minTasks": str(max(known_cores(spark), 1))}

@@ -14,14 +14,13 @@ from kinesis_lake.spark.kinesis.offsets import ShardCursor
 from kinesis_lake.spark.kinesis.progress import ShardProgressStore
 from kinesis_lake.spark.kinesis.read_task import ShardReadTask
 from kinesis_lake.spark.kinesis.task_groups import (
-    MIN_TASK_BYTES,
     UNKNOWN_RECORD_BYTES,
     ShardGroupTask,
     estimated_bytes,
-    group_shards,
     grouped_partitions,
     read_group,
 )
+from kinesis_lake.spark.packing import MIN_TASK_BYTES, pack_by_bytes
 from kinesis_lake_tests.spark.source_helpers import REGION, keyed_events, new_stream, put
 
 MIB = 1024 * 1024
@@ -33,7 +32,7 @@ def _shards(count: int) -> list[str]:
 
 def test_a_small_batch_over_many_shards_is_one_task_whatever_the_cores() -> None:
     """500 shards of 2 KB each: one task, so one file per partition value per commit."""
-    groups = group_shards(dict.fromkeys(_shards(500), 2_000), 128 * MIB, min_tasks=8)
+    groups = pack_by_bytes(dict.fromkeys(_shards(500), 2_000), 128 * MIB, min_tasks=8)
 
     assert len(groups) == 1
     assert sorted(groups[0]) == _shards(500)
@@ -43,7 +42,7 @@ def test_tasks_follow_the_bytes_and_each_shard_is_read_once() -> None:
     estimates = {sid: (i % 7 + 1) * 10 * MIB for i, sid in enumerate(_shards(500))}
     total = sum(estimates.values())
 
-    groups = group_shards(estimates, 128 * MIB)
+    groups = pack_by_bytes(estimates, 128 * MIB)
 
     assert len(groups) == -(-total // (128 * MIB))  # ceil: 157 tasks for 500 shards
     assert sorted(s for group in groups for s in group) == _shards(500)
@@ -57,13 +56,13 @@ def test_a_large_batch_spreads_over_the_cores_but_not_below_the_open_cost() -> N
     big = dict.fromkeys(_shards(40), 5 * MIB)  # 200 MiB
     small = dict.fromkeys(_shards(40), MIN_TASK_BYTES // 10)  # 16 MiB in all
 
-    assert len(group_shards(big, 512 * MIB, min_tasks=8)) == 8
-    assert len(group_shards(small, 512 * MIB, min_tasks=8)) == 4
-    assert len(group_shards(big, 512 * MIB, min_tasks=400)) == 40  # one per shard at most
+    assert len(pack_by_bytes(big, 512 * MIB, min_tasks=8)) == 8
+    assert len(pack_by_bytes(small, 512 * MIB, min_tasks=8)) == 4
+    assert len(pack_by_bytes(big, 512 * MIB, min_tasks=400)) == 40  # one per shard at most
 
 
 def test_zero_bytes_per_task_keeps_a_task_per_shard_and_lone_shards_stay_plain() -> None:
-    assert group_shards(dict.fromkeys(_shards(3), 10), 0) == [[s] for s in _shards(3)]
+    assert pack_by_bytes(dict.fromkeys(_shards(3), 10), 0) == [[s] for s in _shards(3)]
     reads = [_task(sid, Path("/unused")) for sid in _shards(3)]
 
     partitions = grouped_partitions(reads, [[_shards(3)[0]], _shards(3)[1:]])

@@ -20,26 +20,22 @@ once and each task drops its file's deleted rows. Deletion vectors and equality 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.io.pyarrow import expression_to_pyarrow
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import Table
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from kinesis_lake.errors import ConfigurationError
 from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
-from kinesis_lake.iceberg.data_files import TableWriteTarget
-from kinesis_lake.iceberg.row_deletes import deleted_positions
 from kinesis_lake.kinesis.start_positions import TIMESTAMP_FORMS, parse_timestamp_ms
-from kinesis_lake.spark.iceberg.files_reader import FilesReader, FileTask
+from kinesis_lake.spark.iceberg.files_reader import FilesReader, FileTask, scan_file_tasks
 
 
 class TableReadError(ConfigurationError):
@@ -115,33 +111,6 @@ class TableRead:
         )
         output = tuple(self.arrow_schema.names) if self.read_schema != self.arrow_schema else None
         return scan_file_tasks(table, scan.plan_files(), self.read_schema, row_filter, output)
-
-
-def scan_file_tasks(
-    table: Table,
-    planned: Iterable[FileScanTask],
-    schema: pa.Schema,
-    row_filter: pc.Expression | None = None,
-    output: tuple[str, ...] | None = None,
-) -> list[FileTask]:
-    """One executor task per planned file of ``table``: its rows in ``schema`` (cast to
-    it), without those its delete files delete, then only those ``row_filter`` keeps."""
-    target = TableWriteTarget.from_table(table)
-    schema_ipc = schema.serialize().to_pybytes()
-    planned = list(planned)
-    deleted = deleted_positions(table.io, {d for task in planned for d in task.delete_files})
-    return [
-        FileTask(
-            task.file.file_path,
-            target.location,
-            target.io_properties,
-            schema_ipc,
-            row_filter,
-            output,
-            deleted=deleted.get(task.file.file_path, np.empty(0, np.int64)).tobytes(),
-        )
-        for task in planned
-    ]
 
 
 def _snapshot_id(table: Table, name: str, options: dict[str, str]) -> int | None:

@@ -118,10 +118,10 @@ from kinesis_lake.spark.kinesis.read_task import ShardReadTask, read_shard
 from kinesis_lake.spark.kinesis.task_groups import (
     ShardGroupTask,
     estimated_bytes,
-    group_shards,
     grouped_partitions,
     read_group,
 )
+from kinesis_lake.spark.packing import pack_by_bytes
 from kinesis_lake.spark.spark_version import require_spark
 
 logger = logging.getLogger(__name__)
@@ -381,7 +381,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return list(reads)
         cursors = {read.shard_id: plan.shards[read.shard_id] for read in reads}
         last = {sid: r.outcome for sid, r in self._completed_epoch(start).items()}
-        groups = group_shards(
+        groups = pack_by_bytes(
             estimated_bytes(cursors, last), self.options.bytes_per_task, self.options.min_tasks
         )
         return grouped_partitions(reads, groups)

@@ -5,8 +5,8 @@ narrow), and each write task writes its own data file per partition value. With 
 per shard, a 500-shard stream committed ~500 small files per micro-batch however little
 it held (benchmark 9), and a commit's cost and the table's file count followed the shard
 count. So the source packs shards into tasks of about ``bytesPerTask`` bytes, as Spark's
-file sources pack small files into one task (``spark.sql.files.maxPartitionBytes``), and
-a batch's files follow its bytes.
+file sources pack small files into one task (:func:`kinesis_lake.spark.packing.
+pack_by_bytes`), and a batch's files follow its bytes.
 
 Why here, and not elsewhere in the plan: only the source knows, before anything is read,
 what an epoch will hold. Kinesis does not say how many records wait in a shard, but the
@@ -26,8 +26,6 @@ the network and on Kinesis' 5 calls/s per shard far more than on the task's CPU.
 from __future__ import annotations
 
 import contextlib
-import heapq
-import math
 import queue
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,11 +46,6 @@ UNKNOWN_RECORD_BYTES = 1024
 last epoch does either (a query's first epoch): 1 KiB, above the typical Kinesis record,
 so a first guess errs towards more tasks (at most one per shard, as before), never
 towards one task holding a backlog of many shards."""
-
-MIN_TASK_BYTES = 4 * 1024 * 1024
-"""Bytes below which a batch is not split further to use more cores: Spark's
-``spark.sql.files.openCostInBytes``, the same trade (a task and a file cost more than
-reading that much)."""
 
 READ_THREADS = 8
 """Shards one task reads at once: each read keeps one call in flight, and botocore's
@@ -94,37 +87,6 @@ def estimated_bytes(
             guess = min(guess, cursor.max_bytes)
         guesses[shard_id] = guess
     return guesses
-
-
-def group_shards(
-    estimates: Mapping[str, int], bytes_per_task: int, min_tasks: int = 1
-) -> list[list[str]]:
-    """Shard ids packed into tasks of about ``bytes_per_task`` bytes, at most one task per
-    shard; ``bytes_per_task`` 0 gives every shard its own task.
-
-    Spark's rule for file splits (``maxSplitBytes``) sets a task's bytes: the target,
-    unless the batch spread over ``min_tasks`` tasks (the cores there are to use) gives
-    each less, but never under :data:`MIN_TASK_BYTES`. So a large batch keeps every core
-    busy, and a small one is a single task, a single file, whatever the shard count.
-    Largest guess first into the lightest task (the LPT rule), so tasks end close to equal
-    and a shard larger than the target gets a task of its own. Deterministic: ties go by
-    shard id, and each task lists its shards in id order.
-    """
-    shard_ids = sorted(estimates)
-    if not shard_ids:
-        return []
-    if bytes_per_task <= 0:
-        return [[shard_id] for shard_id in shard_ids]
-    total = sum(estimates.values())
-    per_task = min(bytes_per_task, max(MIN_TASK_BYTES, math.ceil(total / max(min_tasks, 1))))
-    count = min(len(shard_ids), max(math.ceil(total / per_task), 1))
-    tasks: list[list[str]] = [[] for _ in range(count)]
-    lightest = [(0, index) for index in range(count)]
-    for shard_id in sorted(shard_ids, key=lambda sid: (-estimates[sid], sid)):
-        load, index = heapq.heappop(lightest)
-        tasks[index].append(shard_id)
-        heapq.heappush(lightest, (load + estimates[shard_id], index))
-    return [sorted(task) for task in tasks if task]
 
 
 def grouped_partitions(
