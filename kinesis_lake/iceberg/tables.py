@@ -17,8 +17,9 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ResolveError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids, index_by_name, promote
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import DecimalType, IcebergType, ListType, MapType, StructType
 
 from kinesis_lake.errors import TableError
@@ -66,17 +67,10 @@ def ensure_table(
         )
 
     for attempt in range(1, _EVOLVE_ATTEMPTS + 1):
-        problems = schema_incompatibilities(table.schema(), schema)
-        if problems:
-            raise SchemaEvolutionError(
-                f"Table {identifier} cannot be evolved to the declared schema:\n- "
-                + "\n- ".join(problems)
-            )
         missing = {k: v for k, v in wanted_properties.items() if k not in table.properties}
         try:
             with table.transaction() as tx:
-                with tx.update_schema() as update:
-                    update.union_by_name(schema)
+                _evolution(tx, identifier, schema).commit()
                 if missing:
                     tx.set_properties(missing)
         except CommitFailedException:
@@ -86,6 +80,29 @@ def ensure_table(
         else:
             break
     return table
+
+
+def evolved_schema(table: Table, schema: Schema) -> Schema:
+    """The schema ``table`` has once :func:`ensure_table` evolved it to ``schema``, without
+    evolving it: what a fresh read gives before the refresh that commits the evolution has
+    run (new columns last, widened types, columns ``schema`` dropped kept). The same
+    evolution, so the two never differ; its column ids are those the commit would assign.
+
+    Raises:
+        SchemaEvolutionError: as :func:`ensure_table` would.
+    """
+    return _evolution(table.transaction(), ".".join(table.name()), schema)._apply()
+
+
+def _evolution(tx: Transaction, identifier: str, schema: Schema) -> UpdateSchema:
+    """The schema update that brings ``tx``'s table to ``schema`` (by name), not applied."""
+    problems = schema_incompatibilities(tx.table_metadata.schema(), schema)
+    if problems:
+        raise SchemaEvolutionError(
+            f"Table {identifier} cannot be evolved to the declared schema:\n- "
+            + "\n- ".join(problems)
+        )
+    return tx.update_schema().union_by_name(schema)
 
 
 def ensure_table_for_arrow(catalog: Catalog, identifier: str, columns: pa.Schema) -> Table:

@@ -17,7 +17,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from kinesis_lake.iceberg.tables import SchemaEvolutionError, ensure_table
+from kinesis_lake.iceberg.tables import SchemaEvolutionError, ensure_table, evolved_schema
 
 V1 = Schema(
     NestedField(1, "id", StringType(), required=True),
@@ -84,6 +84,37 @@ def test_narrower_declared_type_keeps_the_wider_column(catalog: Catalog) -> None
     ensure_table(catalog, "lake.t", wide)
     table = ensure_table(catalog, "lake.t", V1)
     assert table.schema().find_field("count").field_type == LongType()
+
+
+def test_the_evolved_schema_is_what_ensure_table_then_commits_and_commits_nothing(
+    catalog: Catalog,
+) -> None:
+    """A fresh read takes the schema the next refresh will give the table from
+    ``evolved_schema``: a new column declared between old ones goes last, a widened type is
+    the wider, a column the declaration dropped stays; ids included. And the table is
+    unchanged until ``ensure_table`` runs."""
+    table = ensure_table(catalog, "lake.t", V1)
+    declared = Schema(
+        V1.fields[0],
+        NestedField(4, "label", StringType(), required=False),
+        V1.fields[1],
+    )
+    widened = Schema(*V1.fields[:2], NestedField(3, "count", LongType(), required=False))
+
+    expected = evolved_schema(table, declared)
+    assert catalog.load_table("lake.t").metadata_location == table.metadata_location
+    assert [(f.name, f.field_type) for f in expected.fields] == [
+        ("id", StringType()),
+        ("at", TimestamptzType()),
+        ("count", IntegerType()),
+        ("label", StringType()),
+    ]
+    assert ensure_table(catalog, "lake.t", declared).schema() == expected
+    evolved = catalog.load_table("lake.t")
+    assert evolved_schema(evolved, widened).find_field("count").field_type == LongType()
+    assert evolved_schema(evolved, widened) == ensure_table(catalog, "lake.t", widened).schema()
+    with pytest.raises(SchemaEvolutionError, match=r"lake\.t cannot be evolved"):
+        evolved_schema(evolved, Schema(V1.fields[0], V1.fields[2]))
 
 
 @pytest.mark.parametrize(
