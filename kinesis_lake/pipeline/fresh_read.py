@@ -55,11 +55,12 @@ from kinesis_lake.events.declaration import LakeDeclaration
 from kinesis_lake.events.declaration_file import load_declaration
 from kinesis_lake.events.derived_tables import ORDER_COLUMNS, DerivedTable
 from kinesis_lake.events.parse import route_events
-from kinesis_lake.events.tables import parsed_arrow_schema
+from kinesis_lake.events.tables import parsed_arrow_schema, parsed_table_schema
 from kinesis_lake.iceberg.arrow_schema import conform_batch, table_arrow_schema
 from kinesis_lake.iceberg.filters import any_of
 from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id, read_files
 from kinesis_lake.iceberg.summary import committed_positions
+from kinesis_lake.iceberg.tables import evolved_schema
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.pipeline.earlier_reads import earlier_reads
 from kinesis_lake.pipeline.fresh_tail import (
@@ -329,8 +330,11 @@ def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
 
 def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
     declared = base.declaration.table(base.name)
+    # The table as the next refresh leaves it: it evolves the table to the declaration
+    # before it writes, so a field just declared is a column of every row already
+    # (null in the committed ones), and a widened type is the wider one.
     schema = relaxed(
-        table_arrow_schema(base.table.schema())
+        table_arrow_schema(evolved_schema(base.table, parsed_table_schema(declared.schema)))
         if base.table is not None
         else parsed_arrow_schema(declared.schema),
         _ROUTED_STAMPS,

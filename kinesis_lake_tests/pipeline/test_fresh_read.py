@@ -14,7 +14,9 @@ import time
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from pyspark.sql.types import LongType
 
 from kinesis_lake.cli.entry import main
 from kinesis_lake.config import Settings
@@ -221,13 +223,6 @@ def _later_ms(ms: int) -> int:
     return int(time.time() * 1000) + ms
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect (derived simulation seed 5301, also on 178ecaf): a fresh read takes "
-    "its schema from the table, so a field just added to the declaration is left out until "
-    "the next refresh adds the column; in a longer schedule, reading the committed rows of "
-    "the tail's keys raised KeyError ('Field \"note\" does not exist in schema')",
-)
 def test_a_field_added_to_the_declaration_reads_fresh_before_the_refresh_adds_it(spark, settings):
     """A fresh read never differs from what the next refresh commits: after a field is
     added to a keyed table's declaration, the tail's rows carry it and the committed rows
@@ -247,6 +242,41 @@ def test_a_field_added_to_the_declaration_reads_fresh_before_the_refresh_adds_it
 
     notes = {row["id"]: row["note"] for row in fresh.table.to_pylist()}
     assert notes == {"o1": None, "o2": None, "o3": "new"}
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    assert fresh_rows(fresh) == rows_of(settings, "orders")
+
+
+def test_a_widened_field_reads_fresh_as_the_refresh_widens_it_in_both_readers(spark, settings):
+    """A declared type widened (int to long) reads fresh as the wider type, as the refresh
+    evolves the table before it writes: an amount past int's range in the tail is kept,
+    the committed int amounts read as longs, and the Spark reader's schema and rows are the
+    Python read's, the just-declared field included."""
+    spread(settings, order("o1"), order("o2", 7))
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    edited = DECLARATION.replace(
+        "      - {name: amount, type: int}\n",
+        "      - {name: amount, type: long}\n      - {name: note, type: string}\n",
+        1,
+    )
+    settings.event_schema_path.write_text(edited)
+    spread(settings, {**order("o3", 2**40), "note": "big"})
+
+    fresh = fresh_read(settings, "orders")
+    register_fresh_reads(spark, settings)
+    try:
+        frame = spark.read.format(SINK_NAME).option("fresh", "true").load("orders")
+        spark_rows = comparable(frame.toArrow().to_pylist())
+    finally:
+        register_data_source(spark, IcebergDataSource)
+
+    assert fresh.table.schema.field("amount").type == pa.int64()
+    amounts = {row["id"]: (row["amount"], row["note"]) for row in fresh.table.to_pylist()}
+    assert amounts == {"o1": (1, None), "o2": (7, None), "o3": (2**40, "big")}
+    assert frame.schema["amount"].dataType == LongType()
+    assert frame.schema.fieldNames() == fresh.table.schema.names
+    assert spark_rows == fresh_rows(fresh)
     run_ingestion(spark, settings)
     refresh_downstream(spark, settings)
     assert fresh_rows(fresh) == rows_of(settings, "orders")
