@@ -22,6 +22,7 @@ from benchmarks.report_plots import (
     _plot_throughput,
 )
 from benchmarks.report_sections import _SECTIONS, _fmt
+from benchmarks.result_files import headline
 from benchmarks.sandbox import RESULTS_DIR
 
 # Hand-written prose next to the generated REPORT.md; see ``_findings``.
@@ -47,86 +48,51 @@ ORDER = (
 
 
 def _summary_rows(results: dict[str, Any], environment: dict[str, Any]) -> list[str]:
-    """One row per benchmark; "run at" is when its invocation started."""
+    """One row per benchmark, its headline beside the previous result's; "run at" is when
+    its invocation started."""
     rows = [
-        "| # | benchmark | measured | target | verdict | run at (UTC), took |",
-        "|---|---|---|---|---|---|",
+        "| # | benchmark | measured | target | verdict | previous | run at (UTC), took |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, title in ORDER:
         number, _, title = title.partition(". ")
         result = results.get(name)
         if result is None:
-            rows.append(f"| {number} | {title} | not run | | |")
+            rows.append(f"| {number} | {title} | not run | | | | |")
             continue
-        if "error" in result:
-            first_line = " ".join(result["error"][:80].split())
-            rows.append(f"| {number} | {title} | error: {first_line} | | error |")
-            continue
-        measured = f"ratio {_fmt(result.get('ratio'))}"
-        if name == "ingest_vs_hand_written":
-            measured += (
-                f"; files {result['ours']['table']['data_files']} vs "
-                f"{result['hand_written']['table']['data_files']} "
-                f"(ratio {_fmt(result.get('files_ratio'))}, {result.get('files_verdict')}); "
-                f"snapshots {result['ours']['table']['snapshots']} vs "
-                f"{result['hand_written']['table']['snapshots']}"
-            )
-        if "end_to_end_verdict" in result:
-            whole = result.get("ratio_end_to_end_process", result.get("ratio_including_jvm_start"))
-            connect = result.get(
-                "ratio_end_to_end_connect_process", result.get("ratio_over_connect")
-            )
-            measured += (
-                f"; end to end (whole process) {_fmt(whole)}, over Spark Connect "
-                f"{_fmt(connect)} "
-                f"({result['end_to_end_target']}: {result['end_to_end_verdict']})"
-            )
-        if name == "dagster_mode":
-            measured = "; ".join(
-                f"{label}: p50 {_fmt(v['p50_s'])} s, p99 {_fmt(v['p99_s'])} s"
-                for label, v in result["variants"].items()
-            )
-        if name == "dagster_burst":
-            raw, derived = result["raw_latency_s"], result["derived_latency_s"]
-            measured = (
-                f"raw p50 {_fmt(raw['p50'])} s, p99 {_fmt(raw['p99'])} s; derived p50 "
-                f"{_fmt(derived['p50'])} s, p99 {_fmt(derived['p99'])} s"
-            )
-        if name == "fresh_read":
-            measured = (
-                f"put -> visible p50 {_fmt(result['latency_s']['p50'])} s, p99 "
-                f"{_fmt(result['latency_s']['p99'])} s; query fresh/snapshot "
-                f"{_fmt(result['query_cost_ratio'])}"
-            )
-        if name == "decode_cost":
-            measured = (
-                f"Avro/JSON records/s {_fmt(result['ratio'])} (zlib {_fmt(result['ratio_zlib'])})"
-            )
-            if "ratio_protobuf" in result:  # results from before Protobuf was measured lack it
-                measured += (
-                    f"; Protobuf/JSON {_fmt(result['ratio_protobuf'])} (behind the header "
-                    f"{_fmt(result['ratio_protobuf_registry'])})"
-                )
-        if name == "freshness":
-            measured = (
-                f"p50 {_fmt(result['p50_s'])} s, p95 {_fmt(result['p95_s'])} s, "
-                f"p99 {_fmt(result['p99_s'])} s (trigger {result['trigger']})"
-            )
-        if name == "many_shards":
-            measured += (
-                f" (driver ms per micro-batch {result['driver_ms']}); data files per "
-                "commit "
-                + ", ".join(
-                    f"{run['data_files_per_commit']:g} at {shards}"
-                    for shards, run in result["runs"].items()
-                )
-            )
+        target = result.get("target") or ""
+        if "end_to_end_target" in result:
+            target += f"; end to end {result['end_to_end_target']}"
         when = (result.get("environment") or environment).get("timestamp", "")[11:19]
         rows.append(
-            f"| {number} | {title} | {measured} | {result.get('target')} | "
-            f"{result.get('verdict')} | {when}, {_fmt(result.get('duration_s'), 0)} s |"
+            f"| {number} | {title} | {_figures(headline(name, result))} | {target} | "
+            f"{result.get('verdict')} | {_previous(result)} | {when}, "
+            f"{_fmt(result.get('duration_s'), 0)} s |"
         )
     return rows
+
+
+def _figures(figures: dict[str, Any]) -> str:
+    """``headline``'s figures as "label value"; seconds get their unit, runs a slash."""
+    parts = []
+    for label, value in figures.items():
+        text = " / ".join(_fmt(v) for v in (value if isinstance(value, list) else [value]))
+        if label.endswith(" s"):
+            label, text = label.removesuffix(" s"), f"{text} s"
+        parts.append(f"{label} {text}")
+    return "; ".join(parts)
+
+
+def _previous(result: dict[str, Any]) -> str:
+    """The replaced result's headline, verdict, day and commit (``write_result`` keeps
+    them); "none" for a first result or one written before results kept them."""
+    previous = result.get("previous")
+    if not previous:
+        return "none"
+    return (
+        f"{_figures(previous['headline'])} ({previous['verdict']}, "
+        f"{(previous.get('timestamp') or '')[:10]}, {(previous.get('git_commit') or '')[:7]})"
+    )
 
 
 _PROFILE_ORDER = ("ingest", "freshness", "derive", "commits")
