@@ -14,7 +14,8 @@ interval). ``commit_latency`` uses the snapshot's own commit timestamp instead: 
 lower bound. The query starts on an empty stream and the producer starts only after its
 first micro-batch has run: that batch pays the query's Python-worker start-up, and its
 duration is reported as ``first_batch_s``. Records sent in the first seconds of
-production (the warm-up) are reported apart from the steady state.
+production (the warm-up) are reported apart from the steady state. The first trigger is
+measured three times in a row, each run reported, and judged on its worst run.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from benchmarks.streams import SHARDS
 NAME = "freshness"
 SPARK_MASTERS = ("local[2]",)
 TARGET_P99_S = 1.0
+HEADLINE_RUNS = 3  # the target: p99 <= 1 s in three consecutive runs
 POLL_S = 0.1
 TICK_S = 0.1
 MAX_RUN_S = 1800.0
@@ -262,7 +264,7 @@ def measure(
     tag = trigger.replace(" ", "")
     stream = f"fresh-{tag}-{int(time.time())}"
     ensure_stream(kinesis_client(ctx.endpoint_url, REGION), stream, SHARDS)
-    data_dir = ctx.scratch(f"freshness-{tag}")
+    data_dir = ctx.scratch(stream)  # its own: repeated runs must not share a checkpoint
     namespace = "fresh"
     table_name = f"{namespace}.raw_events"
     stop_file = data_dir / "STOP"
@@ -399,20 +401,34 @@ def _data_files(table: Any) -> int:
 
 
 def run(ctx: BenchContext) -> dict[str, Any]:
-    runs = [measure(ctx, trigger) for trigger in ctx.sizes.freshness_triggers]
-    headline = runs[0]["latency_s"]["p99"]
+    """The headline trigger three times in a row, then each other trigger once.
+
+    The target asks for p99 <= 1 s in three consecutive runs, each reported: the verdict
+    is met only if every run's p99 is, and the headline is the worst run, not the best.
+    """
+    first, *others = ctx.sizes.freshness_triggers
+    headline = [measure(ctx, first) | {"headline_run": n} for n in range(1, HEADLINE_RUNS + 1)]
+    runs = [*headline, *(measure(ctx, trigger) for trigger in others)]
+    p99s = [run["latency_s"]["p99"] for run in headline]
+    # A run without a p99 (nothing became visible) leaves the headline unknown: n/a.
+    worst = {} if None in p99s else headline[p99s.index(max(p99s))]["latency_s"]
     return {
         "runs": runs,
-        "trigger": runs[0]["trigger"],
-        "p50_s": runs[0]["latency_s"]["p50"],
-        "p95_s": runs[0]["latency_s"]["p95"],
-        "p99_s": headline,
-        "target": f"p99 <= {TARGET_P99_S} s",
-        "verdict": verdict(headline, TARGET_P99_S, at_least=False),
+        "headline_runs": [
+            {f"{p}_s": run["latency_s"][p] for p in ("p50", "p95", "p99")} for run in headline
+        ],
+        "trigger": first,
+        "p50_s": worst.get("p50"),
+        "p95_s": worst.get("p95"),
+        "p99_s": worst.get("p99"),
+        "target": f"p99 <= {TARGET_P99_S} s in {HEADLINE_RUNS} consecutive runs",
+        "verdict": verdict(worst.get("p99"), TARGET_P99_S, at_least=False),
         "notes": (
             f"latency = first time a table poll (every {POLL_S} s) shows the record's "
             "snapshot - send time stamped in the payload. The producer starts after the "
             "query's first (empty) micro-batch (first_batch_s: worker start-up); records "
-            "of the first warmup_seconds of production are reported as warmup_latency_s."
+            "of the first warmup_seconds of production are reported as warmup_latency_s. "
+            f"The {first} trigger runs {HEADLINE_RUNS} times in a row; p50_s, p95_s and "
+            "p99_s are those of the run with the worst p99."
         ),
     }

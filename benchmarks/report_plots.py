@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from benchmarks.report_sections import _fmt
+from benchmarks.report_sections import _fmt, _run_label
 
 
 def _save(fig: Any, out: Path) -> str:
@@ -67,7 +67,7 @@ def _plot_freshness(result: dict[str, Any], out: Path) -> str | None:
     for run in runs:
         values = sorted(run["latencies_for_plot"])
         fractions = [(i + 1) / len(values) for i in range(len(values))]
-        axis.plot(values, fractions, label=f"trigger {run['trigger']}")
+        axis.plot(values, fractions, label=f"trigger {_run_label(run)}")
     axis.axvline(1.0, color="red", linestyle="--", linewidth=1, label="target p99 1 s")
     axis.axhline(0.99, color="grey", linestyle=":", linewidth=1)
     axis.set_xlabel("send -> visible in a table scan (s)")
