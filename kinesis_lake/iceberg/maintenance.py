@@ -142,8 +142,10 @@ def fold_deletes(table: Table, target: TableWriteTarget, report: MaintenanceRepo
     """Rewrite every data file that position deletes remove rows from, without those rows,
     and drop the table's delete files, in one commit (a compaction).
 
-    Merge-on-read upsert refreshes add a delete file each; a reader applies all of them,
-    so reads slow down with the refreshes until this folds them. Each file is rewritten on
+    Merge-on-read upsert refreshes add deletes (merged into one delete file since
+    :func:`~kinesis_lake.iceberg.row_deletes.stage_row_delta` merges them; a table written
+    before holds one per refresh); a reader applies them to every row it reads, so reads
+    slow down with the deletes until this folds them. Each file is rewritten on
     its own, so it keeps its narrow key range (what upsert refreshes find candidates by).
     Every delete file is dropped: each live file it removes rows from is rewritten here.
     If any commit since planning added delete files (a refresh), the fold is abandoned and

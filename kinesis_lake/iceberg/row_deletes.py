@@ -168,10 +168,21 @@ def stage_row_delta(
     deletes: pa.Table | None = None,
     removed: Iterable[str] = (),
     deletes_planned_on: int | None = None,
+    merge_deletes: bool = True,
 ) -> None:
     """Stage one snapshot on ``tx``: ``data`` (rows, written here) and ``data_files``
     appended, the ``deletes`` (``file_path``, ``pos``) written as one delete file, and the
     data or delete files at the ``removed`` paths dropped.
+
+    ``merge_deletes``: the new delete file also holds every delete of the base's live
+    delete files, which it replaces, so a table holds one delete file however many
+    deltas wrote deletes since maintenance last folded them. A reader opens every live
+    delete file that may touch a data file it reads; at one file per merge-on-read
+    refresh, a read after a hundred refreshes took 8.8x copy-on-write's (benchmark 8).
+    This is what Iceberg v3 asks of its deletion vectors (one per data file, the old one
+    merged in), kept in v2's position delete files. The cost moves to the delta: it
+    rereads the deletes written since the last fold, positions only. Read from the base
+    the delta commits on, so a retry on a moved base merges what that base holds.
 
     ``deletes_planned_on``: the snapshot whose data files the positions were found in.
     When the base moved since, every file they point into must still be live.
@@ -199,6 +210,10 @@ def stage_row_delta(
                     f"{len(gone)} data files of {'.'.join(tx._table.name())} were rewritten "
                     f"while their replaced rows were being found (e.g. {sorted(gone)[0]})"
                 )
+        if merge_deletes:
+            live = live_delete_files(tx)
+            deletes = _merged(tx._table.io, live, deletes)
+            delta.removed_paths = removed | {delete_file.file_path for delete_file in live}
         delta.append_data_file(write_position_deletes(tx, deletes))
     if data is not None and data.num_rows:
         for data_file in _dataframe_to_data_files(tx.table_metadata, data, tx._table.io):
@@ -206,6 +221,37 @@ def stage_row_delta(
     for data_file in data_files:
         delta.append_data_file(data_file)
     delta.commit()
+
+
+def live_delete_files(tx: Transaction) -> list[DataFile]:
+    """The delete files live in ``tx``'s base snapshot."""
+    snapshot = tx.table_metadata.current_snapshot()
+    if snapshot is None:
+        return []
+    return [
+        entry.data_file
+        for manifest in snapshot.manifests(tx._table.io)
+        if manifest.content == ManifestContent.DELETES
+        for entry in manifest.fetch_manifest_entry(tx._table.io, discard_deleted=True)
+    ]
+
+
+def _merged(io: FileIO, live: list[DataFile], deletes: pa.Table) -> pa.Table:
+    """``deletes`` and those of the ``live`` delete files, each position once."""
+    if not live:
+        return deletes
+    held = deleted_positions(io, live)
+    earlier = pa.table(
+        {
+            "file_path": pa.array(
+                np.repeat(list(held), [len(positions) for positions in held.values()]),
+                pa.string(),
+            ),
+            "pos": pa.array(np.concatenate(list(held.values())), pa.int64()),
+        }
+    )
+    both = pa.concat_tables([earlier, deletes.select(["file_path", "pos"]).cast(earlier.schema)])
+    return both.group_by(["file_path", "pos"]).aggregate([])
 
 
 def _live_data_paths(tx: Transaction) -> set[str]:

@@ -12,8 +12,9 @@ How the replaced rows go (the table property ``write.update.mode``, Iceberg's ow
 
 * ``merge-on-read`` (set on every upsert table; format v2): the candidate files' key and
   ordering columns only are read, with each row's position, and the held rows that lose
-  are marked deleted in ONE position delete file, committed in the same snapshot as the
-  new winners (:func:`kinesis_lake.iceberg.commit.commit_row_delta`). A held row that
+  are marked deleted in ONE position delete file (merged with the table's earlier
+  deletes, so a reader opens one), committed in the same snapshot as the new winners
+  (:func:`kinesis_lake.iceberg.commit.commit_row_delta`). A held row that
   still wins stays where it is. Nothing is rewritten, so a refresh writes about what it
   changed whatever the table's size, even when 1,000 uniformly spread keys touch every
   file; it still reads the key columns of the files whose key bounds can hold a touched

@@ -161,7 +161,12 @@ def test_compaction_folds_row_deletes_back_into_data_files(table: Table) -> None
     _delta(
         table, data=new, deletes=pa.table({"file_path": [path], "pos": pa.array([0], pa.int64())})
     )
-    _delta(table, deletes=pa.table({"file_path": [path], "pos": pa.array([2], pa.int64())}))
+    # Unmerged, as a table written before deltas merged their deletes holds them.
+    _delta(
+        table,
+        deletes=pa.table({"file_path": [path], "pos": pa.array([2], pa.int64())}),
+        merge_deletes=False,
+    )
     before = _rows(table)
 
     report = compact(table, target_file_size_bytes=64 * 1024 * 1024, min_input_files=99)
@@ -172,3 +177,27 @@ def test_compaction_folds_row_deletes_back_into_data_files(table: Table) -> None
     summary = table.current_snapshot().summary
     assert summary["total-records"] == "3" and summary["total-position-deletes"] == "0"
     assert summary["kinesis-lake.operation"] == "compaction"
+
+
+def test_new_deletes_merge_with_the_live_ones_into_one_delete_file(table: Table) -> None:
+    """A reader opens every live delete file for every data file it could touch: after a
+    hundred merge-on-read refreshes that was a hundred files per read (benchmark 8's read
+    8.8x copy-on-write's). So each delta leaves one delete file holding every live delete,
+    as Iceberg v3 keeps one deletion vector per data file."""
+    path = _file(table)
+    extra = pa.table({"key": pa.array([5, 6], pa.int64()), "value": ["e", "f"]})
+    _delta(table, data=extra)
+    second = next(t.file.file_path for t in table.scan().plan_files() if t.file.file_path != path)
+    for deleted_path, position in [(path, 0), (second, 1), (path, 2)]:
+        deletes = pa.table({"file_path": [deleted_path], "pos": pa.array([position], pa.int64())})
+        _delta(table, deletes=deletes, deletes_planned_on=table.current_snapshot().snapshot_id)
+
+    assert _rows(table) == [(2, "b"), (4, "d"), (5, "e")]
+    delete_files = {d.file_path for t in table.scan().plan_files() for d in t.delete_files}
+    assert len(delete_files) == 1
+    (delete_file,) = next(t for t in table.scan().plan_files() if t.delete_files).delete_files
+    assert deleted_positions(table.io, [delete_file]).keys() == {path, second}
+    summary = table.current_snapshot().summary
+    assert summary["total-delete-files"] == "1"
+    assert summary["total-position-deletes"] == "3"
+    assert summary["total-records"] == "6"
