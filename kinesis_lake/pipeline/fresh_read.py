@@ -59,6 +59,7 @@ from kinesis_lake.events.tables import parsed_arrow_schema, parsed_table_schema
 from kinesis_lake.iceberg.arrow_schema import conform_batch, table_arrow_schema
 from kinesis_lake.iceberg.filters import any_of
 from kinesis_lake.iceberg.incremental import appended_since, caught_up_snapshot_id, read_files
+from kinesis_lake.iceberg.raw_table import RAW_SCHEMA
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.iceberg.tables import evolved_schema
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
@@ -310,12 +311,13 @@ def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
+    # As ingestion leaves the table: it evolves it to the code's schema before it commits.
     schema = (
-        relaxed(table_arrow_schema(base.table.schema()), RAW_STAMPS)
+        relaxed(table_arrow_schema(evolved_schema(base.table, RAW_SCHEMA)), RAW_STAMPS)
         if base.table is not None
         else raw_arrow_schema()
     )
-    fresh = tail.rows.select(schema.names).cast(schema)
+    fresh = _conformed(tail.rows, schema)
     return FreshRead(
         snapshot=_snapshot(base.table, schema),
         fresh=fresh,

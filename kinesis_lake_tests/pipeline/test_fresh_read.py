@@ -282,6 +282,36 @@ def test_a_widened_field_reads_fresh_as_the_refresh_widens_it_in_both_readers(sp
     assert fresh_rows(fresh) == rows_of(settings, "orders")
 
 
+def test_a_raw_table_older_than_the_code_reads_fresh_with_the_columns_ingestion_adds(
+    spark, settings
+):
+    """Ingestion evolves the raw table to the code's schema before it commits, so a raw
+    table from before a column was added (here ``source_error``) reads fresh with it."""
+    from pyiceberg.schema import Schema
+
+    from kinesis_lake.iceberg.catalog import ensure_namespace
+    from kinesis_lake.iceberg.raw_table import RAW_PARTITION_SPEC, RAW_SCHEMA
+    from kinesis_lake.iceberg.tables import ensure_table
+    from kinesis_lake.pipeline.lake import open_lake
+
+    catalog = open_lake(settings)
+    ensure_namespace(catalog, settings.namespace)
+    older = Schema(
+        *(f for f in RAW_SCHEMA.fields if f.name != "source_error"),
+        identifier_field_ids=RAW_SCHEMA.identifier_field_ids,
+    )
+    ensure_table(catalog, settings.raw_table, older, partition_spec=RAW_PARTITION_SPEC)
+    spread(settings, order("o1"), order("o2"))
+
+    fresh = fresh_read(settings, settings.raw_table_name)
+
+    assert fresh.table.schema.names[-1] == "source_error", "evolution adds columns last"
+    run_ingestion(spark, settings)
+    evolved = catalog.load_table(settings.raw_table).schema()
+    assert fresh.table.schema.names == [f.name for f in evolved.fields]
+    assert fresh_rows(fresh) == rows_of(settings, settings.raw_table_name)
+
+
 def test_a_column_the_table_gained_after_its_snapshot_reads_as_null(spark, settings):
     """Derived simulation seed 5301 (fails on 178ecaf too): the table's schema gained a
     column after its current snapshot was written (an evolution that commits no data), and
