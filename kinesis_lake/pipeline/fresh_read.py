@@ -13,7 +13,11 @@ The tail goes through the pipeline's own code: the Spark source's rows
 (:func:`~kinesis_lake.spark.kinesis.arrow.records_to_arrow`), the declaration's routing
 and parsing (:func:`~kinesis_lake.events.parse.route_events`) and its dedup rule (first
 occurrence of a key and UTC day, in Kinesis order, wins), so a row shows once whether it
-is committed or not, and as the pipeline will commit it. No Spark session, no Dagster.
+is committed or not, and as the pipeline will commit it. Its columns are the table's as
+that commit leaves them: the pipeline evolves a table to the declaration (the code's
+schema, for raw) before it writes, and the read applies the same evolution
+(:func:`~kinesis_lake.iceberg.tables.evolved_schema`) without committing it, so a field
+just declared or widened reads as it will be. No Spark session, no Dagster.
 
 A routed table is behind raw as well as behind the stream: its fresh read is its
 snapshot, the raw rows committed since the raw snapshot it caught up to, and the stream's
