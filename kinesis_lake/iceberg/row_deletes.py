@@ -53,11 +53,12 @@ from pyiceberg.manifest import (
     ManifestWriter,
     ManifestWriterV2,
 )
-from pyiceberg.table import FileScanTask, Transaction
+from pyiceberg.table import FileScanTask, TableProperties, Transaction
 from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update.snapshot import _SnapshotProducer
+from pyiceberg.table.update.snapshot import _ManifestMergeManager, _SnapshotProducer
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, StringType
+from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from kinesis_lake.errors import TableError
 
@@ -72,6 +73,9 @@ DELETE_SCHEMA = pa.schema(
     ]
 )
 """The position delete file's columns, with the field ids the Iceberg spec reserves."""
+
+JAVA_MERGES_MANIFESTS = True
+"""``commit.manifest-merge.enabled`` unset: Iceberg Java's default (pyiceberg's is off)."""
 
 
 class RowsMovedError(TableError):
@@ -279,9 +283,17 @@ class _DeleteManifestWriter(ManifestWriterV2):
 
 class _RowDelta(_SnapshotProducer["_RowDelta"]):
     """Added data and delete files, each kind in its own manifest; ``removed_paths`` taken
-    out of the manifests that hold them (kept entries EXISTING, removed ones DELETED, in a
-    manifest of the same content). No validation beyond "removed files are live": every
-    commit of ours requires its base snapshot, so the base is what was validated."""
+    out of the manifests that hold them: a manifest keeps its other entries (EXISTING),
+    and the removed ones are recorded DELETED in one manifest per content, as pyiceberg's
+    own overwrite records them. No validation beyond "removed files are live": every
+    commit of ours requires its base snapshot, so the base is what was validated.
+
+    A scan opens every manifest its snapshot lists, so data manifests are merged as
+    Iceberg Java merges them by default (``commit.manifest-merge.enabled``,
+    ``commit.manifest.min-count-to-merge``, ``commit.manifest.target-size-bytes``;
+    pyiceberg's own merge manager): at one manifest per refresh, and a manifest per
+    removed file left holding nothing live after a fold, a read of a two-file table
+    planned 202 manifests (0.8 s, benchmark 8's shape)."""
 
     removed_paths: set[str]
 
@@ -289,7 +301,7 @@ class _RowDelta(_SnapshotProducer["_RowDelta"]):
         """The base is required unchanged (see the class docstring)."""
 
     def _deleted_entries(self) -> list[ManifestEntry]:
-        return []  # written into the rewritten manifests by _existing_manifests
+        return []  # written by _manifests, from what _existing_manifests took out
 
     def _content_writer(self, content: ManifestContent) -> ManifestWriter:
         metadata = self._transaction.table_metadata
@@ -305,36 +317,71 @@ class _RowDelta(_SnapshotProducer["_RowDelta"]):
         )
 
     def _manifests(self) -> list[ManifestFile]:
-        manifests = []
+        kept, removed = self._existing_and_removed()
+        manifests: dict[ManifestContent, list[ManifestFile]] = {}
         for content, kind in (
             (ManifestContent.DATA, DataFileContent.DATA),
             (ManifestContent.DELETES, DataFileContent.POSITION_DELETES),
         ):
+            written = manifests.setdefault(content, [])
             files = [f for f in self._added_data_files if f.content == kind]
-            if not files:
-                continue
-            with self._content_writer(content) as writer:
-                for data_file in files:
-                    writer.add(
-                        ManifestEntry.from_args(
-                            status=ManifestEntryStatus.ADDED,
-                            snapshot_id=self._snapshot_id,
-                            data_file=data_file,
+            if files:
+                with self._content_writer(content) as writer:
+                    for data_file in files:
+                        writer.add(
+                            ManifestEntry.from_args(
+                                status=ManifestEntryStatus.ADDED,
+                                snapshot_id=self._snapshot_id,
+                                data_file=data_file,
+                            )
                         )
-                    )
-            manifests.append(writer.to_manifest_file())
-        return manifests + self._existing_manifests()
+                written.append(writer.to_manifest_file())
+            gone = [entry for entry in removed if entry.data_file.content == kind]
+            if gone:
+                with self._content_writer(content) as writer:
+                    for entry in gone:
+                        writer.delete(entry)
+                written.append(writer.to_manifest_file())
+            written.extend(m for m in kept if m.content == content)
+        return self._merged(manifests[ManifestContent.DATA]) + manifests[ManifestContent.DELETES]
+
+    def _merged(self, data_manifests: list[ManifestFile]) -> list[ManifestFile]:
+        properties = self._transaction.table_metadata.properties
+        return _ManifestMergeManager(
+            target_size_bytes=property_as_int(
+                properties,
+                TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+                TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT,
+            )
+            or TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT,
+            min_count_to_merge=property_as_int(
+                properties,
+                TableProperties.MANIFEST_MIN_MERGE_COUNT,
+                TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT,
+            )
+            or TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT,
+            merge_enabled=property_as_bool(
+                properties, TableProperties.MANIFEST_MERGE_ENABLED, JAVA_MERGES_MANIFESTS
+            ),
+            snapshot_producer=self,
+        ).merge_manifests(data_manifests)
 
     def _existing_manifests(self) -> list[ManifestFile]:
+        return self._existing_and_removed()[0]
+
+    def _existing_and_removed(self) -> tuple[list[ManifestFile], list[ManifestEntry]]:
+        """The base's manifests holding live files, each without the ``removed_paths``
+        (rewritten when it held one, dropped when nothing else was live in it), and the
+        removed files' entries."""
         if self._parent_snapshot_id is None:
             if self.removed_paths:
                 raise ValidationException("files to remove from a table without snapshots")
-            return []
+            return [], []
         parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id)
         if parent is None:
             raise ValueError(f"Snapshot could not be found: {self._parent_snapshot_id}")
         kept: list[ManifestFile] = []
-        found: set[str] = set()
+        removed: list[ManifestEntry] = []
         for manifest in parent.manifests(io=self._io):
             if not (manifest.has_added_files() or manifest.has_existing_files()):
                 continue
@@ -343,16 +390,15 @@ class _RowDelta(_SnapshotProducer["_RowDelta"]):
             if not hit:
                 kept.append(manifest)
                 continue
-            with self._content_writer(manifest.content) as writer:
-                for entry in entries:
-                    if entry.data_file.file_path in self.removed_paths:
-                        writer.delete(entry)
-                        self._deleted_data_files.add(entry.data_file)
-                        found.add(entry.data_file.file_path)
-                    else:
+            removed.extend(hit)
+            self._deleted_data_files.update(e.data_file for e in hit)
+            others = [e for e in entries if e.data_file.file_path not in self.removed_paths]
+            if others:
+                with self._content_writer(manifest.content) as writer:
+                    for entry in others:
                         writer.existing(entry)
-            kept.append(writer.to_manifest_file())
-        missing = self.removed_paths - found
+                kept.append(writer.to_manifest_file())
+        missing = self.removed_paths - {entry.data_file.file_path for entry in removed}
         if missing:
             raise ValidationException(f"Missing required files to delete: {sorted(missing)[0]}")
-        return kept
+        return kept, removed

@@ -201,3 +201,41 @@ def test_new_deletes_merge_with_the_live_ones_into_one_delete_file(table: Table)
     assert summary["total-delete-files"] == "1"
     assert summary["total-position-deletes"] == "3"
     assert summary["total-records"] == "6"
+
+
+def _live_manifest_counts(table: Table) -> tuple[int, int]:
+    """The current snapshot's manifests, and those holding a live file."""
+    table.refresh()
+    manifests = table.current_snapshot().manifests(table.io)
+    live = [m for m in manifests if m.has_added_files() or m.has_existing_files()]
+    return len(manifests), len(live)
+
+
+def test_manifests_stay_few_over_many_deltas_and_a_fold(table: Table) -> None:
+    """A scan opens every manifest its snapshot lists: a manifest per delta, and after a
+    fold a rewritten manifest per removed file holding nothing live, made a read of a
+    table of two data files plan 202 manifests (0.8 s, benchmark 8's shape). Data
+    manifests merge as Iceberg Java merges them (``commit.manifest.min-count-to-merge``),
+    and the files a delta removes are recorded in one manifest per content."""
+    with table.transaction() as tx:
+        tx.set_properties({"commit.manifest.min-count-to-merge": "5"})
+    last: str | None = None
+    for key in range(10, 22):  # each delta adds two rows and deletes one of the last two
+        earlier = {t.file.file_path for t in table.scan().plan_files()}
+        new = pa.table({"key": pa.array([key, -key], pa.int64()), "value": ["new", "old"]})
+        deletes = None
+        if last is not None:
+            deletes = pa.table({"file_path": [last], "pos": pa.array([1], pa.int64())})
+        planned = table.current_snapshot().snapshot_id
+        _delta(table, data=new, deletes=deletes, deletes_planned_on=planned)
+        (last,) = {t.file.file_path for t in table.scan().plan_files()} - earlier
+    before = _rows(table)
+
+    listed, live = _live_manifest_counts(table)
+    assert listed <= 5 + 2, listed  # merged at five, plus this delta's own
+
+    compact(table, target_file_size_bytes=64 * 1024 * 1024, min_input_files=99)
+
+    assert _rows(table) == before
+    listed, live = _live_manifest_counts(table)
+    assert live <= 2 and listed <= live + 2, (listed, live)
