@@ -392,7 +392,7 @@ def _fresh_upsert(base: FreshBase, upsert: UpsertBase, source: FreshRead) -> Fre
         if base.table is not None
         else schema.empty_table()
     )
-    new_rows = pa.concat_tables([not_merged.select(schema.names).cast(schema), source.fresh])
+    new_rows = pa.concat_tables([_conformed(not_merged, schema), source.fresh])
     touched = pc.drop_null(new_rows.column(spec.key)).unique()
     table = _snapshot(upsert.table, schema)
     tombstones = (

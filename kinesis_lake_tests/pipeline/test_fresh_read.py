@@ -312,6 +312,38 @@ def test_a_raw_table_older_than_the_code_reads_fresh_with_the_columns_ingestion_
     assert fresh_rows(fresh) == rows_of(settings, settings.raw_table_name)
 
 
+def test_an_upsert_behind_its_source_reads_fresh_after_a_field_is_added_to_the_source(
+    spark, settings
+):
+    """The source's rows the upsert table has not merged are read in the source table's
+    schema, which lacks a field just declared until the refresh adds it: they read it as
+    null, as the refresh leaves them, where selecting it by name raised KeyError."""
+    spread(settings, price("a", 1))
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    without_upsert = DECLARATION[: DECLARATION.index("  - name: current_prices")]
+    settings.event_schema_path.write_text(without_upsert)
+    spread(settings, price("b", 1))
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)  # prices has b; current_prices is behind it
+    settings.event_schema_path.write_text(
+        DECLARATION.replace(
+            "      - {name: op, type: string}\n",
+            "      - {name: op, type: string}\n      - {name: note, type: string}\n",
+            1,
+        )
+    )
+    spread(settings, {**price("c", 1), "note": "new"})
+
+    fresh = fresh_read(settings, "current_prices")
+
+    notes = {row["sku"]: row["note"] for row in fresh.table.to_pylist()}
+    assert notes == {"a": None, "b": None, "c": "new"}
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    assert fresh_rows(fresh) == rows_of(settings, "current_prices")
+
+
 def test_a_column_the_table_gained_after_its_snapshot_reads_as_null(spark, settings):
     """Derived simulation seed 5301 (fails on 178ecaf too): the table's schema gained a
     column after its current snapshot was written (an evolution that commits no data), and
