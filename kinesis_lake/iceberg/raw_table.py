@@ -66,6 +66,23 @@ RAW_SORT_ORDER = SortOrder(
     SortField(source_id=4, transform=IdentityTransform()),
 )
 
+MERGED_MANIFESTS: dict[str, str] = {
+    # One manifest per commit (a streaming commit, an upsert refresh) would grow scan
+    # planning without bound: merge them.
+    "commit.manifest-merge.enabled": "true",
+    # Merge early and small (Iceberg's defaults: at 100 manifests, into 8 MB ones): each
+    # commit lists every manifest, and a merge rewrites every entry of the manifests it
+    # merges, the merged one included, until that one passes the target size. At 1 MB
+    # that was every data file up to ~2,600 of them, every ninth commit, up to 1 s each
+    # (benchmark 5); at 256 KB a merge rewrites at most ~700 entries, and a table gets
+    # one more manifest per ~700 files until maintenance compacts them (a commit of more
+    # files than that writes a manifest above the target, which is never merged again).
+    "commit.manifest.min-count-to-merge": "10",
+    "commit.manifest.target-size-bytes": str(256 * 1024),
+}
+"""Manifest merging of the tables written by a commit every few seconds or minutes."""
+
+
 RAW_TABLE_PROPERTIES: dict[str, str] = {
     # 128 MiB: big enough for cheap scans, small enough that compaction reaches it daily.
     "write.target-file-size-bytes": str(128 * 1024 * 1024),
@@ -87,17 +104,7 @@ RAW_TABLE_PROPERTIES: dict[str, str] = {
     "write.metadata.delete-after-commit.enabled": "true",
     # A short metadata log for debugging recent commits: each commit rewrites it too.
     "write.metadata.previous-versions-max": "10",
-    # One manifest per streaming commit would grow scan planning without bound: merge them.
-    "commit.manifest-merge.enabled": "true",
-    # Merge early and small (Iceberg's defaults: at 100 manifests, into 8 MB ones): each
-    # commit lists every manifest, and a merge rewrites every entry of the manifests it
-    # merges, the merged one included, until that one passes the target size. At 1 MB
-    # that was every data file up to ~2,600 of them, every ninth commit, up to 1 s each
-    # (benchmark 5); at 256 KB a merge rewrites at most ~700 entries, and a table gets
-    # one more manifest per ~700 files until maintenance compacts them (a commit of more
-    # files than that writes a manifest above the target, which is never merged again).
-    "commit.manifest.min-count-to-merge": "10",
-    "commit.manifest.target-size-bytes": str(256 * 1024),
+    **MERGED_MANIFESTS,
 }
 
 

@@ -65,6 +65,7 @@ from kinesis_lake.iceberg.lineage import (
     source_properties,
     source_summary,
 )
+from kinesis_lake.iceberg.raw_table import MERGED_MANIFESTS
 from kinesis_lake.iceberg.summary import derived_writer_id
 from kinesis_lake.iceberg.tables import ensure_table
 from kinesis_lake.pipeline.refresh import TableRefresh, pending_slice, sequence_number
@@ -105,7 +106,7 @@ def ensure_upsert_tables(
             settings.table_identifier(spec.name),
             schema,
             sort_order=_by_key(schema, upsert.key),
-            properties={**properties, UPDATE_MODE: MERGE_ON_READ},
+            properties={**properties, **MERGED_MANIFESTS, UPDATE_MODE: MERGE_ON_READ},
         ),
         ensure_table(
             catalog,

@@ -95,6 +95,10 @@ def test_merge_on_read_refreshes_read_as_copy_on_write_ones_everywhere(spark, se
     with cow.transaction() as tx:
         tx.set_properties({UPDATE_MODE: "copy-on-write"})
     assert merge_on_read(_table(settings, "user_profiles"))
+    # A refresh a minute adds a manifest a minute: merged early, as the raw table's are.
+    assert (
+        _table(settings, "user_profiles").properties["commit.manifest.min-count-to-merge"] == "10"
+    )
     assert not merge_on_read(_table(settings, "user_profiles_cow"))
 
     for batch in BATCHES[1:]:
