@@ -30,7 +30,7 @@ AS_JSON = (
     "'timestampFormat', 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSSSSSXXX', "
     "'timestampNTZFormat', 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSSSSS'))"
 )
-SMALL = 50
+SMALL = 1000
 """Tables of at most this many rows also give their rows back, rendered."""
 for metadata in metadata_files:
     table = spark.read.format("iceberg").load(metadata).selectExpr(f"{AS_JSON} AS json")
