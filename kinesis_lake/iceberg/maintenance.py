@@ -36,7 +36,12 @@ from kinesis_lake.iceberg.data_files import (
     write_data_files,
 )
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
-from kinesis_lake.iceberg.row_deletes import deleted_positions, live_rows, stage_row_delta
+from kinesis_lake.iceberg.row_deletes import (
+    deleted_positions,
+    live_batches,
+    live_rows,
+    stage_row_delta,
+)
 from kinesis_lake.iceberg.transaction import MetadataReusingTransaction
 
 logger = logging.getLogger(__name__)
@@ -168,7 +173,7 @@ def fold_deletes(table: Table, target: TableWriteTarget, report: MaintenanceRepo
         file
         for index, task in enumerate(folded)
         for file in write_data_files(
-            target, scan.to_record_batches([task]), file_prefix=f"{prefix}-{index}"
+            target, live_batches(scan, task, deleted), file_prefix=f"{prefix}-{index}"
         )
     ]
     new_paths = [file.path for file in written]

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import ValidationException
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestWriterV2
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -151,6 +151,10 @@ def test_the_pyiceberg_internals_used_are_still_there() -> None:
         "avro_compression",
     )
     assert "_meta" in vars(ManifestWriterV2) and "content" in vars(ManifestWriterV2)
+    parameters = list(
+        inspect.signature(ArrowScan._record_batches_from_scan_tasks_and_deletes).parameters
+    )
+    assert parameters == ["self", "tasks", "deletes_per_file"]
     parameters = list(inspect.signature(_dataframe_to_data_files).parameters)
     assert parameters[:3] == ["table_metadata", "df", "io"]
 
