@@ -16,12 +16,15 @@ if TYPE_CHECKING:
 
 
 def write_result(ctx: BenchContext, name: str, result: dict[str, Any]) -> Path:
-    """``results/<name>.json``: the benchmark's numbers plus the environment they came from."""
+    """``results/<name>.json``: the benchmark's numbers plus the environment they came from.
+
+    The replaced file's headline goes into ``result`` too (as ``previous``), so the report
+    of the run that measured it shows it, not only later reports read from the file."""
     ctx.results_dir.mkdir(parents=True, exist_ok=True)
     path = ctx.results_dir / f"{name}.json"
-    payload = {"benchmark": name, "environment": ctx.environment, **result}
     if path.exists():
-        payload["previous"] = _previous(name, json.loads(path.read_text()))
+        result["previous"] = _previous(name, json.loads(path.read_text()))
+    payload = {"benchmark": name, "environment": ctx.environment, **result}
     path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=_json_default) + "\n")
     return path
 
