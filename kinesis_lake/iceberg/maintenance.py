@@ -138,8 +138,10 @@ def compact(
         TableWriteTarget.from_table(table), target_file_size_bytes=target_file_size_bytes
     )
     fold_deletes(table, target, report)
+    planned_on = table.current_snapshot()
     for tasks in _small_files_by_partition(table, target_file_size_bytes, min_input_files):
-        _rewrite_partition(table, target, tasks, report)
+        assert planned_on is not None  # a table with files has a snapshot
+        _rewrite_partition(table, target, tasks, report, planned_on.snapshot_id)
     return _with_live_files(report, table, before=False)
 
 
@@ -200,7 +202,7 @@ def _deletes_added_since(table: Table, snapshot_id: int) -> bool:
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         if snapshot.snapshot_id == snapshot_id:
             return False
-        if snapshot.summary is not None and int(snapshot.summary.get("added-delete-files", 0)):
+        if snapshot.summary is not None and int(snapshot.summary.get("added-delete-files") or 0):
             return True
     return True
 
@@ -285,8 +287,16 @@ def _small_files_by_partition(
 
 
 def _rewrite_partition(
-    table: Table, target: TableWriteTarget, tasks: list[FileScanTask], report: MaintenanceReport
+    table: Table,
+    target: TableWriteTarget,
+    tasks: list[FileScanTask],
+    report: MaintenanceReport,
+    planned_on: int,
 ) -> None:
+    """Rewrite ``tasks`` (planned on snapshot ``planned_on``, none with deletes) into
+    files of the target size. Abandoned if a commit since planning added deletes: they
+    may delete rows of the old files that the rewrite, read as planned, still holds, and
+    committed it would bring them back (the deletes name the old files)."""
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     written = write_data_files(
         target, scan.to_record_batches(tasks), file_prefix=f"compact-{uuid.uuid4().hex}"
@@ -311,7 +321,10 @@ def _rewrite_partition(
             for data_file in new_files:
                 rewrite.append_data_file(data_file)
 
-    if _commit_rewrite(table, stage, new_paths, report):
+    def deleted_since() -> bool:
+        return _deletes_added_since(table, planned_on)
+
+    if _commit_rewrite(table, stage, new_paths, report, abandon=deleted_since):
         report.files_rewritten += len(tasks)
         report.partitions_compacted += 1
 

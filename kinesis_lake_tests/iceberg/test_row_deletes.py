@@ -3,6 +3,7 @@ by pyiceberg's own scan, counted in the summary, and loud if an upgrade moves an
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pyarrow as pa
@@ -17,7 +18,13 @@ from pyiceberg.table import Table
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.types import LongType, NestedField, StringType
 
-from kinesis_lake.iceberg.maintenance import compact
+from kinesis_lake.iceberg.data_files import TableWriteTarget
+from kinesis_lake.iceberg.maintenance import (
+    MaintenanceReport,
+    _rewrite_partition,
+    _small_files_by_partition,
+    compact,
+)
 from kinesis_lake.iceberg.row_deletes import (
     FILE_PATH_ID,
     POS_ID,
@@ -243,3 +250,26 @@ def test_manifests_stay_few_over_many_deltas_and_a_fold(table: Table) -> None:
     assert _rows(table) == before
     listed, live = _live_manifest_counts(table)
     assert live <= 2 and listed <= live + 2, (listed, live)
+
+
+def test_compaction_racing_a_row_delete_never_brings_the_row_back(table: Table) -> None:
+    """Compaction plans two small files; a merge-on-read refresh then deletes a row of one
+    of them; the compaction's rewrite, read as planned, still holds that row. Committed,
+    it would bring the row back (the delete names the old file). It is abandoned instead,
+    as the fold is when deletes land meanwhile."""
+    table.append(pa.table({"key": pa.array([5, 6], pa.int64()), "value": ["e", "f"]}))
+    target = dataclasses.replace(
+        TableWriteTarget.from_table(table), target_file_size_bytes=64 * 1024 * 1024
+    )
+    planned_on = table.current_snapshot().snapshot_id
+    (tasks,) = _small_files_by_partition(table, 64 * 1024 * 1024, 2)
+    deletes = pa.table({"file_path": [_file(table)], "pos": pa.array([1], pa.int64())})
+    _delta(table, deletes=deletes, deletes_planned_on=planned_on)
+    after_delete = _rows(table)
+
+    report = MaintenanceReport()
+    _rewrite_partition(table, target, tasks, report, planned_on)
+
+    assert len(after_delete) == 5
+    assert _rows(table) == after_delete
+    assert report.partitions_compacted == 0
