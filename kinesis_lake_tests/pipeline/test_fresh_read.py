@@ -223,19 +223,27 @@ def _later_ms(ms: int) -> int:
     return int(time.time() * 1000) + ms
 
 
+def _commit_then_declare(spark, settings, amount_fields: str, *orders: dict[str, Any]) -> None:
+    """``orders`` committed (ingested and refreshed), then the declaration's ``amount``
+    field replaced by ``amount_fields``: an edit the next refresh has not seen yet."""
+    spread(settings, *orders)
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    edited = DECLARATION.replace("      - {name: amount, type: int}\n", amount_fields, 1)
+    settings.event_schema_path.write_text(edited)
+
+
 def test_a_field_added_to_the_declaration_reads_fresh_before_the_refresh_adds_it(spark, settings):
     """A fresh read never differs from what the next refresh commits: after a field is
     added to a keyed table's declaration, the tail's rows carry it and the committed rows
     read as null there, as the refresh will leave them."""
-    spread(settings, order("o1"), order("o2"))
-    run_ingestion(spark, settings)
-    refresh_downstream(spark, settings)
-    edited = DECLARATION.replace(
-        "      - {name: amount, type: int}\n",
+    _commit_then_declare(
+        spark,
+        settings,
         "      - {name: amount, type: int}\n      - {name: note, type: string}\n",
-        1,
+        order("o1"),
+        order("o2"),
     )
-    settings.event_schema_path.write_text(edited)
     spread(settings, {**order("o3"), "note": "new"}, order("o1", 99))  # o1: a repeat
 
     fresh = fresh_read(settings, "orders")
@@ -252,15 +260,13 @@ def test_a_widened_field_reads_fresh_as_the_refresh_widens_it_in_both_readers(sp
     evolves the table before it writes: an amount past int's range in the tail is kept,
     the committed int amounts read as longs, and the Spark reader's schema and rows are the
     Python read's, the just-declared field included."""
-    spread(settings, order("o1"), order("o2", 7))
-    run_ingestion(spark, settings)
-    refresh_downstream(spark, settings)
-    edited = DECLARATION.replace(
-        "      - {name: amount, type: int}\n",
+    _commit_then_declare(
+        spark,
+        settings,
         "      - {name: amount, type: long}\n      - {name: note, type: string}\n",
-        1,
+        order("o1"),
+        order("o2", 7),
     )
-    settings.event_schema_path.write_text(edited)
     spread(settings, {**order("o3", 2**40), "note": "big"})
 
     fresh = fresh_read(settings, "orders")
