@@ -62,6 +62,7 @@ from pyiceberg.utils.properties import property_as_bool
 
 from kinesis_lake.iceberg import summary as keys
 from kinesis_lake.iceberg.data_files import WrittenFile, data_files_of
+from kinesis_lake.iceberg.dead_rows import plan_rewrite
 from kinesis_lake.iceberg.retry import adopt_commit, backoff, fail_fast
 from kinesis_lake.iceberg.row_deletes import stage_row_delta
 from kinesis_lake.iceberg.summary import committed_positions
@@ -229,7 +230,8 @@ def commit_row_delta(
 ) -> CommitOutcome:
     """Merge-on-read under the same protocol: ``data`` appended and the rows ``deletes``
     (``file_path``, ``pos``) names deleted through one position delete file, in one
-    snapshot (:func:`kinesis_lake.iceberg.row_deletes.stage_row_delta`).
+    snapshot (:func:`kinesis_lake.iceberg.row_deletes.stage_row_delta`), which also rewrites
+    the files mostly deleted by then (:mod:`kinesis_lake.iceberg.dead_rows`).
 
     ``planned_on`` is the snapshot the positions were found in; an attempt on a base where
     a file they point into was rewritten raises ``RowsMovedError`` and commits nothing.
@@ -237,8 +239,17 @@ def commit_row_delta(
 
     def stage(tx: Transaction, snapshot_properties: dict[str, str]) -> None:
         if data.num_rows or deletes.num_rows:
+            rewrite = plan_rewrite(tx, deletes)  # on each attempt's own base
+            if rewrite.rows is not None:
+                moved = {keys.REWRITTEN_RECORDS: str(rewrite.rows.num_rows)}
+                snapshot_properties = {**snapshot_properties, **moved}
             stage_row_delta(
-                tx, snapshot_properties, data=data, deletes=deletes, deletes_planned_on=planned_on
+                tx,
+                snapshot_properties,
+                data=rewrite.appended_to(data),
+                deletes=deletes,
+                removed=rewrite.paths,
+                deletes_planned_on=planned_on,
             )
 
     return _commit_driver_rows(

@@ -246,6 +246,9 @@ def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
     # like a duplicate load.
     upkeep = summary is not None and summary.get(keys.OPERATION) == keys.COMPACTION
     added = number("added-records")
+    moved = number(keys.REWRITTEN_RECORDS)  # a merge-on-read delta's rewritten files
+    if added is not None and moved is not None:
+        added -= moved
 
     return {
         "snapshot_id": snapshot.snapshot_id,
@@ -255,7 +258,7 @@ def _history_row(snapshot: Snapshot, *, is_current: bool) -> dict[str, Any]:
         ),
         "operation": keys.COMPACTION if upkeep else operation,
         "added_records": None if upkeep else added,
-        "rewritten_records": added if upkeep else None,
+        "rewritten_records": added if upkeep else moved,
         "added_data_files": number("added-data-files"),
         "total_records": live_records(summary),  # without rows deleted by position
         "writer_id": "maintenance" if upkeep else summary.get(keys.WRITER_ID) if summary else None,

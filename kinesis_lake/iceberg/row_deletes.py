@@ -203,6 +203,10 @@ def stage_row_delta(
     rereads the deletes written since the last fold, positions only. Read from the base
     the delta commits on, so a retry on a moved base merges what that base holds.
 
+    Positions in the data files ``removed`` here are dropped (they delete nothing any more),
+    so a delta that also rewrites a file (:mod:`kinesis_lake.iceberg.dead_rows`) leaves
+    no delete behind for it.
+
     ``deletes_planned_on``: the snapshot whose data files the positions were found in.
     When the base moved since, every file they point into must still be live.
 
@@ -219,11 +223,11 @@ def stage_row_delta(
         snapshot_properties=snapshot_properties,
     )
     delta.removed_paths = removed
-    if deletes is not None and deletes.num_rows:
+    if deletes is not None and (deletes.num_rows or removed):
         base = tx.table_metadata.current_snapshot_id
-        if deletes_planned_on is not None and base != deletes_planned_on:
+        if deletes.num_rows and deletes_planned_on is not None and base != deletes_planned_on:
             targets = set(pc.unique(deletes.column("file_path")).to_pylist())
-            gone = targets - _live_data_paths(tx)
+            gone = targets - live_data_files(tx).keys()
             if gone:
                 raise RowsMovedError(
                     f"{len(gone)} data files of {'.'.join(tx._table.name())} were rewritten "
@@ -233,7 +237,11 @@ def stage_row_delta(
             live = live_delete_files(tx)
             deletes = _merged(tx._table.io, live, deletes)
             delta.removed_paths = removed | {delete_file.file_path for delete_file in live}
-        delta.append_data_file(write_position_deletes(tx, deletes))
+        if removed:  # positions in the data files taken out no longer delete anything
+            gone = pa.array(sorted(removed), pa.string())
+            deletes = deletes.filter(pc.invert(pc.is_in(deletes.column("file_path"), gone)))
+        if deletes.num_rows:
+            delta.append_data_file(write_position_deletes(tx, deletes))
     if data is not None and data.num_rows:
         for data_file in _dataframe_to_data_files(tx.table_metadata, data, tx._table.io):
             delta.append_data_file(data_file)
@@ -273,12 +281,13 @@ def _merged(io: FileIO, live: list[DataFile], deletes: pa.Table) -> pa.Table:
     return both.group_by(["file_path", "pos"]).aggregate([])
 
 
-def _live_data_paths(tx: Transaction) -> set[str]:
+def live_data_files(tx: Transaction) -> dict[str, DataFile]:
+    """The data files live in ``tx``'s base snapshot, by path."""
     snapshot = tx.table_metadata.current_snapshot()
     if snapshot is None:
-        return set()
+        return {}
     return {
-        entry.data_file.file_path
+        entry.data_file.file_path: entry.data_file
         for manifest in snapshot.manifests(tx._table.io)
         if manifest.content == ManifestContent.DATA
         for entry in manifest.fetch_manifest_entry(tx._table.io, discard_deleted=True)

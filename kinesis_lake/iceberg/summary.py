@@ -19,6 +19,10 @@ BATCH_ID = "kinesis-lake.batch-id"
 OPERATION = "kinesis-lake.operation"
 COMPACTION = "compaction"
 
+# Live rows a merge-on-read delta moved out of the mostly deleted files it rewrote: counted
+# in Iceberg's ``added-records`` but not added (see ``iceberg/dead_rows.py``).
+REWRITTEN_RECORDS = "kinesis-lake.rewritten-records"
+
 # The last committed sequence number of every shard, as JSON {shard id: sequence number}:
 # the table itself says how far the stream has been committed (see the Iceberg sink).
 # Written with each commit's data into the table property of this name, which no expiry

@@ -15,9 +15,11 @@ How the replaced rows go (the table property ``write.update.mode``, Iceberg's ow
   are marked deleted in ONE position delete file (merged with the table's earlier
   deletes, so a reader opens one), committed in the same snapshot as the new winners
   (:func:`kinesis_lake.iceberg.commit.commit_row_delta`). A held row that
-  still wins stays where it is. Nothing is rewritten, so a refresh writes about what it
+  still wins stays where it is. A file is rewritten only once a fifth of its rows or more
+  are deleted, the most deleted first and no more than a few times the rows the refresh
+  replaced (:mod:`kinesis_lake.iceberg.dead_rows`), so a refresh writes about what it
   changed whatever the table's size, even when 1,000 uniformly spread keys touch every
-  file; it still reads the key columns of the files whose key bounds can hold a touched
+  file, and a reader never reads many deleted rows per live one; it still reads the key columns of the files whose key bounds can hold a touched
   key (Parquet column projection, cheap next to a rewrite; an index beside the table would
   save that read but is one more thing to keep exactly in step with every commit and
   compaction). Maintenance folds the deletes back into data files
