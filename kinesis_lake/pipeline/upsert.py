@@ -19,10 +19,11 @@ How the replaced rows go (the table property ``write.update.mode``, Iceberg's ow
   are deleted, the most deleted first and no more than a few times the rows the refresh
   replaced (:mod:`kinesis_lake.iceberg.dead_rows`), so a refresh writes about what it
   changed whatever the table's size, even when 1,000 uniformly spread keys touch every
-  file, and a reader never reads many deleted rows per live one; it still reads the key columns of the files whose key bounds can hold a touched
-  key (Parquet column projection, cheap next to a rewrite; an index beside the table would
-  save that read but is one more thing to keep exactly in step with every commit and
-  compaction). Maintenance folds the deletes back into data files
+  file, and a reader never reads many deleted rows per live one; it still reads the key
+  columns of the files whose key bounds can hold a touched key (Parquet column projection,
+  cheap next to a rewrite; an index beside the table would save that read but is one more
+  thing to keep exactly in step with every commit and compaction). Maintenance folds the
+  deletes back into data files
   (:func:`kinesis_lake.iceberg.maintenance.fold_deletes`).
 * ``copy-on-write`` (Iceberg's default, so a table someone set back to it): the candidate
   files are read whole and rewritten without the replaced rows, in one commit with the

@@ -1,24 +1,26 @@
 """A seeded, Spark-in-the-loop simulation of the derived tables (issue 31, "The simulation").
 
-Each schedule (a seeded RNG draws 4 to ~12 steps) runs against the real local stack: a
-local Kinesis endpoint (kinesalite), a real Spark session, a SQLite Iceberg catalog under a
+Each schedule (a seeded RNG draws 4 to ~12 steps) runs against the real local stack: a local
+Kinesis endpoint (kinesalite), a real Spark session, a SQLite Iceberg catalog under a
 temporary directory and a declaration file it writes and edits. Steps: put records (valid,
 malformed JSON, unrouted, a field of the wrong type, a value too big for ``int``, a repeat
 of a dedup key on the same UTC day, upsert versions out of order, deletes); ``ingest
---derive`` (``run_ingestion`` then ``refresh_downstream``, what the CLI calls); a derive in a
-new process whose commit of one table fails or lands then raises; declaration edits (a new
+--derive`` (``run_ingestion`` then ``refresh_downstream``, what the CLI calls); a derive in
+a new process whose commit of one table fails or lands then raises; declaration edits (a new
 table, a new optional field, ``int`` widened to ``long``); ``replay``; dropping a routed
 table (the input of the SQL tables) or a derived table so that the next refresh re-creates
 and rebuilds it (what the ``SnapshotExpiredError`` message advises); maintenance
-(compaction and snapshot expiry); and a race: a derive in a new process inside one of
-whose commits (of a routed, quarantine or derived table, whichever process Spark commits it
-in) a maintenance pass with the tightest policy (compact, keep one snapshot, none by age)
-runs over a source table, the raw table included, before that commit lands, as a schedule
-racing the refresh does on a busy deployment. With the defect 32750b0 fixed put back by
-hand (expiry ignoring a table before its first refresh), ``put, derive, put,
-edit(add_table), race(raw_events@signups)`` finds it (reconcile: a record repeated); the
-schedules with races pass on the fixed code. Races draw only with faults on (they start a
-process each), so ``make test``'s sample does not run them: ``make simulate-derived`` does.
+(compaction, folding the upsert table's deletes, and snapshot expiry; the upsert table
+rewrites its mostly deleted files from its first deleted row); and a race: a derive in a new
+process inside one of whose commits (of a routed, quarantine or derived table, whichever
+process Spark commits it in) a maintenance pass with the tightest policy (compact, keep one
+snapshot, none by age) runs over a source table, the raw table included, before that commit
+lands, as a schedule racing the refresh does on a busy deployment. With the defect 32750b0
+fixed put back by hand (expiry ignoring a table before its first refresh), ``put, derive,
+put, edit(add_table), race(raw_events@signups)`` finds it (reconcile: a record repeated);
+the schedules with races pass on the fixed code. Races draw only with faults on (they start
+a process each), so ``make test``'s sample does not run them: ``make simulate-derived``
+does.
 
 After every step the lake is compared with a reference model kept in plain Python from
 what was put (routing by the record's ``type`` and field validity written here, not taken
@@ -56,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_lake.config import Settings
+from kinesis_lake.iceberg.dead_rows import FLOOR_PROPERTY
+from kinesis_lake.iceberg.summary import REWRITTEN_RECORDS
 from kinesis_lake.pipeline.derive import refresh_downstream
 from kinesis_lake.pipeline.ingest import run_ingestion
 from kinesis_lake.pipeline.lake import open_lake
@@ -80,13 +84,14 @@ class Figures:
     faults: Counter = field(default_factory=Counter)  # failing commits: table/mode, outcome
     failures: list[tuple[Schedule, Violation]] = field(default_factory=list)
     seconds: float = 0.0
+    rewrites: int = 0  # upsert refreshes that rewrote mostly deleted files
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.steps.items()))
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
         return (
             f"{self.schedules} schedules, {sum(self.steps.values())} steps ({kinds}), "
-            f"failing commits ({faults or 'none'}), "
+            f"failing commits ({faults or 'none'}), {self.rewrites} upsert rewrites, "
             f"{len(self.failures)} failed, {self.seconds:.0f} s"
         )
 
@@ -140,6 +145,29 @@ def _race(settings: Settings, arg: str) -> bool:
     return raced
 
 
+def _rewrite_small_tables(settings: Settings) -> None:
+    """The upsert table's refreshes rewrite its mostly deleted files from its first deleted
+    row (``iceberg/dead_rows.py``; by default only past 1,000): the simulation's tables are
+    small, and the rewrites must race folds, failures and replays too."""
+    catalog = open_lake(settings)
+    identifier = settings.table_identifier("profiles")
+    if catalog.table_exists(identifier):
+        table = catalog.load_table(identifier)
+        if table.properties.get(FLOOR_PROPERTY) != "0":
+            with table.transaction() as tx:
+                tx.set_properties({FLOOR_PROPERTY: "0"})
+
+
+def _upsert_rewrites(settings: Settings) -> int:
+    """The upsert table's snapshots that rewrote files (those expiry left)."""
+    catalog = open_lake(settings)
+    identifier = settings.table_identifier("profiles")
+    if not catalog.table_exists(identifier):
+        return 0
+    snapshots = catalog.load_table(identifier).metadata.snapshots
+    return sum(1 for s in snapshots if s.summary and s.summary.get(REWRITTEN_RECORDS))
+
+
 def run_schedule(
     spark: Any, base: Settings, schedule: Schedule, figures: Figures | None = None
 ) -> Violation | None:
@@ -161,6 +189,7 @@ def run_schedule(
     started = time.monotonic()
     try:
         for index, step in enumerate(schedule.steps):
+            _rewrite_small_tables(settings)
             if step.kind == "put":
                 _put(settings, model, step.records)
             elif step.kind == "derive":
@@ -229,6 +258,7 @@ def run_schedule(
         if figures is not None:
             figures.schedules += 1
             figures.seconds += time.monotonic() - started
+            figures.rewrites += _upsert_rewrites(settings)
         shutil.rmtree(root, ignore_errors=True)
     return None
 

@@ -177,7 +177,7 @@ def generate(seed: int, *, steps: tuple[int, int] = (4, 12), faults: bool = True
         elif choice == "drop":
             out.append(Step("drop", arg=rng.choice(("views", "updates", *DERIVED))))
         elif choice == "maintain":
-            out.append(Step("maintain", arg=rng.choice(ROUTED)))
+            out.append(Step("maintain", arg=rng.choice((*ROUTED, "profiles"))))
         elif choice == "race":  # mostly upkeep of the very table the commit read
             table = rng.choice(tuple(SOURCES))
             source = SOURCES[table] if rng.random() < 0.7 else rng.choice(READ)
