@@ -231,7 +231,7 @@ def commit_row_delta(
     """Merge-on-read under the same protocol: ``data`` appended and the rows ``deletes``
     (``file_path``, ``pos``) names deleted through one position delete file, in one
     snapshot (:func:`kinesis_lake.iceberg.row_deletes.stage_row_delta`), which also rewrites
-    the files mostly deleted by then (:mod:`kinesis_lake.iceberg.dead_rows`).
+    the files a fifth deleted or more by then (:mod:`kinesis_lake.iceberg.dead_rows`).
 
     ``planned_on`` is the snapshot the positions were found in; an attempt on a base where
     a file they point into was rewritten raises ``RowsMovedError`` and commits nothing.

@@ -59,8 +59,8 @@ class Rewrite:
     order: tuple[str, ...] = ()
 
     def appended_to(self, data: pa.Table) -> pa.Table:
-        """``data`` with the moved rows, sorted as the table declares (files stay narrow in
-        its sort key, which is what lets a refresh skip them)."""
+        """``data`` with the moved rows, sorted by the table's sort order (ascending, the
+        upsert tables' key), as its writers keep every file."""
         if self.rows is None or not self.rows.num_rows:
             return data
         both = pa.concat_tables([data, self.rows.cast(data.schema)])
@@ -94,8 +94,14 @@ def plan_rewrite(tx: Transaction, deletes: pa.Table) -> Rewrite:
         return NOTHING
     scan = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue())
     schema = table_arrow_schema(metadata.schema())
-    batches = [b for f in chosen for b in live_batches(scan, FileScanTask(f), deleted)]
-    rows = pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
+    # Each batch in the table's types: a file without a newer column reads it as pyiceberg's
+    # large type (large_string), a file with it as written (string).
+    batches = [
+        batch.cast(schema)
+        for data_file in chosen
+        for batch in live_batches(scan, FileScanTask(data_file), deleted)
+    ]
+    rows = pa.Table.from_batches(batches, schema=schema)
     names = (metadata.schema().find_column_name(f.source_id) for f in metadata.sort_order().fields)
     return Rewrite(frozenset(f.file_path for f in chosen), rows, tuple(n for n in names if n))
 

@@ -156,8 +156,10 @@ def fold_deletes(table: Table, target: TableWriteTarget, report: MaintenanceRepo
     its own, so it keeps its narrow key range (what upsert refreshes find candidates by).
     Every delete file is dropped: each live file it removes rows from is rewritten here.
     If any commit since planning added delete files (a refresh), the fold is abandoned and
-    its files deleted: the new deletes may point into files it rewrote. The next pass
-    folds them all.
+    its files deleted: the new deletes may point into files it rewrote. A refresh that
+    added none still replaced (or, rewriting, removed) the delete files the fold removes,
+    so the commit finds them gone and is abandoned the same way. The next pass folds them
+    all.
     """
     table.refresh()
     planned_on = table.current_snapshot()

@@ -203,9 +203,10 @@ def stage_row_delta(
     rereads the deletes written since the last fold, positions only. Read from the base
     the delta commits on, so a retry on a moved base merges what that base holds.
 
-    Positions in the data files ``removed`` here are dropped (they delete nothing any more),
-    so a delta that also rewrites a file (:mod:`kinesis_lake.iceberg.dead_rows`) leaves
-    no delete behind for it.
+    Positions in the data files ``removed`` here are dropped (they delete nothing any more;
+    with ``merge_deletes`` also those of earlier delete files), so a delta that also
+    rewrites a file (:mod:`kinesis_lake.iceberg.dead_rows`) leaves no delete behind for it,
+    and writes no delete file when none is left.
 
     ``deletes_planned_on``: the snapshot whose data files the positions were found in.
     When the base moved since, every file they point into must still be live.

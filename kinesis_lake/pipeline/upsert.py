@@ -12,18 +12,18 @@ How the replaced rows go (the table property ``write.update.mode``, Iceberg's ow
 
 * ``merge-on-read`` (set on every upsert table; format v2): the candidate files' key and
   ordering columns only are read, with each row's position, and the held rows that lose
-  are marked deleted in ONE position delete file (merged with the table's earlier
-  deletes, so a reader opens one), committed in the same snapshot as the new winners
-  (:func:`kinesis_lake.iceberg.commit.commit_row_delta`). A held row that
-  still wins stays where it is. A file is rewritten only once a fifth of its rows or more
-  are deleted, the most deleted first and no more than a few times the rows the refresh
-  replaced (:mod:`kinesis_lake.iceberg.dead_rows`), so a refresh writes about what it
-  changed whatever the table's size, even when 1,000 uniformly spread keys touch every
-  file, and a reader never reads many deleted rows per live one; it still reads the key
-  columns of the files whose key bounds can hold a touched key (Parquet column projection,
-  cheap next to a rewrite; an index beside the table would save that read but is one more
-  thing to keep exactly in step with every commit and compaction). Maintenance folds the
-  deletes back into data files
+  are marked deleted in ONE position delete file (merged with the table's earlier deletes,
+  so a reader opens one), committed in the same snapshot as the new winners
+  (:func:`kinesis_lake.iceberg.commit.commit_row_delta`). A held row that still wins stays
+  where it is. Once the table holds 1,000 deleted rows, a refresh also rewrites the files
+  a fifth deleted or more, the most deleted first, up to three times the rows it replaced
+  or one file (:mod:`kinesis_lake.iceberg.dead_rows`), so a refresh writes a few times
+  what it changed whatever the table's size, even when 1,000 uniformly spread keys touch
+  every file, and deleted rows stay a small share of what a reader reads; it still reads
+  the key columns of the files whose key bounds can hold a touched key (Parquet column
+  projection, cheap next to a rewrite; an index beside the table would save that read but
+  is one more thing to keep exactly in step with every commit and compaction). Maintenance
+  folds the deletes back into data files
   (:func:`kinesis_lake.iceberg.maintenance.fold_deletes`).
 * ``copy-on-write`` (Iceberg's default, so a table someone set back to it): the candidate
   files are read whole and rewritten without the replaced rows, in one commit with the
