@@ -14,7 +14,6 @@ from kinesis_lake.cli.common import Commands, add_command, current_settings
 from kinesis_lake.config import SPARK_CONNECT_PORT
 from kinesis_lake.events.payload_formats import PRODUCED_FORMATS
 from kinesis_lake.kinesis.endpoint import LOCAL_ENDPOINT_PORT
-from kinesis_lake.spark.runtime.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S
 
 
 def cmd_endpoint(args: argparse.Namespace) -> None:
@@ -58,14 +57,7 @@ def cmd_connect_server(args: argparse.Namespace) -> None:
     master = args.master or (
         "local[2]" if is_connect(settings.spark_master) else settings.spark_master
     )
-    server = ConnectServer(
-        port=args.port,
-        master=master,
-        log_dir=settings.log_dir,
-        reap_idle_daemons_after_s=(
-            args.reap_idle_daemons_after if args.reap_idle_daemons_after > 0 else None
-        ),
-    )
+    server = ConnectServer(port=args.port, master=master, log_dir=settings.log_dir)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with server:
@@ -89,14 +81,6 @@ def add_connect_server(commands: Commands) -> None:
     connect.add_argument("--port", type=int, default=SPARK_CONNECT_PORT, help="port to serve on")
     connect.add_argument(
         "--master", default=None, help="the server's Spark master; default: SPARK_MASTER"
-    )
-    connect.add_argument(
-        "--reap-idle-daemons-after",
-        type=float,
-        default=REAP_IDLE_DAEMONS_AFTER_S,
-        metavar="SECONDS",
-        help="stop a run's Python daemons once idle this long (Spark keeps them until it "
-        f"stops, SPARK-54055); 0 or less: never; default {REAP_IDLE_DAEMONS_AFTER_S:.0f}",
     )
 
 

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +46,20 @@ class Server:
                 count += parent is not None and parent.name() == "java" and session != "default"
         return count
 
+    def daemon_pids(self) -> set[int]:
+        """The server JVM's Python daemons (workers are forked by them, not the JVM)."""
+        pids = set()
+        for process in psutil.Process(self.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # workers and daemons come and go
+                parent = process.parent()
+                if (
+                    parent is not None
+                    and parent.name() == "java"
+                    and "daemon" in " ".join(process.cmdline())
+                ):
+                    pids.add(process.pid)
+        return pids
+
     def serving(self) -> bool:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 1):
             return True
@@ -55,15 +68,12 @@ class Server:
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory) -> Iterator[Server]:
-    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM. Idle
-    daemons are stopped after 3 s, not 5 min, once Spark has let their workers go (after a
-    minute): between the runs here too, which Spark must then start again."""
+    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM."""
     port = free_port()
     env = {**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(tmp_path_factory.mktemp("c"))}
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "kinesis_lake.cli", "connect-server", "--port", str(port)),
-            *("--reap-idle-daemons-after", "3"),
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -118,24 +128,24 @@ def test_the_cli_ingests_exactly_once_through_spark_connect_without_a_jvm(
     assert_reconciled(settings, ("events",))  # the default declaration's one table
 
 
-def test_the_python_daemons_of_ended_runs_do_not_pile_up_in_the_server(
+def test_runs_share_the_servers_python_daemons_so_none_piles_up(
     connect_server, kinesalite_endpoint, settings_factory
 ):
-    """Spark keeps each Connect query's Python daemons until the server stops
-    (SPARK-54055): three runs left 7, 12, then 17 of them."""
+    """Spark keys its Python daemons on a session's artifact id: in Spark's own server
+    (artifact isolation forced on) every run's session and query started daemons of its
+    own, importing PySpark and our modules again, and Spark kept them all until it stopped
+    (SPARK-54055): three runs left 7, 12, then 17. Sharing them, the third run starts none."""
     settings = settings_factory(kinesalite_endpoint)
     env = _without_java({**settings_env(settings), "SPARK_MASTER": connect_server.url})
+    daemons = []
     for run in range(3):
         produce(settings, 50, seed=40 + run)
         result = run_cli_with(env, "ingest")
         assert result.returncode == 0, result.stderr[-3000:]
         assert "ingested 50 rows" in result.stdout
-    assert connect_server.session_daemons() > 0  # Spark keeps their workers for a minute
-
-    deadline = time.monotonic() + 180  # Spark stops idle workers after a minute
-    while (left := connect_server.session_daemons()) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert left == 0
+        daemons.append(connect_server.daemon_pids())
+    assert connect_server.session_daemons() == 0  # none belongs to one session
+    assert daemons[0] and daemons[2] == daemons[1] == daemons[0], daemons
     raw = open_catalog(data_dir=settings.data_dir).load_table(settings.raw_table)
     assert raw.scan().to_arrow().num_rows == 150
 

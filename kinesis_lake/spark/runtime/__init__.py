@@ -5,9 +5,9 @@ preloads them, so this package imports the connectors and never the other way ro
 
 * ``session``: the local or cluster session kinesis-lake builds, with the sources
   registered and the worker daemon set.
-* ``connect_server``: a lingering local Spark Connect server (``make dev``).
+* ``connect_server``: a lingering local Spark Connect server (``make dev``), and
+  ``connect_server_main``, the driver it submits, whose sessions share Python processes.
 * ``worker_daemon``: Python workers forked with this project's imports done once.
-* ``daemon_reaper``: stops the Python daemons a Connect server keeps for ended queries.
 * ``class_archive``, ``record_class_archive``, ``compiled_pyspark``: faster JVM and
   Python starts (a class-data archive, PySpark compiled ahead of time).
 """

@@ -4,10 +4,11 @@ Every ``kinesis-lake ingest`` and every Dagster run used to start a JVM and its 
 workers (10-35 s) before reading a record. With ``SPARK_MASTER=sc://host:port`` they
 attach to a Spark Connect server instead: the session is a gRPC client (no JVM in the
 client process), and the queries, the ``kinesis`` source and the Iceberg sink run in the
-server, whose JVM, daemon and workers stay warm between runs. The server is Spark's own
-(``SparkConnectServer`` from the ``spark-connect`` jar pip's pyspark ships), started with
-the settings :func:`kinesis_lake.spark.runtime.session.build_spark_session` pins for a local JVM
-and bound to loopback unless ``SPARK_LOCAL_IP`` says otherwise.
+server, whose JVM, daemons and workers stay warm between runs. The server is Spark's own
+Connect service (the ``spark-connect`` jar pip's pyspark ships), as its plugin in a driver
+whose sessions share their Python processes (``connect_server_main`` says why), started
+with the settings :func:`kinesis_lake.spark.runtime.session.build_spark_session` pins for a
+local JVM and bound to loopback unless ``SPARK_LOCAL_IP`` says otherwise.
 
 The server needs what a cluster needs: kinesis-lake installed in its Python (the data
 sources are found by Spark's ``pyspark_*`` auto-registration), and AWS credentials and
@@ -16,7 +17,9 @@ region in its environment (boto3's chain runs there, not in the client).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -29,10 +32,16 @@ import pyspark
 
 from kinesis_lake.config import SPARK_CONNECT_PORT
 from kinesis_lake.errors import KinesisLakeError
-from kinesis_lake.spark.runtime.daemon_reaper import REAP_IDLE_DAEMONS_AFTER_S, IdleDaemonReaper
+from kinesis_lake.spark.runtime import connect_server_main
 from kinesis_lake.spark.runtime.session import BASE_CONF, LOOPBACK, driver_address_conf
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+SHARED_PYTHON_PROCESSES = {
+    # Spark's own SparkConnectServer forces this on; off, every session and query shares
+    # one Python daemon per worker module (connect_server_main).
+    "spark.sql.artifact.isolation.enabled": "false",
+    "spark.plugins": CONNECT_PLUGIN,
+}
 
 
 class ConnectServerError(KinesisLakeError):
@@ -40,7 +49,7 @@ class ConnectServerError(KinesisLakeError):
 
 
 def server_command(master: str, port: int, conf: Mapping[str, str] | None = None) -> list[str]:
-    """``spark-submit`` of Spark's Connect server with the pipeline's settings."""
+    """``spark-submit`` of the Connect server's driver with the pipeline's settings."""
     address = os.environ.get("SPARK_LOCAL_IP", LOOPBACK)
     settings = {
         **driver_address_conf(),
@@ -48,12 +57,11 @@ def server_command(master: str, port: int, conf: Mapping[str, str] | None = None
         "spark.connect.grpc.binding.address": address,
         "spark.connect.grpc.binding.port": str(port),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        **SHARED_PYTHON_PROCESSES,
         **(conf or {}),
     }
     command = [
         str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),
-        "--class",
-        SERVER_CLASS,
         "--name",
         "kinesis-lake Spark Connect",
         "--master",
@@ -61,7 +69,7 @@ def server_command(master: str, port: int, conf: Mapping[str, str] | None = None
     ]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
-    return command
+    return [*command, connect_server_main.__file__]
 
 
 class ConnectServer:
@@ -76,7 +84,6 @@ class ConnectServer:
         env: Mapping[str, str] | None = None,
         conf: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,
-        reap_idle_daemons_after_s: float | None = REAP_IDLE_DAEMONS_AFTER_S,
     ) -> None:
         self.port = port
         self.master = master
@@ -85,14 +92,13 @@ class ConnectServer:
             **os.environ,
             **(env or {}),
             "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
             "SPARK_HOME": str(Path(pyspark.__file__).parent),
         }
         self._env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         self._conf = dict(conf or {})
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
-        self._reap_after_s = reap_idle_daemons_after_s
-        self._reaper: IdleDaemonReaper | None = None
 
     @property
     def url(self) -> str:
@@ -130,11 +136,6 @@ class ConnectServer:
                     f"{self.log_file}."
                 )
             time.sleep(0.5)
-        if self._reap_after_s is not None:
-            # spark-submit execs the JVM: the child is the JVM, whose children the daemons are
-            self._reaper = IdleDaemonReaper(
-                self._process.pid, idle_after_s=self._reap_after_s
-            ).start()
         return self
 
     def __exit__(
@@ -146,16 +147,23 @@ class ConnectServer:
         self.stop()
 
     def stop(self) -> None:
-        """Stop the server (its running queries stop with it)."""
-        if self._reaper is not None:
-            self._reaper.stop()
-            self._reaper = None
+        """Stop the server (its running queries stop with it).
+
+        The whole process group: the JVM (spark-submit execs it), the Python driver it
+        runs, which stops the session on SIGTERM, and the Python daemons."""
         if self._process is None:
             return
-        self._process.terminate()
+        group = self._process.pid  # start_new_session: the JVM leads its own group
+        self._signal_group(group, signal.SIGTERM)
         try:
             self._process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        self._signal_group(group, signal.SIGKILL)  # anything that outlived the JVM
         self._process = None
+
+    @staticmethod
+    def _signal_group(group: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signum)
