@@ -44,7 +44,13 @@ TARGET_DERIVED_P99_S = 60.0
 CONNECT_PORT = 15013  # neither make dev's 15002 nor benchmark 10's 15012
 SERVER_START_S = 300.0
 BURST_TIMEOUT_S = 900.0  # a loaded 2-core machine took minutes per burst (2026-11-27)
-IDLE_S = 5.0  # the lake counts as idle after this long without a run queued or going
+IDLE_S = 8.0
+"""The lake counts as idle after this long without a run queued or going: past the backlog
+sensor's handover hold (``HANDOVER_MARGIN_S`` + make dev's 5 s tick = 7 s after a run
+ended, when it starts no run so that the automation can derive under a steady stream).
+At 5 s a burst could land inside that hold and wait for it, which a burst into a stream
+that has been idle does not (2026-12-06, two runs at 5 s: runs created 1.9-9.8 s after the
+put, 9.7 s for the last burst of both)."""
 DECLARATION = REPO_ROOT / "schemas" / "clickstream.yaml"
 
 _RUNS = """

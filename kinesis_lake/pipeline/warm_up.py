@@ -1,10 +1,12 @@
 """Start, ahead of the first commit, the Python processes a downstream refresh needs.
 
-A Spark Connect server keeps Python processes per session (its data-source planners,
-readers, writers and committers, and the executors' worker daemon), and every Dagster run
-is a new session: a lingering run's first refresh started them all after raw's first
-commit, and landed its first table 15-20 s after it, where a refresh in a session that
-had refreshed before lands it in 3 s (``benchmarks/results/dagster_burst.json``,
+A refresh needs Python processes of its own kinds (its data-source planners, readers,
+writers and committers, and the executors' worker daemon). In Spark's own Connect server
+every Dagster run is a new session with new ones, and in ``connect-server``'s (whose
+sessions share them, ``spark/runtime/connect_server_main.py``) the first run after the
+server started has none yet: a lingering run's first refresh started them all after
+raw's first commit, and landed its first table 15-20 s after it, where a refresh in a
+session that had refreshed before lands it in 3 s (``benchmarks/results/dagster_burst.json``,
 ``timeline_s``). The run's follower calls :func:`warm_up` while the ingestion query
 starts, so that cost is paid beside the query's own start instead of after its commit.
 
