@@ -160,8 +160,9 @@ def _end_to_end(results: dict[str, Any], results_dir: Path) -> list[str]:
         "with its query: lingering runs (benchmark 10). Over Spark Connect without "
         "lingering the ratio is "
         f"{_ratio_text(ceiling.get('ratio_end_to_end_connect_process'))}: the JVM is warm, "
-        "but every run's query starts its own Python processes in the server (Spark keys "
-        "them on the query's artifact id), so most of the sequence is paid again.",
+        "and since `connect-server` turned artifact isolation off every run forks these "
+        "from daemons the server already has (FINDINGS 18), but each fork still imports "
+        "what the source or sink needs, and the streaming source runner starts anew.",
         "",
     ]
 

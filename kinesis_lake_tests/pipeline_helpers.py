@@ -8,6 +8,7 @@ so a test compares what the pipeline committed with what Kinesis actually holds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import psutil
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.catalog import open_catalog
@@ -240,3 +242,16 @@ def run_job_with_faults(settings: Settings, job: str, faults: Path) -> subproces
         timeout=600,
         check=False,
     )
+
+
+def processes_with_data_dir(data_dir: Path) -> list[psutil.Process]:
+    """Every live process with ``data_dir`` as its ``KINESIS_LAKE_DATA_DIR``: whatever a
+    command started, directly or not, inherits it (orphans and new sessions too)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("KINESIS_LAKE_DATA_DIR") == str(data_dir) and (
+                process.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(process)
+    return found

@@ -31,6 +31,7 @@ from kinesis_lake.defs.jobs import DERIVE_RUN_NAME, RUN_NAME_TAG
 from kinesis_lake.defs.sensors import AUTOMATION_SENSOR_NAME
 from kinesis_lake.kinesis.endpoint import free_port
 from kinesis_lake.kinesis.producer import put_records, sample_events
+from kinesis_lake_tests.pipeline_helpers import processes_with_data_dir
 
 STREAM = "dev-test-events"
 DUPLICATES = "no_duplicate_records"  # raw's blocking check
@@ -60,19 +61,6 @@ STARTED = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
 def _runs(dagster_home: Path, which: dg.RunsFilter) -> list[dg.DagsterRun]:
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         return list(instance.get_runs(which))
-
-
-def _ours(data_dir: Path) -> list[psutil.Process]:
-    """Every live process with this session's data directory in its environment: whatever
-    ``dev`` started, directly or not, inherits it (orphans and new sessions too)."""
-    found = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if process.environ().get("KINESIS_LAKE_DATA_DIR") == str(data_dir) and (
-                process.status() != psutil.STATUS_ZOMBIE
-            ):
-                found.append(process)
-    return found
 
 
 def _port_free(port: int) -> bool:
@@ -129,7 +117,7 @@ def _dev(
             put_records(client, STREAM, sample_events(records, seed=5))
         yield dev, ports, log
     finally:
-        for process in _ours(data_dir):
+        for process in processes_with_data_dir(data_dir):
             with contextlib.suppress(psutil.Error):
                 process.kill()
         with contextlib.suppress(ProcessLookupError):
@@ -151,7 +139,7 @@ def test_dev_stopped_by_a_signal_leaves_no_process_or_port_behind(
     dev_session, stop: str, tmp_path: Path
 ):
     dev, ports, log = dev_session
-    started = _ours(tmp_path / "dev")
+    started = processes_with_data_dir(tmp_path / "dev")
     assert len(started) >= 5, started  # dev, endpoint, JVM, Dagster's processes, the run
 
     if stop == "SIGTERM":  # a service manager or kill: the process alone
@@ -160,7 +148,9 @@ def test_dev_stopped_by_a_signal_leaves_no_process_or_port_behind(
         os.killpg(dev.pid, signal.SIGINT)
     dev.wait(timeout=300)
 
-    left = [f"{p.pid} {' '.join(p.cmdline())[:150]}" for p in _ours(tmp_path / "dev")]
+    left = [
+        f"{p.pid} {' '.join(p.cmdline())[:150]}" for p in processes_with_data_dir(tmp_path / "dev")
+    ]
     assert left == [], "\n".join(left)
     assert [name for name, port in ports.items() if not _port_free(port)] == []
     text = log.read_text(errors="replace")

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from kinesis_lake.spark.runtime.session import spark_log_file
 from kinesis_lake_tests.aws_env import FAKE_AWS_ENV
 from kinesis_lake_tests.pipeline_helpers import (
     assert_reconciled,
+    processes_with_data_dir,
     produce,
     run_cli_with,
     settings_env,
@@ -68,9 +70,12 @@ class Server:
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory) -> Iterator[Server]:
-    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM."""
+    """``kinesis-lake connect-server`` as an operator runs it; stopped with SIGTERM, after
+    which none of the processes it started (the JVM, the Python driver it runs, the
+    daemons) is left."""
     port = free_port()
-    env = {**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(tmp_path_factory.mktemp("c"))}
+    data_dir = tmp_path_factory.mktemp("c")
+    env = {**os.environ, **FAKE_AWS_ENV, "KINESIS_LAKE_DATA_DIR": str(data_dir)}
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "kinesis_lake.cli", "connect-server", "--port", str(port)),
@@ -90,6 +95,10 @@ def connect_server(tmp_path_factory) -> Iterator[Server]:
         process.wait(timeout=120)
     assert process.returncode == 0
     assert not server.serving()  # the server stopped with the command
+    deadline = time.monotonic() + 30  # daemons end once the JVM has closed their stdin
+    while (left := processes_with_data_dir(data_dir)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, [" ".join(p.cmdline())[:150] for p in left]
 
 
 def _without_java(env: dict[str, str]) -> dict[str, str]:

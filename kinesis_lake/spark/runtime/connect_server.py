@@ -38,7 +38,8 @@ from kinesis_lake.spark.runtime.session import BASE_CONF, LOOPBACK, driver_addre
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 SHARED_PYTHON_PROCESSES = {
     # Spark's own SparkConnectServer forces this on; off, every session and query shares
-    # one Python daemon per worker module (connect_server_main).
+    # one Python daemon per worker module (connect_server_main). It also makes any
+    # artifact a client uploads (addArtifact) every session's: no kinesis-lake client does.
     "spark.sql.artifact.isolation.enabled": "false",
     "spark.plugins": CONNECT_PLUGIN,
 }
@@ -149,12 +150,14 @@ class ConnectServer:
     def stop(self) -> None:
         """Stop the server (its running queries stop with it).
 
-        The whole process group: the JVM (spark-submit execs it), the Python driver it
-        runs, which stops the session on SIGTERM, and the Python daemons."""
+        SIGTERM to the JVM (spark-submit execs it), whose shutdown stops Spark; then
+        SIGKILL to its process group, which holds the Python driver it ran (which also
+        ends by itself once the JVM is gone). The Python daemons set groups of their own
+        and end when the JVM closes their stdin."""
         if self._process is None:
             return
         group = self._process.pid  # start_new_session: the JVM leads its own group
-        self._signal_group(group, signal.SIGTERM)
+        self._process.terminate()
         try:
             self._process.wait(timeout=60)
         except subprocess.TimeoutExpired:

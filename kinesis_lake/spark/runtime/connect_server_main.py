@@ -17,21 +17,27 @@ the data sources are installed in the server's Python.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
 from pyspark.sql import SparkSession
 
+PARENT_CHECK_S = 5.0
+
 
 def serve() -> None:
     """Start the driver (the plugin starts the Connect service in it) and serve until
-    SIGTERM or SIGINT."""
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    SIGTERM or SIGINT, or until the JVM that started it is gone (killed on its own, say:
+    an idle driver would otherwise live on)."""
+    jvm = os.getppid()
     spark = SparkSession.builder.getOrCreate()  # every setting came with spark-submit
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # after PySpark set its own SIGINT one
+        signal.signal(signum, lambda *_: stop.set())
     try:
-        stop.wait()
+        while not stop.wait(PARENT_CHECK_S) and os.getppid() == jvm:
+            pass
     finally:
         spark.stop()
 
