@@ -4,7 +4,8 @@
 * ``streams``: each stream's Dagster names, the stream as an external asset, its freshness.
 * ``raw_assets``: raw_events (one raw table per stream); ``derived_assets``: the derived tables.
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``:
-  ``raw_checks`` of each raw table, ``table_checks`` of the tables they feed.
+  ``raw_checks`` of each raw table, ``table_checks`` of the tables they feed;
+  ``check_verdicts``: checks a step evaluates after its commit, each dated when it ran.
 * ``follow``: a lingering ingestion run's thread that checks each raw commit and brings
   the downstream tables along.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.

@@ -19,8 +19,7 @@ run's own step follows raw instead, in a thread beside the streaming query:
   the downstream tables, once, against the materializations as they are then.
 
 Check verdicts are recorded as runless evaluations naming the materialization they
-checked: each is then its own execution, timed when it was evaluated. (Evaluations of a
-check inside one run share one execution, dated when the first was planned or recorded.)
+checked (``check_verdicts.py``): each is then its own execution, timed when it was evaluated.
 A refresh that fails is logged and left to the automation sensor, which requests a derive
 run once raw is idle, as before.
 """
@@ -34,12 +33,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 
 from kinesis_lake.config import Settings
+from kinesis_lake.defs.check_verdicts import evaluate_check, record_verdicts
 from kinesis_lake.defs.raw_checks import raw_checks
 from kinesis_lake.defs.streams import StreamKeys, stream_keys
 from kinesis_lake.defs.table_checks import table_checks
@@ -53,47 +50,6 @@ if TYPE_CHECKING:
     from kinesis_lake.pipeline.refresh import TableRefresh
 
 CLAIM_POLL_S = 0.5
-
-
-def evaluate_check(
-    check: dg.AssetChecksDefinition,
-    resources: dict[str, Any],
-    instance: dg.DagsterInstance,
-) -> dg.AssetCheckEvaluation:
-    """Run one check in this process: its verdict on the check's asset's latest
-    materialization, to be recorded with ``report_runless_asset_event`` (its own
-    execution, dated when recorded)."""
-    key = check.check_key
-    latest = instance.fetch_materializations(key.asset_key, limit=1).records
-    target = (
-        AssetCheckEvaluationTargetMaterializationData(
-            storage_id=latest[0].storage_id,
-            run_id=latest[0].run_id,
-            timestamp=latest[0].timestamp,
-        )
-        if latest
-        else None
-    )
-    blocking = any(spec.blocking for spec in check.check_specs)
-    try:
-        result = check(dg.build_asset_check_context(instance=instance, resources=resources))
-        assert isinstance(result, dg.AssetCheckResult)
-        passed, severity = result.passed, result.severity
-        metadata, description = result.metadata, result.description
-    except Exception as error:  # a check that raises is a failed check, with its reason
-        passed, severity, metadata = False, dg.AssetCheckSeverity.ERROR, {}
-        description = f"The check raised {type(error).__name__}: {error}"
-    evaluation = dg.AssetCheckEvaluation(
-        asset_key=key.asset_key,
-        check_name=key.name,
-        passed=passed,
-        metadata=metadata,
-        severity=severity,
-        description=description,
-        target_materialization_data=target,
-        blocking=blocking,
-    )
-    return evaluation
 
 
 class DownstreamFollower:
@@ -246,8 +202,7 @@ class DownstreamFollower:
         return [evaluate_check(check, self._resources, self._instance) for check in checks]
 
     def _record(self, verdicts: list[dg.AssetCheckEvaluation]) -> None:
-        for verdict in verdicts:
-            self._instance.report_runless_asset_event(verdict)
+        record_verdicts(verdicts, self._instance)
 
     def _evaluate_all(self) -> None:
         if self._followed is None:

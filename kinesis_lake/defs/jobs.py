@@ -40,19 +40,20 @@ automation requests assets, not a job, so Dagster lists those runs under its hid
 
 
 def ingest_job_for(keys: StreamKeys, *, lingering: bool = False) -> "UnresolvedAssetJobDefinition":
-    """What a stream's backlog sensor launches: an observation of the stream, its raw
-    table and that table's checks.
+    """What a stream's backlog sensor launches: an observation of the stream and its raw
+    table.
 
-    A lingering run (``lingering``) evaluates the checks itself, after the commits they
-    judge (``defs/follow.py``): as steps of the run they would be planned when it starts,
-    minutes before the commits, and be skipped, since such a run ends without a result of
-    its own."""
-    selection = dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset)
+    The run evaluates the table's checks itself, after the commits they judge
+    (``defs/check_verdicts.py``; a lingering run after each, ``defs/follow.py``): as steps
+    of the run they would be planned, and dated, when it starts, before the commits (a
+    lingering run's by minutes, and skipped, since such a run ends without a result of
+    its own)."""
+    selection = dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset).without_checks()
     return dg.define_asset_job(
         keys.ingest_job_name,
-        selection=selection.without_checks() if lingering else selection,
+        selection=selection,
         description=(
-            f"Observe the stream, drain its backlog into {keys.raw_table}, then run its checks."
+            f"Observe the stream, drain its backlog into {keys.raw_table}, then check it."
             if not lingering
             else f"Observe the stream and drain it into {keys.raw_table} while records keep "
             "arriving; after each commit, check it and bring the downstream tables along."

@@ -100,8 +100,23 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         if result.snapshot_id is not None:
             metadata["snapshot_id"] = int(result.snapshot_id)
         yield dg.MaterializeResult(metadata=metadata)
+        # Resumed once Dagster stored the materialization: checks the run did not plan
+        # (the ingestion job plans none) judge it now, dated now (``check_verdicts.py``).
+        _check_the_commit(context, keys, {"settings": settings, "kinesis": kinesis})
 
     return raw
+
+
+def _check_the_commit(
+    context: dg.AssetExecutionContext, keys: StreamKeys, resources: dict[str, Any]
+) -> None:
+    from kinesis_lake.defs.check_verdicts import evaluate_check, planned_checks, record_verdicts
+    from kinesis_lake.defs.raw_checks import raw_checks
+
+    planned = planned_checks(context)
+    unplanned = [check for check in raw_checks(keys) if check.check_key not in planned]
+    verdicts = [evaluate_check(check, resources, context.instance) for check in unplanned]
+    record_verdicts(verdicts, context.instance)
 
 
 def _linger(

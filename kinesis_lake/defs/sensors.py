@@ -251,8 +251,8 @@ def _tick(
     if due or state != cursor.stream_state:
         events = stream_observation(fresh, committed.snapshot_id, keys)
         # The run evaluates the check itself, after its materialization. A verdict
-        # recorded now would be newer than the check the run planned at its start and
-        # older than its materialization: Dagster would show "Not evaluated". Unless the
+        # recorded now would judge the table before the run's commit (and, beside a check
+        # a run planned at its start, make Dagster show "Not evaluated"). Unless the
         # lake is stale and the run has been going for longer than the freshness budget:
         # a run that hangs must not keep the check passing.
         if in_progress is not None and (

@@ -64,7 +64,8 @@ def test_a_failed_blocking_check_on_raw_holds_the_derived_tables(instance):
 
 
 def test_a_raw_materialization_whose_blocking_check_never_ran_is_held(instance):
-    # Every job runs raw_events' checks in the same run; this guards hand-made updates.
+    # Every ingestion run records raw_events' checks before it ends; this guards hand-made
+    # updates.
     first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
     instance.report_runless_asset_event(dg.AssetMaterialization(RAW))
     held = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)

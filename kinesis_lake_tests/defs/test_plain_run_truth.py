@@ -1,0 +1,62 @@
+"""What the UI shows of a plain ingestion run (the default: no linger) is what happened:
+raw's checks are dated when they evaluated, after the commit they judge.
+
+Dagster dates a check that a run plans by the run's creation, so a plain run's checks
+showed a time before its raw commit (10:58 beside 10:59, seen in the UI). One real run of
+the ingestion job as the backlog sensor launches it (Spark, moto Kinesis, a real catalog
+and a real Dagster instance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import dagster as dg
+import pytest
+
+from kinesis_lake.defs.build import build_definitions
+from kinesis_lake.defs.streams import DEFAULT_STREAM
+from kinesis_lake.pipeline.ingest_query import prepare_raw_table
+from kinesis_lake_tests.defs.helpers import make_lake
+from kinesis_lake_tests.pipeline_helpers import produce
+
+RAW = DEFAULT_STREAM.raw_asset
+RECORDS = 20
+
+
+@dataclass
+class Run:
+    instance: dg.DagsterInstance
+    defs: dg.Definitions
+    result: dg.ExecuteInProcessResult
+
+
+@pytest.fixture(scope="module")
+def run(spark, moto_endpoint, tmp_path_factory) -> Iterator[Run]:
+    with pytest.MonkeyPatch.context() as patch, dg.instance_for_test() as instance:
+        lake = make_lake(patch, tmp_path_factory.mktemp("plain") / "data", moto_endpoint.url)
+        produce(lake.settings, RECORDS, seed=43)
+        prepare_raw_table(lake.settings)
+        defs = build_definitions(lake.settings)
+        job = defs.resolve_job_def(DEFAULT_STREAM.ingest_job_name)
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        yield Run(instance, defs, result)
+
+
+def test_raws_checks_are_dated_after_the_commit_they_judge(run):
+    assert run.result.success
+    (materialization,) = run.instance.fetch_materializations(RAW, limit=10).records
+    checks = [k for k in run.defs.resolve_asset_graph().asset_check_keys if k.asset_key == RAW]
+    assert len(checks) >= 5
+    for key in checks:
+        history = run.instance.event_log_storage.get_asset_check_execution_history(key, limit=5)
+        assert len(history) == 1, key  # evaluated once, not once by the run and once by us
+        (latest,) = history
+        evaluation = latest.event.dagster_event.event_specific_data
+        assert evaluation.passed, (key, evaluation.description)
+        target = evaluation.target_materialization_data
+        assert target is not None and target.storage_id == materialization.storage_id, key
+        # The UI's time of an execution is its record's (whole seconds under SQLite).
+        assert latest.create_timestamp >= math.floor(materialization.timestamp), key
