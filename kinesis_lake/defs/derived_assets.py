@@ -6,9 +6,10 @@ The declared tables (one asset each, from the declaration file), ``events_quaran
 last refresh feeds them all. The asset only starts that refresh and reports each table's
 commit. Metadata keys are stable (dashboards, the CLI and the README refer to them).
 
-Who runs it: declarative automation, eagerly after every raw update, unless a blocking
-check of raw failed (duplicates). With lingering runs, the ingestion run itself after
-each raw commit, once that check passed on it (``follow.py``). Upkeep is not an asset:
+Who runs it: the ingestion run itself, after each raw commit, once raw's blocking check
+(duplicates) passed on it (``follow.py``); declarative automation, eagerly after a raw
+update the run did not follow (following failed, a replay, a run launched by hand), unless
+that check failed. Upkeep is not an asset:
 the ``iceberg_maintenance`` job (``maintenance.py``) records it on each table as an
 observation.
 
@@ -66,7 +67,7 @@ def derived_automation(declaration: LakeDeclaration) -> dg.AutomationCondition:
     progress), but never over raw data a blocking check (duplicates) rejected, nor while a
     table upstream, however far, is being written.
 
-    The last clause is for lingering runs: such a run plans raw only and refreshes the
+    The last clause is for ingestion runs: such a run plans raw only and refreshes the
     downstream tables itself, one after another (``follow.py``). Eager's wait covers direct
     dependencies: the aggregate, whose input the run had just refreshed, looked ready, and
     the automation requested a derive run (all the tables: one step) that queued behind the

@@ -1,10 +1,11 @@
-"""A lingering ingestion run brings the downstream tables along after each raw commit.
+"""An ingestion run brings the downstream tables along after each raw commit.
 
-A lingering run (``KINESIS_LAKE_RUN_LINGER_SECONDS``) keeps raw "in progress" for as long
-as records keep arriving and for the linger after, and Dagster's automation starts no
-derive run while an upstream asset is in progress: the downstream tables used to wait for
-the whole run, its checks and the next automation tick (minutes after a burst). Here the
-run's own step follows raw instead, in a thread beside the streaming query:
+An ingestion run keeps raw "in progress" until it ends (a lingering one,
+``KINESIS_LAKE_RUN_LINGER_SECONDS``, for as long as records keep arriving and the linger
+after), and Dagster's automation starts no derive run while an upstream asset is in
+progress: the downstream tables used to wait for the whole run, its checks, the next
+automation tick and a derive run's launch (minutes after a burst). Here the run's own step
+follows raw instead, in a thread beside the streaming query:
 
 * while the query starts, it warms the refresh up (``pipeline/warm_up.py``);
 * after a raw commit it evaluates raw's blocking checks against that commit's
@@ -53,7 +54,7 @@ CLAIM_POLL_S = 0.5
 
 
 class DownstreamFollower:
-    """The thread that follows a lingering run's raw commits downstream (module docstring).
+    """The thread that follows an ingestion run's raw commits downstream (module docstring).
 
     ``raw_committed`` wakes it after each raw materialization; ``finish`` (once the query
     stopped) lets it catch up a last time, evaluate every check and end.

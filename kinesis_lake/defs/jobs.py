@@ -41,22 +41,19 @@ automation requests assets, not a job, so Dagster lists those runs under its hid
 
 def ingest_job_for(keys: StreamKeys, *, lingering: bool = False) -> "UnresolvedAssetJobDefinition":
     """What a stream's backlog sensor launches: an observation of the stream and its raw
-    table.
+    table, which brings the downstream tables along after each commit (``defs/follow.py``).
 
-    The run evaluates the table's checks itself, after the commits they judge
-    (``defs/check_verdicts.py``; a lingering run after each, ``defs/follow.py``): as steps
-    of the run they would be planned, and dated, when it starts, before the commits (a
-    lingering run's by minutes, and skipped, since such a run ends without a result of
-    its own)."""
-    selection = dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset).without_checks()
+    The run evaluates the checks itself, after the commits they judge
+    (``defs/check_verdicts.py``): as steps of the run they would be planned, and dated,
+    when it starts, before the commits (a lingering run's by minutes, and skipped, since
+    such a run ends without a result of its own)."""
+    drains = "while records keep arriving" if lingering else "until its backlog is drained"
     return dg.define_asset_job(
         keys.ingest_job_name,
-        selection=selection,
+        selection=dg.AssetSelection.assets(keys.stream_asset, keys.raw_asset).without_checks(),
         description=(
-            f"Observe the stream, drain its backlog into {keys.raw_table}, then check it."
-            if not lingering
-            else f"Observe the stream and drain it into {keys.raw_table} while records keep "
-            "arriving; after each commit, check it and bring the downstream tables along."
+            f"Observe the stream and drain it into {keys.raw_table} {drains}; after each "
+            "commit, check it and bring the downstream tables along."
         ),
     )
 

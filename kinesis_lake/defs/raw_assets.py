@@ -8,9 +8,12 @@ starts ``kinesis_lake.pipeline.ingest`` and reports what it did. Metadata keys a
 Who runs it: the backlog sensor (``sensors.py``), only when the stream holds records past
 the committed positions; one at a time per stream (pool ``kinesis_lake_ingestion``,
 ``kinesis_lake_ingestion_<raw table>`` for each declared stream; limit 1 in
-``dagster.yaml``), because one Spark checkpoint admits one query. With
-``KINESIS_LAKE_RUN_LINGER_SECONDS`` a run goes on while records keep arriving and records
-each committed micro-batch as a raw_events materialization as it goes. For low latency,
+``dagster.yaml``), because one Spark checkpoint admits one query. Such a run records each
+committed micro-batch as a raw_events materialization as it lands and brings the
+downstream tables along after each (``follow.py``); with ``KINESIS_LAKE_RUN_LINGER_SECONDS``
+it goes on while records keep arriving. A run that plans the downstream tables or raw's
+checks itself (materialize all in the UI) reports one total and leaves them to its steps.
+For low latency,
 ``kinesis-lake stream`` (or ``ingest_continuously`` in a step of your own) runs the same query
 continuously instead (stop the backlog sensor meanwhile: the sensor does not know about
 it) and records each micro-batch as a runless raw_events materialization with the same
@@ -52,15 +55,15 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         kinds={"spark", "iceberg"},
         owners=OWNERS,
         pool=keys.ingestion_pool,
-        # A lingering run records each commit as it lands and nothing more at its end.
+        # An ingestion run records each commit as it lands and nothing more at its end.
         output_required=False,
         description=(
             "Every Kinesis user record exactly once, payload bytes untouched. A run drains "
             "what the stream holds when it starts (Spark availableNow; with "
-            "KINESIS_LAKE_RUN_LINGER_SECONDS it goes on while records keep arriving, records "
-            "each commit as a materialization as it lands, and brings the downstream tables "
-            "along after each) and commits each micro-batch with its shard positions; "
-            "replays are skipped by batch id."
+            "KINESIS_LAKE_RUN_LINGER_SECONDS it goes on while records keep arriving) and "
+            "commits each micro-batch with its shard positions; replays are skipped by batch "
+            "id. The ingestion job's run records each commit as a materialization as it "
+            "lands, checks it and brings the downstream tables along after each."
         ),
     )
     def raw(
@@ -73,11 +76,13 @@ def raw_asset(keys: StreamKeys) -> dg.AssetsDefinition:
         from kinesis_lake.pipeline.ingest import run_ingestion  # PySpark: only when a step runs
 
         preflight(lake, event_schema=False)  # before the JVM starts, in one line
-        if lake.run_linger_seconds:
-            # A lingering run can go on for minutes: each commit is a materialization as it
-            # lands (one per commit: the run adds no total of its own at the end), and the
-            # downstream tables follow each (defs/follow.py), checks first.
-            _linger(context, lake, keys, spark, {"settings": settings, "kinesis": kinesis})
+        if _ingestion_run(context, keys):
+            # The ingestion job's run (lingering or not): each commit is a materialization
+            # as it lands (one per commit: the run adds no total of its own at the end), and
+            # the downstream tables follow each (defs/follow.py), checks first.
+            _ingest_and_follow(
+                context, lake, keys, spark, {"settings": settings, "kinesis": kinesis}
+            )
             return
         result = run_ingestion(spark.session, lake)
         context.log.info(
@@ -119,14 +124,27 @@ def _check_the_commit(
     record_verdicts(verdicts, context.instance)
 
 
-def _linger(
+def _ingestion_run(context: dg.AssetExecutionContext, keys: StreamKeys) -> bool:
+    """Whether this run plans raw and nothing after it (the ingestion job's, launched by
+    the backlog sensor): no downstream asset and none of raw's checks. Such a run brings
+    the downstream tables along itself; one that plans them (materialize all, the full
+    job) leaves them to its own steps."""
+    from kinesis_lake.defs.check_verdicts import planned_checks
+
+    graph = context.job_def.asset_layer.asset_graph
+    assets = context.run.asset_selection or graph.executable_asset_keys
+    raws_checks = {check for check in planned_checks(context) if check.asset_key == keys.raw_asset}
+    return set(assets) <= {keys.stream_asset, keys.raw_asset} and not raws_checks
+
+
+def _ingest_and_follow(
     context: dg.AssetExecutionContext,
     lake: Settings,
     keys: StreamKeys,
     spark: SparkResource,
     check_resources: dict[str, Any],
 ) -> None:
-    """A lingering run: ingest, recording each commit, with the downstream follower beside."""
+    """Ingest, recording each commit, with the downstream follower beside."""
     from kinesis_lake.defs.follow import DownstreamFollower  # it imports the checks
     from kinesis_lake.pipeline.ingest import run_ingestion
 
@@ -152,7 +170,7 @@ def _linger(
             follower.finish()
     context.log.info(
         f"Ingested {result.rows} rows in {result.batches} commits from {result.shards_read} "
-        f"shards in {result.seconds:.0f} s, lingering included; skipped ranges: "
+        f"shards in {result.seconds:.0f} s (lingering included, if any); skipped ranges: "
         f"{result.skipped_ranges}"
     )
 

@@ -1,5 +1,6 @@
-"""What the UI shows of a plain ingestion run (the default: no linger) is what happened:
-raw's checks are dated when they evaluated, after the commit they judge.
+"""What the UI shows of a plain ingestion run (the default: no linger) is what happened,
+and the downstream tables follow raw in it: every check is dated when it evaluated, after
+the commit it judges.
 
 Dagster dates a check that a run plans by the run's creation, so a plain run's checks
 showed a time before its raw commit (10:58 beside 10:59, seen in the UI). One real run of
@@ -18,11 +19,13 @@ import pytest
 
 from kinesis_lake.defs.build import build_definitions
 from kinesis_lake.defs.streams import DEFAULT_STREAM
+from kinesis_lake.events.declaration import AGGREGATE_TABLE, QUARANTINE_TABLE
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
 RAW = DEFAULT_STREAM.raw_asset
+DOWNSTREAM = [dg.AssetKey("events"), dg.AssetKey(QUARANTINE_TABLE), dg.AssetKey(AGGREGATE_TABLE)]
 RECORDS = 20
 
 
@@ -37,7 +40,7 @@ class Run:
 def run(spark, moto_endpoint, tmp_path_factory) -> Iterator[Run]:
     with pytest.MonkeyPatch.context() as patch, dg.instance_for_test() as instance:
         lake = make_lake(patch, tmp_path_factory.mktemp("plain") / "data", moto_endpoint.url)
-        produce(lake.settings, RECORDS, seed=43)
+        produce(lake.settings, RECORDS, malformed_every=10, seed=43)
         prepare_raw_table(lake.settings)
         defs = build_definitions(lake.settings)
         job = defs.resolve_job_def(DEFAULT_STREAM.ingest_job_name)
@@ -45,11 +48,33 @@ def run(spark, moto_endpoint, tmp_path_factory) -> Iterator[Run]:
         yield Run(instance, defs, result)
 
 
+def _latest(run: Run, key: dg.AssetKey) -> dg.EventLogRecord:
+    records = run.instance.fetch_materializations(key, limit=1).records
+    assert records, f"{key.to_user_string()} was not materialized"
+    return records[0]
+
+
 def test_raws_checks_are_dated_after_the_commit_they_judge(run):
     assert run.result.success
     (materialization,) = run.instance.fetch_materializations(RAW, limit=10).records
-    checks = [k for k in run.defs.resolve_asset_graph().asset_check_keys if k.asset_key == RAW]
-    assert len(checks) >= 5
+    _assert_dated_after(run, RAW, materialization, at_least=5)
+
+
+def test_the_downstream_tables_follow_raw_in_the_same_run_and_are_checked_after(run):
+    """A plain run ended with raw; the automation sensor's next tick launched a derive run
+    (a launch and a process more, seconds to minutes later) whose checks Dagster dated at
+    its creation, before the tables' commits."""
+    for key in DOWNSTREAM:
+        materialization = _latest(run, key)
+        assert materialization.run_id == run.result.run_id, key
+        _assert_dated_after(run, key, materialization, at_least=1)
+
+
+def _assert_dated_after(
+    run: Run, asset: dg.AssetKey, materialization: dg.EventLogRecord, *, at_least: int
+) -> None:
+    checks = [k for k in run.defs.resolve_asset_graph().asset_check_keys if k.asset_key == asset]
+    assert len(checks) >= at_least, asset
     for key in checks:
         history = run.instance.event_log_storage.get_asset_check_execution_history(key, limit=5)
         assert len(history) == 1, key  # evaluated once, not once by the run and once by us
