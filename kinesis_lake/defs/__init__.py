@@ -6,7 +6,7 @@
 * ``checks``: exactly-once and keeping-up checks, numbers from ``kinesis_lake.pipeline.reconcile``:
   ``raw_checks`` of each raw table, ``table_checks`` of the tables they feed;
   ``check_verdicts``: checks a step evaluates after its commit, each dated when it ran.
-* ``follow``: a lingering ingestion run's thread that checks each raw commit and brings
+* ``follow``: an ingestion run's thread that checks each raw commit and brings
   the downstream tables along.
 * ``sensors``: the backlog sensor and the declarative-automation sensor.
 * ``jobs``: the named jobs; ``maintenance``: the upkeep job (ops, not assets) and its

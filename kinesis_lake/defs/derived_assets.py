@@ -8,10 +8,10 @@ commit. Metadata keys are stable (dashboards, the CLI and the README refer to th
 
 Who runs it: the ingestion run itself, after each raw commit, once raw's blocking check
 (duplicates) passed on it (``follow.py``); declarative automation, eagerly after a raw
-update the run did not follow (following failed, a replay, a run launched by hand), unless
-that check failed. Upkeep is not an asset:
-the ``iceberg_maintenance`` job (``maintenance.py``) records it on each table as an
-observation.
+update no ingestion run followed (following failed, or a run that planned raw's checks
+itself, as one launched from the UI with them does), unless that check failed. Upkeep is
+not an asset: the ``iceberg_maintenance`` job (``maintenance.py``) records it on each table
+as an observation.
 
 Invariant: every materialization is one commit of its table, yielded as it lands. A table
 the refresh did not commit to gets none (its output is skippable): a run that found nothing

@@ -1,7 +1,7 @@
 """Jobs and schedules: the named ways to run the assets.
 
-* ``ingest_<raw table>`` (``ingest_raw_events``): a stream's raw table and its checks; what
-  the stream's backlog sensor launches.
+* ``ingest_<raw table>`` (``ingest_raw_events``): a stream's raw table, which checks each
+  commit and brings the downstream tables along; what the stream's backlog sensor launches.
 * ``kinesis_lake_full``: every asset (ingest, derive) and every check, in dependency
   order; for a manual "bring everything up to date" run.
 * ``iceberg_maintenance`` (``maintenance.py``): upkeep of every table, on a schedule

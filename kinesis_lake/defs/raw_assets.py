@@ -34,7 +34,7 @@ import dagster as dg
 from kinesis_lake.config import Settings
 from kinesis_lake.defs.resources import KinesisResource, PipelineSettingsResource, SparkResource
 from kinesis_lake.defs.streams import DEFAULT_STREAM, INGESTION_GROUP, OWNERS, StreamKeys
-from kinesis_lake.defs.tables import rate, shown_seconds, table_metadata
+from kinesis_lake.defs.tables import rate, shown_seconds, table_column_schema, table_metadata
 from kinesis_lake.pipeline.lake import open_lake
 from kinesis_lake.pipeline.preflight import check_event_schema, preflight
 
@@ -153,8 +153,11 @@ def _ingest_and_follow(
     try:
         check_event_schema(lake)
         follower = DownstreamFollower(context, lake, keys, session, check_resources).start()
-    except Exception as error:  # ingestion goes on; the automation derives after the run
-        context.log.error(f"The downstream tables will not follow this run: {error}")
+    except Exception as error:  # ingestion goes on, and its commits are still checked
+        context.log.error(
+            f"The downstream tables will not follow this run: {error} Fix that, then they "
+            "follow the next run (or the automation derives once raw's checks passed)."
+        )
 
     def on_batch(batch: "BatchReport") -> None:
         context.log_event(raw_batch_materialization(lake, batch))
@@ -168,6 +171,8 @@ def _ingest_and_follow(
     finally:
         if follower is not None:
             follower.finish()
+    if follower is None and result.batches:
+        _check_the_commit(context, keys, check_resources)
     context.log.info(
         f"Ingested {result.rows} rows in {result.batches} commits from {result.shards_read} "
         f"shards in {result.seconds:.0f} s (lingering included, if any); skipped ranges: "
@@ -193,7 +198,7 @@ def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.As
     and the data-loss check reads whichever of the two came last.
     """
     metadata: dict[str, Any] = {
-        "dagster/table_name": settings.raw_table,
+        **_committed_table_metadata(settings, batch),
         "dagster/row_count": batch.raw_rows_total,
         "rows_added": batch.rows,
         "batch_id": batch.batch_id,
@@ -209,6 +214,27 @@ def raw_batch_materialization(settings: Settings, batch: "BatchReport") -> dg.As
         description=f"Continuous ingestion: micro-batch {batch.batch_id} added {batch.rows} rows.",
         metadata=metadata,
     )
+
+
+def _committed_table_metadata(settings: Settings, batch: "BatchReport") -> dict[str, Any]:
+    """The table as the batch's commit left it: its columns (the asset page's schema) and
+    data files, from that snapshot's summary (a later batch may have committed since).
+
+    Display only: a catalog that cannot be read at this moment leaves them out, not the
+    commit's materialization (the next one shows them)."""
+    shown: dict[str, Any] = {"dagster/table_name": settings.raw_table}
+    try:
+        table = open_lake(settings).load_table(settings.raw_table)
+    except Exception:
+        return shown
+    snapshot = table.snapshot_by_id(batch.snapshot_id) if batch.snapshot_id is not None else None
+    summary = snapshot.summary if snapshot is not None else None
+    files = int(summary.get("total-data-files", 0)) if summary is not None else 0
+    return {
+        **shown,
+        "dagster/column_schema": table_column_schema(table.schema()),
+        "data_files": files,
+    }
 
 
 def raw_batch_reporter(

@@ -285,9 +285,10 @@ def _tick(
         )
 
     if lake.run_linger_seconds:
-        # A run in progress plans raw's blocking check, which holds the derived tables
-        # until it has run; under a steady stream lingering runs follow each other within
-        # seconds, so leave the automation sensor one tick with raw idle between them.
+        # A run in progress holds the derived tables' automation (raw is in progress);
+        # under a steady stream lingering runs follow each other within seconds, so leave
+        # the automation sensor one tick with raw idle between them, for a refresh a run's
+        # follower left to it.
         hold_s = lake.sensor_interval_seconds + HANDOVER_MARGIN_S
         ended_s_ago = ingestion_ended_s_ago(context.instance, keys)
         if ended_s_ago is not None and ended_s_ago < hold_s:

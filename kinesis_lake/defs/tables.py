@@ -1,7 +1,7 @@
 """The lake's tables as Dagster shows them: the fixed tables' keys, the derive pool, and
 the metadata of a table and of one commit of it.
 
-Apart from the assets so the checks and the lingering run's follower, which the assets
+Apart from the assets so the checks and the ingestion run's follower, which the assets
 start, can use them without importing the assets.
 """
 

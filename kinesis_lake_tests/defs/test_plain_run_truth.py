@@ -1,4 +1,4 @@
-"""What the UI shows of a plain ingestion run (the default: no linger) is what happened,
+"""What the UI shows of an ingestion run without linger (the default) is what happened,
 and the downstream tables follow raw in it: every check is dated when it evaluated, after
 the commit it judges.
 
@@ -11,8 +11,10 @@ and a real Dagster instance).
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -24,6 +26,7 @@ from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.defs.helpers import make_lake
 from kinesis_lake_tests.pipeline_helpers import produce
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RAW = DEFAULT_STREAM.raw_asset
 DOWNSTREAM = [dg.AssetKey("events"), dg.AssetKey(QUARANTINE_TABLE), dg.AssetKey(AGGREGATE_TABLE)]
 RECORDS = 20
@@ -48,6 +51,25 @@ def run(spark, moto_endpoint, tmp_path_factory) -> Iterator[Run]:
         yield Run(instance, defs, result)
 
 
+@pytest.fixture(scope="module")
+def run_with_a_broken_declaration(spark, moto_endpoint, tmp_path_factory) -> Iterator[Run]:
+    """The declaration broken after the code location loaded (an edit in progress): the
+    run's follower cannot start, ingestion goes on."""
+    with pytest.MonkeyPatch.context() as patch, dg.instance_for_test() as instance:
+        data_dir = tmp_path_factory.mktemp("broken") / "data"
+        lake = make_lake(patch, data_dir, moto_endpoint.url)
+        declaration = data_dir / "events.yaml"
+        shutil.copy(REPO_ROOT / "schemas" / "events.yaml", declaration)
+        lake = lake.rebuild(patch, KINESIS_LAKE_EVENT_SCHEMA=str(declaration))
+        produce(lake.settings, RECORDS, seed=44)
+        prepare_raw_table(lake.settings)
+        defs = build_definitions(lake.settings)
+        declaration.write_text("tables: [oops\n")
+        job = defs.resolve_job_def(DEFAULT_STREAM.ingest_job_name)
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        yield Run(instance, defs, result)
+
+
 def _latest(run: Run, key: dg.AssetKey) -> dg.EventLogRecord:
     records = run.instance.fetch_materializations(key, limit=1).records
     assert records, f"{key.to_user_string()} was not materialized"
@@ -55,6 +77,26 @@ def _latest(run: Run, key: dg.AssetKey) -> dg.EventLogRecord:
 
 
 def test_raws_checks_are_dated_after_the_commit_they_judge(run):
+    assert run.result.success
+    (materialization,) = run.instance.fetch_materializations(RAW, limit=10).records
+    _assert_dated_after(run, RAW, materialization, at_least=5)
+
+
+def test_raws_commit_shows_the_tables_columns_and_files(run):
+    """Each commit's materialization is what the UI shows of the table: its columns and
+    its data files beside the rows (a run's single materialization carried them)."""
+    metadata = _latest(run, RAW).asset_materialization.metadata
+    assert metadata["dagster/column_schema"].value.columns
+    assert metadata["data_files"].value >= 1
+    assert metadata["dagster/row_count"].value == RECORDS
+
+
+def test_raws_checks_run_even_when_the_downstream_tables_cannot_follow(
+    run_with_a_broken_declaration,
+):
+    """Ingestion ran and committed, but with no follower nothing evaluated raw's checks:
+    no verdict on duplicates, positions or data loss, and the derived tables held."""
+    run = run_with_a_broken_declaration
     assert run.result.success
     (materialization,) = run.instance.fetch_materializations(RAW, limit=10).records
     _assert_dated_after(run, RAW, materialization, at_least=5)
