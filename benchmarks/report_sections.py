@@ -551,17 +551,30 @@ def _protobuf_ratios(result: dict[str, Any]) -> str:
 
 
 def _fresh_read_section(result: dict[str, Any]) -> list[str]:
-    latency, query = result["latency_s"], result["query"]
+    query = result["query"]
+    variants = {"beside the pipeline": result, "quiet": result.get("quiet")}
+    settled = result.get("settled") or {}
     lines = [
-        "| put -> visible p50 | p99 | max | visible | reads (p50 / p99 s each) | "
-        "last read's tail |",
-        "|---|---|---|---|---|---|",
-        f"| {_fmt(latency['p50'], 3)} s | {_fmt(latency['p99'], 3)} s | "
-        f"{_fmt(latency['max'], 3)} s | {_fmt(result['visible'])} of {_fmt(result['records'])} "
-        f"| {_fmt(result['reads'])} ({_fmt(result['read_s']['p50'], 3)} / "
-        f"{_fmt(result['read_s']['p99'], 3)}) | {_fmt(result['tail_records_last_read'])} records |",
+        "| variant | put -> visible p50 | p99 | max | visible | reads (p50 / p99 s each) | "
+        "tail (p50 / max records) | rows twice in a read | raw commits meanwhile |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {name} | {_fmt(run['latency_s']['p50'], 3)} s | "
+            f"{_fmt(run['latency_s']['p99'], 3)} s | {_fmt(run['latency_s']['max'], 3)} s | "
+            f"{_fmt(run['visible'])} of {_fmt(run['records'])} | {_fmt(run['reads'])} "
+            f"({_fmt(run['read_s']['p50'], 3)} / {_fmt(run['read_s']['p99'], 3)}) | "
+            f"{_fmt((run.get('tail_records') or {}).get('p50'))} / "
+            f"{_fmt((run.get('tail_records') or {}).get('max'))} | "
+            f"{_fmt(run.get('rows_twice_in_a_read'))} | {_fmt(run.get('raw_commits_during'))} |"
+            for name, run in variants.items()
+            if run
+        ),
         "",
-        f"`{query['sql']}`: median {_fmt(query['median_s']['snapshot'], 3)} s on the "
+        f"Beside the pipeline, once every record was committed ({_fmt(settled.get('after_s'))} s "
+        f"after the last read): a fresh read equal to the committed table, row for row: "
+        f"**{settled.get('equal')}** ({_fmt(settled.get('rows'))} rows).",
+        "",
+        f"`{query['sql']}` (quiet): median {_fmt(query['median_s']['snapshot'], 3)} s on the "
         f"snapshot, {_fmt(query['median_s']['fresh'], 3)} s fresh (x"
         f"{_fmt(result['query_cost_ratio'])}). Verdict **{result['verdict']}**; load average "
         f"{result['load_average']}. {result['notes']}",
