@@ -89,6 +89,9 @@ class ShardReader:
     Its pages come from a page source: polling (:class:`PolledPages`), or enhanced
     fan-out (:class:`SubscribedPages`) for a read that is not a replay when a consumer is
     given. The read loop here takes their records, decides where to stop, and reports it.
+    ``wait_if_held=False``: a subscription still held by the consumer (Kinesis allows one
+    per consumer and shard every 5 s) is not waited for but raised before any record,
+    :func:`~kinesis_lake.kinesis.subscription.subscription_held` telling it.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class ShardReader:
         max_records_per_call: int = 10_000,
         min_call_interval_s: float = 0.2,
         consumer_arn: str | None = None,
+        wait_if_held: bool = True,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -113,7 +117,9 @@ class ShardReader:
             clock=clock,
         )
         self._subscribed = (
-            SubscribedPages(self._calls, consumer_arn) if consumer_arn is not None else None
+            SubscribedPages(self._calls, consumer_arn, wait_if_held=wait_if_held)
+            if consumer_arn is not None
+            else None
         )
         self._now_ms = now_ms  # epoch ms: a simulation's virtual clock instead of the wall's
         self.outcome: ReadOutcome | None = None

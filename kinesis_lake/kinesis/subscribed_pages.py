@@ -36,9 +36,10 @@ _SUBSCRIBE = "SubscribeToShard"
 class SubscribedPages:
     """SubscribeToShard events of one shard for one consumer, as pages."""
 
-    def __init__(self, calls: ShardCalls, consumer_arn: str) -> None:
+    def __init__(self, calls: ShardCalls, consumer_arn: str, *, wait_if_held: bool = True) -> None:
         self._calls = calls
         self._consumer_arn = consumer_arn
+        self._wait_if_held = wait_if_held
 
     @ending_if_gone
     def pages(self, cursor: ReadStart, counts: ReadCounts) -> Generator[Page]:
@@ -52,7 +53,10 @@ class SubscribedPages:
         task subscribing forever.
         """
         calls = self._calls
-        waits = BusyWaits()
+        # Without waiting, the first refusal is raised (``subscription_held`` tells it),
+        # before any record: the caller reads the shard another way. After a record, a
+        # resubscription waits as any does.
+        waits = BusyWaits() if self._wait_if_held else BusyWaits(left=0)
         subscribe_at = self._subscriptions(counts, waits)
         subscription: Subscription = open_read(calls, cursor, subscribe_at, _SUBSCRIBE)
         stalled = 0

@@ -73,6 +73,17 @@ def open_when_free(
         sleep(1.0 + rng.random())
 
 
+def subscription_held(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) is Kinesis refusing a subscription
+    because the consumer's previous one of the shard is still held."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ClientError) and error_code(cause) in SUBSCRIPTION_BUSY:
+            return True
+        cause = cause.__cause__
+    return False
+
+
 _HOOK_ID = "kinesis-lake-initial-response"
 
 

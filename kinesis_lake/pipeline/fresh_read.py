@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -144,6 +145,11 @@ class FreshRead:
     shards_read: int
     left_out: list[LeftOut] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    shards_subscribed: int = 0
+    """Shards read through the fresh reads' enhanced fan-out consumer (the rest polled)."""
+    polled_while_held: list[str] = field(default_factory=list)
+    """Shards polled although the lake reads by enhanced fan-out: the fresh consumer still
+    held their subscription (Kinesis allows one per consumer and shard every 5 s)."""
 
     @property
     def snapshot_id(self) -> int | None:
@@ -173,9 +179,12 @@ class FreshRead:
         parts = [f"{self.rows_from_snapshot} rows from {snapshot}" if read_here else snapshot]
         if self.rows_from_raw:
             parts.append(f"{self.rows_from_raw} from raw not yet derived")
+        fanned_out = (
+            f", {self.shards_subscribed} by enhanced fan-out" if self.shards_subscribed else ""
+        )
         parts.append(
             f"{self.rows_from_tail} from the stream's tail "
-            f"({self.tail_records} records, {self.shards_read} shards read)"
+            f"({self.tail_records} records, {self.shards_read} shards read{fanned_out})"
         )
         line = f"{name}: " + ", ".join(parts)
         if self.left_out:
@@ -184,6 +193,11 @@ class FreshRead:
                 for o in self.left_out
             )
             line += f"; tail truncated, left out: {shown}"
+        if self.polled_while_held:
+            line += (
+                f"; polled {', '.join(self.polled_while_held)}: the fresh reads' consumer "
+                "still held its subscription (one per shard every 5 s)"
+            )
         return line
 
 
@@ -328,10 +342,19 @@ def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
         rows_from_raw=0,
         rows_from_tail=fresh.num_rows,
         tail_records=fresh.num_rows,
-        shards_read=tail.shards_read,
-        left_out=tail.left_out,
-        warnings=tail.warnings,
+        **_how_read(tail),
     )
+
+
+def _how_read(tail: Tail) -> dict[str, Any]:
+    """What a fresh read reports of its tail's reading, whatever the table."""
+    return {
+        "shards_read": tail.shards_read,
+        "left_out": tail.left_out,
+        "warnings": tail.warnings,
+        "shards_subscribed": tail.subscribed,
+        "polled_while_held": tail.polled_while_held,
+    }
 
 
 def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
@@ -368,9 +391,7 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
         rows_from_raw=taken_from_raw,
         rows_from_tail=rows.num_rows - taken_from_raw,
         tail_records=tail.rows.num_rows,
-        shards_read=tail.shards_read,
-        left_out=tail.left_out,
-        warnings=tail.warnings,
+        **_how_read(tail),
     )
 
 

@@ -14,18 +14,23 @@ never a gap.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
 from kinesis_lake.kinesis.client import KinesisClient
+from kinesis_lake.kinesis.consumers import ensure_consumer
 from kinesis_lake.kinesis.records import KinesisRecord
-from kinesis_lake.kinesis.shard_reader import ShardReader
+from kinesis_lake.kinesis.shard_calls import ShardReadError
+from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
 from kinesis_lake.kinesis.start_positions import StartPosition
 from kinesis_lake.kinesis.streams import describe_stream, list_shards, shard_lineage_order
+from kinesis_lake.kinesis.subscription import subscription_held
 from kinesis_lake.pipeline.backlog import probe_starts
 from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
 from kinesis_lake.spark.kinesis.arrow import records_to_arrow
@@ -76,6 +81,11 @@ class Tail:
     shards_read: int
     left_out: list[LeftOut]
     warnings: list[str]
+    subscribed: int = 0
+    """Shards read through the fresh reads' enhanced fan-out consumer."""
+    polled_while_held: list[str] = field(default_factory=list)
+    """Shards read by GetRecords instead: the consumer still held their subscription (one
+    per consumer and shard every 5 s, so fresh reads that close together poll)."""
 
 
 def read_tail(
@@ -87,10 +97,16 @@ def read_tail(
     cutoff_ms: int,
 ) -> Tail:
     """Every shard after its committed position, parents to their end before children,
-    records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each.
+    records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each,
+    subscribed under the fresh reads' own consumer where the lake reads by enhanced fan-out
+    (:func:`fresh_consumer_name`).
     ``tips``: each shard's last read to its tip by ingestion (server ms), which tells a
     quiet shard from records that expired unread, as in ingestion's reads."""
-    retention_ms = describe_stream(client, stream.stream_name).retention_hours * 3_600_000
+    description = describe_stream(client, stream.stream_name)
+    retention_ms = description.retention_hours * 3_600_000
+    name = fresh_consumer_name(stream)
+    consumer = None if name is None else ensure_consumer(client, description.arn, name)
+    consumer_arn = None if consumer is None else consumer.arn
     shards = list_shards(client, stream.stream_name)
     listed = {shard.shard_id for shard in shards}
     starts = _starts(stream, tips)
@@ -99,7 +115,8 @@ def read_tail(
     batches: list[pa.RecordBatch] = []
     left_out: list[LeftOut] = []
     warnings: list[str] = []
-    shards_read = 0
+    shards_read = subscribed = 0
+    polled_while_held: list[str] = []
     for shard in shard_lineage_order(shards):
         committed = positions.get(shard.shard_id)
         waiting = [p for p in shard.parent_ids if p in listed and p not in finished]
@@ -115,18 +132,28 @@ def read_tail(
         if start is None:
             left_out.append(LeftOut(shard.shard_id, None, _UNKNOWN_START))
             continue
-        reader = ShardReader(client, stream.stream_name, shard.shard_id)
-        records: list[KinesisRecord] = []
-        for batch in reader.read(
+        read = functools.partial(
+            _read_shard,
+            client,
+            stream.stream_name,
+            shard.shard_id,
             start,
             max_records=budget,
             arrival_cutoff_ms=cutoff_ms,
             quiet_since_ms=tips.get(shard.shard_id),
             retention_ms=retention_ms,
-        ):
-            records.extend(batch)
-        outcome = reader.outcome
-        assert outcome is not None  # the generator ran to its end
+        )
+        if consumer_arn is None:
+            records, outcome = read(None)
+        else:
+            try:
+                records, outcome = read(consumer_arn)
+                subscribed += 1
+            except ShardReadError as error:
+                if not subscription_held(error):
+                    raise
+                records, outcome = read(None)  # nothing was read: the same start, polled
+                polled_while_held.append(shard.shard_id)
         shards_read += 1
         if outcome.data_loss:
             warnings.append(f"{shard.shard_id}: {outcome.data_loss}")
@@ -145,7 +172,40 @@ def read_tail(
         if records:
             batches.append(records_to_arrow(stream.stream_name, shard.shard_id, records))
     rows = pa.Table.from_batches(batches) if batches else None
-    return Tail(_as_raw_rows(rows), shards_read, left_out, warnings)
+    return Tail(_as_raw_rows(rows), shards_read, left_out, warnings, subscribed, polled_while_held)
+
+
+def fresh_consumer_name(stream: Settings) -> str | None:
+    """The enhanced fan-out consumer fresh reads subscribe under, None to poll.
+
+    Where the lake reads by enhanced fan-out (``KINESIS_LAKE_CONSUMER_TYPE=efo``), the
+    shards' shared GetRecords budget (2 MB/s, 5 calls/s) belongs to the stream's other
+    readers, so fresh reads take none of it: they read as a consumer of their own,
+    registered by the first one and kept (it holds one of the stream's 20 places; remove
+    it with ``aws kinesis deregister-stream-consumer``). Not the ingestion query's: a
+    consumer holds one subscription per shard, and a fresh read would take ingestion's.
+    """
+    if stream.consumer_type != "efo":
+        return None
+    return f"kinesis-lake-fresh-{stream.namespace}"
+
+
+def _read_shard(
+    client: KinesisClient,
+    stream_name: str,
+    shard_id: str,
+    start: StartPosition,
+    consumer_arn: str | None,
+    **limits: Any,
+) -> tuple[list[KinesisRecord], ReadOutcome]:
+    """One shard's records past ``start``: by GetRecords, or subscribed under
+    ``consumer_arn`` without waiting for a subscription the consumer still holds."""
+    reader = ShardReader(
+        client, stream_name, shard_id, consumer_arn=consumer_arn, wait_if_held=False
+    )
+    records = [record for batch in reader.read(start, **limits) for record in batch]
+    assert reader.outcome is not None  # the generator ran to its end
+    return records, reader.outcome
 
 
 _UNKNOWN_START = (

@@ -3,7 +3,9 @@ quiet shard whose last committed record aged out is no alarm, a real gap still i
 with ``latest`` a shard with no committed record starts where the table says ingestion
 read it to its tip, or, with nothing saying so, is left out and named. Fast: kinesalite
 (behind the clock proxy where retention matters) and a raw table whose properties are
-set as ingestion sets them; no Spark. Only raw is read: any declaration does."""
+set as ingestion sets them; no Spark. Only raw is read: any declaration does. Enhanced
+fan-out's reads are against kinesis-mock (the local endpoint that serves SubscribeToShard),
+behind the fault proxy where a held subscription must be certain."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import time
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.summary import POSITIONS
+from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.streams import describe_stream
 from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
 from kinesis_lake.pipeline.fresh_read import fresh_read
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
+from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
 from kinesis_lake_tests.pipeline.declared_lakes import PROFILES
 from kinesis_lake_tests.pipeline_helpers import put
 
@@ -78,3 +83,36 @@ def test_latest_starts_a_shard_without_position_at_its_recorded_read_to_tip(
     assert [(o.shard_id, o.after_sequence_number) for o in unknown.left_out] == [(SHARD, None)]
     assert "KINESIS_STARTING_POSITION=latest" in unknown.left_out[0].reason
     assert known == ["after"]
+
+
+def test_with_enhanced_fan_out_a_fresh_read_subscribes_as_a_consumer_of_its_own(
+    kinesis_mock_endpoint, settings_factory
+):
+    """Where the lake reads by enhanced fan-out, the stream's GetRecords budget is other
+    readers': a fresh read subscribes under a consumer of its own (never ingestion's, whose
+    subscriptions it would take). Kinesis allows one subscription per consumer and shard
+    every 5 s, so a read right after it polls instead of waiting, and says so."""
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        settings = settings_factory(proxy, declaration=PROFILES, shard_count=2, consumer_type="efo")
+        texts = [f"n{i}" for i in range(6)]
+        put(settings, *({"type": "note", "text": t} for t in texts), keys=("a", "b", "c"))
+        subscribed = fresh_read(settings, settings.raw_table_name)
+        proxy.inject("SubscribeToShard", "in_use", times=2)  # both shards, still held
+        polled = fresh_read(settings, settings.raw_table_name)
+        client = kinesis_client(kinesis_mock_endpoint.url, settings.region)
+        consumers = client.list_stream_consumers(
+            StreamARN=describe_stream(client, settings.stream_name).arn
+        )["Consumers"]
+    finally:
+        proxy.stop()
+
+    def read(fresh) -> list[str]:
+        return sorted(json.loads(d)["text"] for d in fresh.table.column("data").to_pylist())
+
+    assert [c["ConsumerName"] for c in consumers] == ["kinesis-lake-fresh-lake"]
+    assert subscribed.shards_subscribed == 2 and subscribed.polled_while_held == []
+    assert read(subscribed) == texts and "2 by enhanced fan-out" in subscribed.describe("raw")
+    assert polled.shards_subscribed == 0 and polled.shards_read == 2
+    assert len(set(polled.polled_while_held)) == 2
+    assert read(polled) == texts and "still held its subscription" in polled.describe("raw")
