@@ -68,6 +68,42 @@ def _byte_cap(settings: Settings) -> dict[str, str]:
     return {"maxBytesPerShard": str(settings.max_bytes_per_shard)}
 
 
+IDLE_BACKOFF_MS = 5000
+"""How seldom a continuous query polls an idle stream at most (``maxIdleTimeBetweenReadsMs``):
+each poll is a micro-batch, and polls once a second took 0.6-0.7 of a core of two from the
+downstream refresh that a lingering run does beside them (2026-12-06). A burst after a
+quiet spell waits up to 5 s more, about the backlog sensor's tick in ``make dev``; a steady
+stream never backs off."""
+
+
+def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict[str, str]:
+    """How the source packs a micro-batch's shards into read (and so write) tasks.
+
+    Each task writes one data file per partition value, so by default shards are packed
+    by the bytes their last reads gave into tasks of the table's target file size
+    (``write.target-file-size-bytes``; :mod:`kinesis_lake.spark.kinesis.task_groups`):
+    files per commit follow the batch's bytes on every master, whatever the shard count.
+    A batch is spread over the cores known when the query starts, as long as each task
+    still gets 4 MiB: a local master's, else a configured ``spark.default.parallelism``
+    (a cluster's executors register later, none at all yet under dynamic allocation).
+
+    ``KINESIS_LAKE_MAX_WRITE_TASKS`` wins: set, each shard is a read task (0 keeps it so;
+    N coalesces them into N write tasks, as before this packing existed).
+    """
+    if settings.max_write_tasks is not None:
+        return {"bytesPerTask": "0"}
+    target = property_as_int(
+        table.properties,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+    )
+    return {"bytesPerTask": str(target), "minTasks": str(max(known_cores(spark), 1))}
+
+
+def _backing_off() -> dict[str, str]:
+    return {"maxIdleTimeBetweenReadsMs": str(IDLE_BACKOFF_MS)}
+
+
 def _stream_options(settings: Settings) -> dict[str, str]:
     """The source options that say which stream, where, and as whom it is read: all that
     ``release_consumer`` needs after the query."""
@@ -117,7 +153,7 @@ def start_ingestion_query(
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
         .options(**_byte_cap(settings))
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
-        .options(**(bounded.source_options() if bounded is not None else {}))
+        .options(**(bounded.source_options() if bounded is not None else _backing_off()))
     )
     reads = earlier_reads(table)
     if reads != EarlierReads():
@@ -148,27 +184,3 @@ def start_ingestion_query(
     if bounded is not None:
         return bounded.trigger(writer).start()
     return writer.trigger(processingTime=processing_time).start()
-
-
-def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict[str, str]:
-    """How the source packs a micro-batch's shards into read (and so write) tasks.
-
-    Each task writes one data file per partition value, so by default shards are packed
-    by the bytes their last reads gave into tasks of the table's target file size
-    (``write.target-file-size-bytes``; :mod:`kinesis_lake.spark.kinesis.task_groups`):
-    files per commit follow the batch's bytes on every master, whatever the shard count.
-    A batch is spread over the cores known when the query starts, as long as each task
-    still gets 4 MiB: a local master's, else a configured ``spark.default.parallelism``
-    (a cluster's executors register later, none at all yet under dynamic allocation).
-
-    ``KINESIS_LAKE_MAX_WRITE_TASKS`` wins: set, each shard is a read task (0 keeps it so;
-    N coalesces them into N write tasks, as before this packing existed).
-    """
-    if settings.max_write_tasks is not None:
-        return {"bytesPerTask": "0"}
-    target = property_as_int(
-        table.properties,
-        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
-        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
-    )
-    return {"bytesPerTask": str(target), "minTasks": str(max(known_cores(spark), 1))}

@@ -42,6 +42,7 @@ from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake.pipeline.earlier_reads import earlier_reads
+from kinesis_lake.pipeline.ingest_query import IDLE_BACKOFF_MS
 from kinesis_lake.spark.iceberg.writer import DataFilesWritten
 from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 from kinesis_lake.spark.kinesis.offsets import SourceOffset
@@ -128,6 +129,8 @@ class Query:
         # without checkpoint resumes after them, and a replay of a range they cover
         # reads nothing (Spark ignores startingPosition when a checkpoint exists, but
         # the source still sees the option).
+        if not available_now:  # a continuous query backs off on an idle stream, as ours do
+            options["maxIdleTimeBetweenReadsMs"] = str(IDLE_BACKOFF_MS)
         reads = earlier_reads(lake.table())
         if reads != EarlierReads():
             options["earlierReads"] = reads.to_option()  # as pipeline/ingest_query.py passes
@@ -223,7 +226,9 @@ def latest_offset(
     source._publish_status(current, records)  # status.json: what the sensor reads
     outcomes = {shard_id: r.outcome for shard_id, r in records.items()}
     options = source.options
-    if cutoff_ms is None and resting(current, outcomes, now_ms, options.idle_ms):
+    if cutoff_ms is None and resting(
+        current, outcomes, now_ms, options.idle_ms, options.max_idle_ms
+    ):
         return start
     stream = source._check_stream_identity(current)
     planned = plan_next_offset(
@@ -235,6 +240,7 @@ def latest_offset(
             now_ms=now_ms,
             cutoff_ms=cutoff_ms,
             idle_ms=options.idle_ms,
+            max_idle_ms=options.max_idle_ms,
             fail_on_data_loss=options.fail_on_data_loss,
             listed_ms=stream.server_ms,
         ),

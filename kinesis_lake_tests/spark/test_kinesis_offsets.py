@@ -160,6 +160,30 @@ def test_an_idle_stream_is_not_polled_again_before_the_idle_time():
     assert plan(first, listed, idle, now_ms=2_500, idle_ms=1_000).epoch == 2
 
 
+def test_an_idle_stream_is_polled_ever_less_often_up_to_the_longest_pause():
+    """Every poll of an idle stream is a micro-batch (tasks, a commit): on two cores a
+    lingering run's polls once a second took 0.6-0.7 of a core from the downstream refresh
+    beside it. The pause doubles after each empty epoch, up to ``max_idle_ms``, and a
+    read that finds records starts again from ``idle_ms``."""
+    listed = [shard("a")]
+    idle = [outcome("a", None, records=0, stopped_by="caught_up", caught_up=True)]
+    pauses = dict(idle_ms=1_000, max_idle_ms=5_000)
+    epoch, now, waited = plan(initial(*listed), listed, now_ms=0), 0, []
+    while len(waited) < 5:
+        planned_at = now
+        while (following := plan(epoch, listed, idle, now_ms=now, **pauses)) == epoch:
+            now += 100
+        waited.append(now - planned_at)
+        epoch = following
+    assert waited == [1_000, 2_000, 4_000, 5_000, 5_000]
+    busy = [outcome("a", "7", records=3, stopped_by="caught_up", caught_up=True)]
+    after_records = plan(epoch, listed, busy, now_ms=now, **pauses)
+    assert plan(after_records, listed, idle, now_ms=now + 999, **pauses) == after_records
+    assert plan(after_records, listed, idle, now_ms=now + 1_000, **pauses).epoch == epoch.epoch + 2
+    # Without a longest pause, none: every idle epoch waits idle_ms, as before.
+    assert plan(epoch, listed, idle, now_ms=now + 1_000, idle_ms=1_000) != epoch
+
+
 def test_missing_progress_record_fails_with_the_fix():
     first = plan(initial(shard("a")), [shard("a")])
     with pytest.raises(SourcePlanningError, match="metadataPath"):

@@ -114,6 +114,9 @@ class SourceOffset:
     started_ms: int | None = None
     listed_ms: int | None = None
     gone_unread: frozenset[str] = frozenset()
+    idle_epochs: int = 0
+    """Epochs in a row before this one that read nothing anywhere: an idle stream's
+    polls back off with it (:func:`~.planning.idle_pause`)."""
 
     @classmethod
     def initial(
@@ -160,6 +163,8 @@ class SourceOffset:
             data["listedMs"] = self.listed_ms
         if self.gone_unread:
             data["goneUnread"] = {sid: True for sid in sorted(self.gone_unread)}
+        if self.idle_epochs:
+            data["idleEpochs"] = self.idle_epochs
         return data
 
     @classmethod
@@ -184,6 +189,7 @@ class SourceOffset:
             started_ms=data.get("startedMs"),
             listed_ms=data.get("listedMs"),
             gone_unread=frozenset(data.get("goneUnread", {})),
+            idle_epochs=int(data.get("idleEpochs", 0)),
         )
 
     def quiet_since(self, shard_id: str) -> int | None:

@@ -100,6 +100,12 @@ OPTIONS: dict[str, tuple[str | None, str]] = {
         "while each still gets 4 MiB or more (Spark's rule for file splits).",
     ),
     "idleTimeBetweenReadsMs": ("1000", "Pause before re-polling a stream found idle."),
+    "maxIdleTimeBetweenReadsMs": (
+        "0",
+        "Longest pause an idle stream's re-polling backs off to: the pause doubles after "
+        "each micro-batch that read nothing, from idleTimeBetweenReadsMs up to this (every "
+        "poll is a micro-batch: tasks and a commit). 0: no back-off.",
+    ),
     "minCallIntervalMs": (
         str(MIN_CALL_INTERVAL_MS),
         "Minimum gap between GetRecords calls per shard (>= 200: Kinesis allows 5/s).",
@@ -171,6 +177,7 @@ class KinesisSourceOptions:
     metadata_path_defaulted: bool
     fail_on_data_loss: bool
     idle_ms: int
+    max_idle_ms: int
     min_call_interval_s: float
     max_retries: int
     consumer_type: str = "polling"
@@ -227,6 +234,7 @@ class KinesisSourceOptions:
             metadata_path_defaulted="metadatapath" not in given,
             fail_on_data_loss=_boolean("failOnDataLoss", values),
             idle_ms=_whole_number("idleTimeBetweenReadsMs", values, minimum=0),
+            max_idle_ms=_whole_number("maxIdleTimeBetweenReadsMs", values, minimum=0),
             min_call_interval_s=(
                 _whole_number("minCallIntervalMs", values, minimum=MIN_CALL_INTERVAL_MS) / 1000
             ),

@@ -28,7 +28,8 @@ How a micro-batch is made
    the next read plan: start position, record limit and byte budget per shard, parents
    before children, Spark's read limit split across shards. No records are read on the driver.
    When the last epoch found the stream idle, the answer for the next
-   ``idleTimeBetweenReadsMs`` is "nothing new", given without any API call.
+   ``idleTimeBetweenReadsMs`` is "nothing new", given without any API call (twice as long
+   after each further empty epoch, up to ``maxIdleTimeBetweenReadsMs``).
 3. ``partitions`` (driver): the shards the plan reads, packed into input partitions of
    about ``bytesPerTask`` bytes each by their last reads (:mod:`.task_groups`), so a sink
    writes files that follow the batch's bytes, not the shard count.
@@ -266,7 +267,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._publish_status(current, records)
         outcomes = {shard_id: r.outcome for shard_id, r in records.items()}
         now_ms = _now_ms()
-        if self._cutoff_ms is None and resting(current, outcomes, now_ms, self.options.idle_ms):
+        if self._cutoff_ms is None and resting(
+            current, outcomes, now_ms, self.options.idle_ms, self.options.max_idle_ms
+        ):
             # Spark asks again within milliseconds under the default trigger: answering
             # without API calls keeps an idle query far below the control-plane limits.
             return start
@@ -284,6 +287,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 now_ms=now_ms,
                 cutoff_ms=self._cutoff_ms,
                 idle_ms=self.options.idle_ms,
+                max_idle_ms=self.options.max_idle_ms,
                 fail_on_data_loss=self.options.fail_on_data_loss,
                 listed_ms=stream.server_ms,
             ),
