@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
+import random
 import subprocess
 import sys
 import warnings
@@ -75,7 +77,7 @@ def test_names_the_cli_and_readme_refer_to():
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"kinesis_backlog_sensor", "kinesis_lake_automation"}
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
-    assert sensors["kinesis_backlog_sensor"].minimum_interval_seconds == 30
+    assert _daemon_tick_gaps(sensors["kinesis_backlog_sensor"].minimum_interval_seconds) == {30.0}
     schedules = {s.name for s in defs.schedules}
     assert schedules == {"iceberg_maintenance_schedule"}
     upkeep = defs.resolve_job_def("iceberg_maintenance")
@@ -424,12 +426,30 @@ def test_the_ui_lists_the_backlog_sensor_as_the_streams_automation(instance):
     assert automations["raw_events"] == {"kinesis_backlog_sensor"}
 
 
+def _daemon_tick_gaps(minimum_interval_s: int, loops: int = 200) -> set[float]:
+    """Seconds between the ticks Dagster's sensor daemon gives a sensor with this minimum
+    interval, whole loops apart: the daemon looks once per loop of 5 s
+    (``dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME``), each loop a few ms late, and ticks
+    a sensor whose last tick (stamped as the loop reaches it, up to 0.1 s in) is at least
+    the minimum interval old (``is_under_min_interval``)."""
+    rng = random.Random(7)
+    loop_at, last_tick, ticks = 0.0, None, []
+    for _ in range(loops):
+        loop_at += 5.0 + rng.uniform(0.0, 0.02)
+        if last_tick is None or loop_at - last_tick >= minimum_interval_s:
+            last_tick = loop_at + rng.uniform(0.0, 0.1)
+            ticks.append(round(loop_at / 5.0) * 5.0)
+    return {b - a for a, b in itertools.pairwise(ticks)}
+
+
 def test_the_backlog_sensor_ticks_as_often_as_configured(monkeypatch):
     """Its 30 s interval alone put ~15 s between a record and its run on average: a lake
     that wants seconds of latency (with runs attached to a Connect server) sets it lower."""
     monkeypatch.setenv("KINESIS_LAKE_SENSOR_INTERVAL_SECONDS", "5")
-    sensor = _defs().get_sensor_def("kinesis_backlog_sensor")
-    assert sensor.minimum_interval_seconds == 5
+    defs = _defs()
+    for name in ("kinesis_backlog_sensor", "kinesis_lake_automation"):
+        minimum = defs.get_sensor_def(name).minimum_interval_seconds
+        assert minimum is not None and _daemon_tick_gaps(minimum) == {5.0}, name
 
     with pytest.raises(SettingsError, match="KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1"):
         Settings(sensor_interval_seconds=0)
