@@ -32,6 +32,8 @@ from kinesis_lake.kinesis.start_positions import (
 )
 
 ENDPOINT_KINDS = ("auto", "kinesalite", "moto")
+_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+"""What Kinesis accepts as a consumer name."""
 
 
 class SettingsError(ConfigurationError):
@@ -143,6 +145,15 @@ class Settings:
         "deregistered after it (see docs/efo.md).",
         default="polling",
     )
+    fresh_consumer: str = setting(
+        "KINESIS_LAKE_FRESH_CONSUMER",
+        "Fresh reads (query --fresh) read the stream's tail over enhanced fan-out as this "
+        "consumer, registered by the first one and kept (Kinesis bills a registered "
+        "consumer per shard-hour; the identity needs kinesis:RegisterStreamConsumer and "
+        "kinesis:SubscribeToShard): they then take none of the shards' shared GetRecords "
+        "budget. Empty: they poll (see docs/efo.md).",
+        default="",
+    )
     fail_on_data_loss: bool = setting(
         "KINESIS_LAKE_FAIL_ON_DATA_LOSS",
         "true: stop ingestion when records expired (retention) before they were read, naming "
@@ -196,9 +207,11 @@ class Settings:
     )
     sensor_interval_seconds: int = setting(
         "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS",
-        "How often the backlog sensor looks for records to ingest (Dagster's minimum "
-        "interval). Lower it, with runs attached to a Spark Connect server, for seconds "
-        "from put to table.",
+        "How often the backlog sensor looks for records to ingest, and the automation sensor "
+        "evaluates (Dagster's daemon looks every 5 s, so it is rounded up to whole 5 s loops "
+        "and asked of Dagster 1 s short of that: a tick asked for at exactly 5 s came 5 or 10 "
+        "s apart). Lower it, with runs attached to a Spark Connect server, for seconds from "
+        "put to table.",
         default=30,
     )
     run_linger_seconds: int = setting(
@@ -208,6 +221,14 @@ class Settings:
         "or KINESIS_LAKE_RUN_MAX_SECONDS passed; 0: stop once drained. Set it, with Spark "
         "Connect, for seconds from put to table under a steady stream.",
         default=0,
+    )
+    idle_backoff_ms: int = setting(
+        "KINESIS_LAKE_IDLE_BACKOFF_MS",
+        "A continuous or lingering ingestion run polls an idle stream ever less often (every "
+        "poll is a micro-batch: tasks and a commit), 1 s, 2 s, 4 s... up to this many ms "
+        "apart; a record that arrives after a quiet spell waits up to that much more. 0: "
+        "every 1 s (the source's maxIdleTimeBetweenReadsMs).",
+        default=5000,
     )
     run_max_seconds: int = setting(
         "KINESIS_LAKE_RUN_MAX_SECONDS",
@@ -280,6 +301,16 @@ class Settings:
             raise SettingsError(
                 "KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1 (default 30), "
                 f"got {self.sensor_interval_seconds}."
+            )
+        if self.fresh_consumer and not _CONSUMER_NAME.fullmatch(self.fresh_consumer):
+            raise SettingsError(
+                f"KINESIS_LAKE_FRESH_CONSUMER={self.fresh_consumer!r} is not a consumer name: "
+                "1 to 128 letters, digits, '_', '.' or '-' (or empty, to poll)."
+            )
+        if self.idle_backoff_ms < 0:
+            raise SettingsError(
+                "KINESIS_LAKE_IDLE_BACKOFF_MS must be >= 0 (0: poll an idle stream every "
+                f"second), got {self.idle_backoff_ms}."
             )
         if self.run_linger_seconds < 0:
             raise SettingsError(

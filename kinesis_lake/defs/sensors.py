@@ -35,6 +35,7 @@ The cursor is JSON: ``{"backlog": <run key base>, "attempt": finished runs for i
 """
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -199,17 +200,28 @@ def stream_observation(
     ]
 
 
-def daemon_interval(interval_s: int) -> int:
-    """The ``minimum_interval_seconds`` that makes a sensor tick every ``interval_s``.
+DAEMON_LOOP_S = 5
+"""Dagster's sensor daemon looks at the sensors once per loop of this many seconds
+(``dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME``)."""
 
-    Dagster's sensor daemon looks at the sensors once per loop of 5 s and ticks one whose
-    last tick is at least its minimum interval old; the last tick is stamped as the loop
-    reaches it, a little after the loop began, so asked for exactly a tick that is due is
-    found a few ms short and waits a whole loop more. Benchmark 13's backlog sensor at 5 s
-    ticked 5 or 10 s apart, 50 ticks in 355 s (2026-12-06): one second less keeps the
-    cadence asked for.
+
+def daemon_tick_gap(interval_s: int) -> int:
+    """Seconds between a sensor's ticks when ``interval_s`` is asked for: whole daemon
+    loops, at least one."""
+    return DAEMON_LOOP_S * max(1, math.ceil(interval_s / DAEMON_LOOP_S))
+
+
+def daemon_interval(interval_s: int) -> int:
+    """The ``minimum_interval_seconds`` that makes a sensor tick every
+    :func:`daemon_tick_gap` seconds, never a loop later.
+
+    The daemon ticks a sensor whose last tick is at least its minimum interval old; the
+    last tick is stamped as the loop reaches it, a little after the loop began, so asked
+    for a whole number of loops, a tick that is due is found a few ms short and waits a
+    loop more. Benchmark 13's backlog sensor at 5 s ticked 5 or 10 s apart, 50 ticks in
+    355 s (2026-12-06): one second less than the gap keeps it.
     """
-    return max(1, interval_s - 1)
+    return daemon_tick_gap(interval_s) - 1
 
 
 def backlog_sensor(
@@ -302,7 +314,7 @@ def _tick(
         # under a steady stream lingering runs follow each other within seconds, so leave
         # the automation sensor one tick with raw idle between them, for a refresh a run's
         # follower left to it.
-        hold_s = lake.sensor_interval_seconds + HANDOVER_MARGIN_S
+        hold_s = daemon_tick_gap(lake.sensor_interval_seconds) + HANDOVER_MARGIN_S
         ended_s_ago = ingestion_ended_s_ago(context.instance, keys)
         if ended_s_ago is not None and ended_s_ago < hold_s:
             return skip(

@@ -90,8 +90,10 @@ class ShardReader:
     fan-out (:class:`SubscribedPages`) for a read that is not a replay when a consumer is
     given. The read loop here takes their records, decides where to stop, and reports it.
     ``wait_if_held=False``: a subscription still held by the consumer (Kinesis allows one
-    per consumer and shard every 5 s) is not waited for but raised before any record,
-    :func:`~kinesis_lake.kinesis.subscription.subscription_held` telling it.
+    per consumer and shard every 5 s) is not waited for but raised,
+    :func:`~kinesis_lake.kinesis.subscription.subscription_held` telling it; it may come
+    after records were yielded (another reader took the subscription over), so a caller
+    that reads the shard another way discards them and starts again.
     """
 
     def __init__(

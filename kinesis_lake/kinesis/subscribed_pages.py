@@ -53,9 +53,9 @@ class SubscribedPages:
         task subscribing forever.
         """
         calls = self._calls
-        # Without waiting, the first refusal is raised (``subscription_held`` tells it),
-        # before any record: the caller reads the shard another way. After a record, a
-        # resubscription waits as any does.
+        # Without waiting, a refusal is raised (``subscription_held`` tells it) until a
+        # record came: the caller reads the shard another way, from its start. After a
+        # record, a resubscription waits as any does.
         waits = BusyWaits() if self._wait_if_held else BusyWaits(left=0)
         subscribe_at = self._subscriptions(counts, waits)
         subscription: Subscription = open_read(calls, cursor, subscribe_at, _SUBSCRIBE)

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -148,8 +148,8 @@ class FreshRead:
     shards_subscribed: int = 0
     """Shards read through the fresh reads' enhanced fan-out consumer (the rest polled)."""
     polled_while_held: list[str] = field(default_factory=list)
-    """Shards polled although the lake reads by enhanced fan-out: the fresh consumer still
-    held their subscription (Kinesis allows one per consumer and shard every 5 s)."""
+    """Shards polled although a fresh consumer is configured: their subscription was refused
+    as in use (Kinesis allows one per consumer and shard every 5 s)."""
 
     @property
     def snapshot_id(self) -> int | None:
@@ -195,8 +195,8 @@ class FreshRead:
             line += f"; tail truncated, left out: {shown}"
         if self.polled_while_held:
             line += (
-                f"; polled {', '.join(self.polled_while_held)}: the fresh reads' consumer "
-                "still held its subscription (one per shard every 5 s)"
+                f"; polled {', '.join(self.polled_while_held)}: a subscription was refused "
+                "as in use (the fresh reads' consumer holds one per shard, 5 s at least)"
             )
         return line
 
@@ -346,7 +346,15 @@ def _fresh_raw(base: FreshBase, tail: Tail) -> FreshRead:
     )
 
 
-def _how_read(tail: Tail) -> dict[str, Any]:
+class _HowRead(TypedDict):
+    shards_read: int
+    left_out: list[LeftOut]
+    warnings: list[str]
+    shards_subscribed: int
+    polled_while_held: list[str]
+
+
+def _how_read(tail: Tail) -> _HowRead:
     """What a fresh read reports of its tail's reading, whatever the table."""
     return {
         "shards_read": tail.shards_read,

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from botocore.exceptions import ClientError
 
 from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA
 from kinesis_lake.kinesis.client import KinesisClient
-from kinesis_lake.kinesis.consumers import ensure_consumer
+from kinesis_lake.kinesis.consumers import ConsumerError, ensure_consumer
 from kinesis_lake.kinesis.records import KinesisRecord
 from kinesis_lake.kinesis.shard_calls import ShardReadError
 from kinesis_lake.kinesis.shard_reader import ReadOutcome, ShardReader
@@ -98,15 +99,14 @@ def read_tail(
 ) -> Tail:
     """Every shard after its committed position, parents to their end before children,
     records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each,
-    subscribed under the fresh reads' own consumer where the lake reads by enhanced fan-out
-    (:func:`fresh_consumer_name`).
+    subscribed as the fresh reads' own consumer where one is configured
+    (:func:`_fresh_consumer_arn`).
     ``tips``: each shard's last read to its tip by ingestion (server ms), which tells a
     quiet shard from records that expired unread, as in ingestion's reads."""
     description = describe_stream(client, stream.stream_name)
     retention_ms = description.retention_hours * 3_600_000
-    name = fresh_consumer_name(stream)
-    consumer = None if name is None else ensure_consumer(client, description.arn, name)
-    consumer_arn = None if consumer is None else consumer.arn
+    warnings: list[str] = []
+    consumer_arn = _fresh_consumer_arn(client, stream, description.arn, warnings)
     shards = list_shards(client, stream.stream_name)
     listed = {shard.shard_id for shard in shards}
     starts = _starts(stream, tips)
@@ -114,7 +114,6 @@ def read_tail(
     finished: set[str] = set()
     batches: list[pa.RecordBatch] = []
     left_out: list[LeftOut] = []
-    warnings: list[str] = []
     shards_read = subscribed = 0
     polled_while_held: list[str] = []
     for shard in shard_lineage_order(shards):
@@ -152,7 +151,8 @@ def read_tail(
             except ShardReadError as error:
                 if not subscription_held(error):
                     raise
-                records, outcome = read(None)  # nothing was read: the same start, polled
+                # What the subscription gave is dropped: the same start, polled.
+                records, outcome = read(None)
                 polled_while_held.append(shard.shard_id)
         shards_read += 1
         if outcome.data_loss:
@@ -175,19 +175,31 @@ def read_tail(
     return Tail(_as_raw_rows(rows), shards_read, left_out, warnings, subscribed, polled_while_held)
 
 
-def fresh_consumer_name(stream: Settings) -> str | None:
-    """The enhanced fan-out consumer fresh reads subscribe under, None to poll.
+CONSUMER_WAIT_S = 30.0
+"""How long a fresh read waits for its consumer to become ACTIVE (seconds on AWS, once)
+before it polls instead."""
 
-    Where the lake reads by enhanced fan-out (``KINESIS_LAKE_CONSUMER_TYPE=efo``), the
-    shards' shared GetRecords budget (2 MB/s, 5 calls/s) belongs to the stream's other
-    readers, so fresh reads take none of it: they read as a consumer of their own,
-    registered by the first one and kept (it holds one of the stream's 20 places; remove
-    it with ``aws kinesis deregister-stream-consumer``). Not the ingestion query's: a
-    consumer holds one subscription per shard, and a fresh read would take ingestion's.
+
+def _fresh_consumer_arn(
+    client: KinesisClient, stream: Settings, stream_arn: str, warnings: list[str]
+) -> str | None:
+    """The consumer fresh reads subscribe as (``KINESIS_LAKE_FRESH_CONSUMER``), registered
+    if need be; None to poll.
+
+    Where it is set, the shards' shared GetRecords budget (2 MB/s, 5 calls/s) is kept for
+    the stream's other readers. Never ingestion's consumer: a consumer holds one
+    subscription per shard, and a fresh read would take ingestion's. A consumer that cannot
+    be had (an identity without kinesis:RegisterStreamConsumer, a stream with its 20
+    consumers, throttling) is warned of and the read polls, as it did without one.
     """
-    if stream.consumer_type != "efo":
+    name = stream.fresh_consumer
+    if not name:
         return None
-    return f"kinesis-lake-fresh-{stream.namespace}"
+    try:
+        return ensure_consumer(client, stream_arn, name, timeout_s=CONSUMER_WAIT_S).arn
+    except (ConsumerError, ClientError) as refused:
+        warnings.append(f"polled: the fresh reads' consumer {name!r} is not to be had ({refused})")
+        return None
 
 
 def _read_shard(

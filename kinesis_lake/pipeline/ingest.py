@@ -101,7 +101,7 @@ def run_ingestion(
 
 LINGER_TRIGGER = "1 second"
 """A lingering run's trigger. While the stream is quiet the source reads every shard after
-1 s, then 2, 4 and every 5 s (``IDLE_BACKOFF_MS``), each empty read a micro-batch made
+1 s, then 2, 4 and every 5 s (``KINESIS_LAKE_IDLE_BACKOFF_MS``), each empty read a micro-batch made
 durable in a metadata-only commit (no snapshot): a linger of 30 s costs about 8 of those."""
 
 

@@ -68,14 +68,6 @@ def _byte_cap(settings: Settings) -> dict[str, str]:
     return {"maxBytesPerShard": str(settings.max_bytes_per_shard)}
 
 
-IDLE_BACKOFF_MS = 5000
-"""How seldom a continuous query polls an idle stream at most (``maxIdleTimeBetweenReadsMs``):
-each poll is a micro-batch, and polls once a second took 0.6-0.7 of a core of two from the
-downstream refresh that a lingering run does beside them (2026-12-06). A burst after a
-quiet spell waits up to 5 s more, about the backlog sensor's tick in ``make dev``; a steady
-stream never backs off."""
-
-
 def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict[str, str]:
     """How the source packs a micro-batch's shards into read (and so write) tasks.
 
@@ -100,8 +92,11 @@ def _task_options(spark: SparkSession, settings: Settings, table: Table) -> dict
     return {"bytesPerTask": str(target), "minTasks": str(max(known_cores(spark), 1))}
 
 
-def _backing_off() -> dict[str, str]:
-    return {"maxIdleTimeBetweenReadsMs": str(IDLE_BACKOFF_MS)}
+def _backing_off(settings: Settings) -> dict[str, str]:
+    """A continuous query's idle back-off (``KINESIS_LAKE_IDLE_BACKOFF_MS``): each poll of an
+    idle stream is a micro-batch, and polls once a second took 0.6-0.7 of a core of two
+    from the downstream refresh that a lingering run does beside them (2026-12-06)."""
+    return {"maxIdleTimeBetweenReadsMs": str(settings.idle_backoff_ms)}
 
 
 def _stream_options(settings: Settings) -> dict[str, str]:
@@ -153,7 +148,7 @@ def start_ingestion_query(
         .option("maxRecordsPerShard", str(settings.max_records_per_shard))
         .options(**_byte_cap(settings))
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
-        .options(**(bounded.source_options() if bounded is not None else _backing_off()))
+        .options(**(bounded.source_options() if bounded is not None else _backing_off(settings)))
     )
     reads = earlier_reads(table)
     if reads != EarlierReads():

@@ -21,6 +21,7 @@ from kinesis_lake.defs.resources import (
     PipelineSettingsResource,
     SparkResource,
 )
+from kinesis_lake.defs.sensors import daemon_tick_gap
 from kinesis_lake_tests.defs.helpers import DEMO_CHECKS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -442,14 +443,16 @@ def _daemon_tick_gaps(minimum_interval_s: int, loops: int = 200) -> set[float]:
     return {b - a for a, b in itertools.pairwise(ticks)}
 
 
-def test_the_backlog_sensor_ticks_as_often_as_configured(monkeypatch):
+def test_the_backlog_sensor_ticks_as_often_as_configured(monkeypatch, reloaded_afterwards):
     """Its 30 s interval alone put ~15 s between a record and its run on average: a lake
     that wants seconds of latency (with runs attached to a Connect server) sets it lower."""
-    monkeypatch.setenv("KINESIS_LAKE_SENSOR_INTERVAL_SECONDS", "5")
-    defs = _defs()
-    for name in ("kinesis_backlog_sensor", "kinesis_lake_automation"):
-        minimum = defs.get_sensor_def(name).minimum_interval_seconds
-        assert minimum is not None and _daemon_tick_gaps(minimum) == {5.0}, name
+    for interval, gap in (("5", 5.0), ("6", 10.0), ("1", 5.0)):
+        monkeypatch.setenv("KINESIS_LAKE_SENSOR_INTERVAL_SECONDS", interval)
+        defs = _defs()
+        for name in ("kinesis_backlog_sensor", "kinesis_lake_automation"):
+            minimum = defs.get_sensor_def(name).minimum_interval_seconds
+            assert minimum is not None and _daemon_tick_gaps(minimum) == {gap}, (name, interval)
+            assert daemon_tick_gap(int(interval)) == gap  # what the handover hold counts on
 
     with pytest.raises(SettingsError, match="KINESIS_LAKE_SENSOR_INTERVAL_SECONDS must be >= 1"):
         Settings(sensor_interval_seconds=0)

@@ -28,7 +28,12 @@ from kinesis_lake.defs.backlog_runs import (
 )
 from kinesis_lake.defs.raw_checks import STALL_CHECK
 from kinesis_lake.defs.resources import KinesisResource
-from kinesis_lake.defs.sensors import HANDOVER_MARGIN_S, BacklogCursor, kinesis_backlog_sensor
+from kinesis_lake.defs.sensors import (
+    HANDOVER_MARGIN_S,
+    BacklogCursor,
+    daemon_tick_gap,
+    kinesis_backlog_sensor,
+)
 from kinesis_lake.iceberg.catalog import ensure_namespace
 from kinesis_lake.iceberg.raw_table import RAW_ARROW_SCHEMA, ensure_raw_table
 from kinesis_lake.iceberg.summary import POSITIONS, committed_positions
@@ -498,7 +503,8 @@ def test_after_a_lingering_run_the_next_waits_one_automation_tick(lake, instance
     """Under a steady stream the next lingering run was launched seconds after the last
     ended, and a run in progress plans raw's blocking check, which holds the derived
     tables: they waited for a gap the sensor never left. The sensor now leaves one tick of
-    the automation sensor (same interval) plus a margin between two lingering runs."""
+    the automation sensor (same interval, in whole daemon loops) plus a margin between two
+    lingering runs."""
     lake = lake.rebuild(
         monkeypatch,
         KINESIS_LAKE_RUN_LINGER_SECONDS="30",
@@ -511,7 +517,8 @@ def test_after_a_lingering_run_the_next_waits_one_automation_tick(lake, instance
     assert not held.run_requests
     assert "derived tables" in held.skip_reason.skip_message
 
-    time.sleep(HANDOVER_MARGIN_S + 1 + 0.5)  # the automation interval (1 s) and the margin
+    # The automation sensor's tick (1 s asked for: the daemon's 5 s loop) and the margin.
+    time.sleep(daemon_tick_gap(1) + HANDOVER_MARGIN_S + 0.5)
     assert len(tick(lake, instance, cursor=held.cursor).run_requests) == 1
 
 

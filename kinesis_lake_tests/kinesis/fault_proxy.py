@@ -34,6 +34,7 @@ FAULT_KINDS = (
     "unknown_operation",
     "invalid_argument",
     "in_use",
+    "access_denied",
     "end_subscription",
     "drop_subscription",
     "failure_event",
@@ -49,6 +50,8 @@ _ERROR_FAULTS = {
     "invalid_argument": (400, "InvalidArgumentException"),
     # SubscribeToShard's answer while the consumer's last subscription of the shard is held.
     "in_use": (400, "ResourceInUseException"),
+    # An identity without the IAM permission for the call.
+    "access_denied": (400, "AccessDeniedException"),
 }
 _HOP_BY_HOP = frozenset(
     {

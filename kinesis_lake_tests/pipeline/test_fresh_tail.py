@@ -85,16 +85,18 @@ def test_latest_starts_a_shard_without_position_at_its_recorded_read_to_tip(
     assert known == ["after"]
 
 
-def test_with_enhanced_fan_out_a_fresh_read_subscribes_as_a_consumer_of_its_own(
+def test_a_configured_fresh_consumer_is_subscribed_and_a_held_shard_polled(
     kinesis_mock_endpoint, settings_factory
 ):
-    """Where the lake reads by enhanced fan-out, the stream's GetRecords budget is other
-    readers': a fresh read subscribes under a consumer of its own (never ingestion's, whose
-    subscriptions it would take). Kinesis allows one subscription per consumer and shard
-    every 5 s, so a read right after it polls instead of waiting, and says so."""
+    """With KINESIS_LAKE_FRESH_CONSUMER a fresh read takes none of the stream's shared
+    GetRecords budget: it subscribes as that consumer. Kinesis allows one subscription per
+    consumer and shard every 5 s, so a read right after it polls instead of waiting, and
+    says so."""
     proxy = FaultProxy(kinesis_mock_endpoint.url).start()
     try:
-        settings = settings_factory(proxy, declaration=PROFILES, shard_count=2, consumer_type="efo")
+        settings = settings_factory(
+            proxy, declaration=PROFILES, shard_count=2, fresh_consumer="fresh-reads"
+        )
         texts = [f"n{i}" for i in range(6)]
         put(settings, *({"type": "note", "text": t} for t in texts), keys=("a", "b", "c"))
         subscribed = fresh_read(settings, settings.raw_table_name)
@@ -107,12 +109,30 @@ def test_with_enhanced_fan_out_a_fresh_read_subscribes_as_a_consumer_of_its_own(
     finally:
         proxy.stop()
 
-    def read(fresh) -> list[str]:
-        return sorted(json.loads(d)["text"] for d in fresh.table.column("data").to_pylist())
-
-    assert [c["ConsumerName"] for c in consumers] == ["kinesis-lake-fresh-lake"]
+    assert [c["ConsumerName"] for c in consumers] == ["fresh-reads"]
     assert subscribed.shards_subscribed == 2 and subscribed.polled_while_held == []
-    assert read(subscribed) == texts and "2 by enhanced fan-out" in subscribed.describe("raw")
+    assert _read(subscribed) == texts and "2 by enhanced fan-out" in subscribed.describe("raw")
     assert polled.shards_subscribed == 0 and polled.shards_read == 2
     assert len(set(polled.polled_while_held)) == 2
-    assert read(polled) == texts and "still held its subscription" in polled.describe("raw")
+    assert _read(polled) == texts and "refused as in use" in polled.describe("raw")
+
+
+def test_a_fresh_consumer_that_cannot_be_had_is_warned_of_and_the_read_polls(
+    kinesis_mock_endpoint, settings_factory
+):
+    """A reader whose identity may not register consumers (AccessDenied) still reads fresh,
+    as it did before it had a consumer, and is told why it polled."""
+    proxy = FaultProxy(kinesis_mock_endpoint.url).start()
+    try:
+        settings = settings_factory(proxy, declaration=PROFILES, shard_count=1, fresh_consumer="c")
+        put(settings, {"type": "note", "text": "n0"})
+        proxy.inject("DescribeStreamConsumer", "access_denied")
+        fresh = fresh_read(settings, settings.raw_table_name)
+    finally:
+        proxy.stop()
+    assert _read(fresh) == ["n0"] and fresh.shards_subscribed == 0
+    assert len(fresh.warnings) == 1 and "consumer 'c' is not to be had" in fresh.warnings[0]
+
+
+def _read(fresh) -> list[str]:
+    return sorted(json.loads(d)["text"] for d in fresh.table.column("data").to_pylist())

@@ -37,12 +37,12 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from kinesis_lake.config import Settings
 from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.kinesis.retry import RetryPolicy
 from kinesis_lake.kinesis.shard_reader import ShardReader
 from kinesis_lake.kinesis.streams import list_shards
 from kinesis_lake.pipeline.earlier_reads import earlier_reads
-from kinesis_lake.pipeline.ingest_query import IDLE_BACKOFF_MS
 from kinesis_lake.spark.iceberg.writer import DataFilesWritten
 from kinesis_lake.spark.kinesis.arrow import records_to_arrow
 from kinesis_lake.spark.kinesis.offsets import SourceOffset
@@ -125,12 +125,12 @@ class Query:
             "maxRecordsPerShard": str(max_records_per_shard),
             "maxRetries": "3",
         }
+        if not available_now:  # a continuous query backs off on an idle stream, as ours do
+            options["maxIdleTimeBetweenReadsMs"] = str(Settings().idle_backoff_ms)
         # pipeline/ingest_query.py passes the table's positions whenever it has some: a query
         # without checkpoint resumes after them, and a replay of a range they cover
         # reads nothing (Spark ignores startingPosition when a checkpoint exists, but
         # the source still sees the option).
-        if not available_now:  # a continuous query backs off on an idle stream, as ours do
-            options["maxIdleTimeBetweenReadsMs"] = str(IDLE_BACKOFF_MS)
         reads = earlier_reads(lake.table())
         if reads != EarlierReads():
             options["earlierReads"] = reads.to_option()  # as pipeline/ingest_query.py passes

@@ -165,6 +165,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         listed_ms=given.listed_ms,
         gone_unread=frozenset(gone),
     )
+    proposal = replace(proposal, idle_epochs=_idle_epochs(current, given))
     if gone:
         return proposal  # even reading nothing: the epoch that names what it skipped
     if not proposal.shards_to_read():
@@ -173,7 +174,7 @@ def plan_next_offset(current: SourceOffset, given: PlanningInput) -> SourceOffse
         current, given.outcomes, given.now_ms, given.idle_ms, given.max_idle_ms
     ):
         return current
-    return replace(proposal, idle_epochs=current.idle_epochs + 1 if _read_nothing(given) else 0)
+    return proposal
 
 
 def inherited_tip(
@@ -265,6 +266,15 @@ def _reached_cutoff(
     return not closed and outcome.caught_up and outcome.read_started_ms >= given.cutoff_ms
 
 
+TRIGGER_SLACK_MS = 500
+"""How much earlier than its pause a backed-off idle epoch may be planned: the planning of
+the epoch before is stamped up to this long after its trigger began."""
+
+
+_MAX_IDLE_EPOCHS = 30
+"""Where the count of empty epochs in a row stops: the pause stopped doubling long before."""
+
+
 def resting(
     current: SourceOffset,
     outcomes: Mapping[str, ReadOutcome],
@@ -278,7 +288,12 @@ def resting(
         return False
     if any(o.records_read or o.shard_ended for o in outcomes.values()):
         return False
-    return now_ms - current.planned_ms < idle_pause(current.idle_epochs, idle_ms, max_idle_ms)
+    pause = idle_pause(current.idle_epochs, idle_ms, max_idle_ms)
+    if pause > idle_ms:
+        # Backing off: a trigger that comes round as the pause ends must not find it a few
+        # ms short (the epoch was stamped after its trigger began) and wait a trigger more.
+        pause -= min(idle_ms, TRIGGER_SLACK_MS)
+    return now_ms - current.planned_ms < pause
 
 
 def idle_pause(idle_epochs: int, idle_ms: int, max_idle_ms: int) -> int:
@@ -293,11 +308,12 @@ def idle_pause(idle_epochs: int, idle_ms: int, max_idle_ms: int) -> int:
     """
     if max_idle_ms <= idle_ms:
         return idle_ms
-    return min(idle_ms << min(idle_epochs, 30), max_idle_ms)
+    return min(idle_ms << min(idle_epochs, _MAX_IDLE_EPOCHS), max_idle_ms)
 
 
-def _read_nothing(given: PlanningInput) -> bool:
-    """Whether the epoch just completed read no record anywhere (and ended no shard)."""
-    return bool(given.outcomes) and not any(
+def _idle_epochs(current: SourceOffset, given: PlanningInput) -> int:
+    """Empty epochs in a row up to and including ``current``."""
+    read_nothing = bool(given.outcomes) and not any(
         o.records_read or o.shard_ended for o in given.outcomes.values()
     )
+    return min(current.idle_epochs + 1, _MAX_IDLE_EPOCHS) if read_nothing else 0
