@@ -100,7 +100,7 @@ def read_tail(
     """Every shard after its committed position, parents to their end before children,
     records that arrived up to ``cutoff_ms`` (now), within ``limits``; one pass each,
     subscribed as the fresh reads' own consumer where one is configured
-    (:func:`_fresh_consumer_arn`).
+    (:func:`_fresh_consumer_arn`), and polled after a refused subscription.
     ``tips``: each shard's last read to its tip by ingestion (server ms), which tells a
     quiet shard from records that expired unread, as in ingestion's reads."""
     description = describe_stream(client, stream.stream_name)
