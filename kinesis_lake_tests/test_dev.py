@@ -168,7 +168,8 @@ def test_the_automation_sensor_s_derive_runs_carry_a_name_an_operator_understand
     materialized and checked, were listed as ``__ASSET_JOB`` (declarative automation
     requests assets, not a job). Raw's materialization and blocking check are reported
     into dev's instance, as an ingestion run records them; dev's daemon does the rest."""
-    with _dev(tmp_path, 0) as (_, _, log):
+    with _dev(tmp_path, 0) as (_, ports, log):
+        endpoint = f"http://127.0.0.1:{ports['endpoint']}"
         dagster_home = tmp_path / "dev" / "dagster_home"
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             raw = dg.AssetKey("raw_events")
@@ -181,6 +182,11 @@ def test_the_automation_sensor_s_derive_runs_carry_a_name_an_operator_understand
             lambda: bool(_runs(dagster_home, by_automation)), START_TIMEOUT_S, "a derive run", log
         )
         (run, *_) = _runs(dagster_home, by_automation)
+        # dev warms its Connect server up on a stream of its own, deleted when done
+        _until(lambda: "warmed up" in log.read_text(), START_TIMEOUT_S, "the warm-up", log)
+        client = boto3.client("kinesis", endpoint_url=endpoint, region_name="us-east-1")
+        streams = client.list_streams()["StreamNames"]
 
     assert run.tags.get(RUN_NAME_TAG) == DERIVE_RUN_NAME, run.tags
     assert dg.AssetKey("events") in (run.asset_selection or set())
+    assert streams == [STREAM]
