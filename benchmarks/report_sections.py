@@ -473,7 +473,14 @@ def _dagster_burst_section(result: dict[str, Any]) -> list[str]:
         f"{job} {count} (median {_fmt(result['run_seconds_median'].get(job))} s)"
         for job, count in result["runs"].items()
     )
-    return [*lines, "", f"Runs: {runs}.", "", result["notes"], ""]
+    warm_up = result.get("warm_up_s")
+    warmed = (
+        f" The Connect server's warm-up (make dev's, before the first burst) took {warm_up} s"
+        f" (exit status {result.get('warm_up_returncode')})."
+        if warm_up is not None
+        else ""
+    )
+    return [*lines, "", f"Runs: {runs}.{warmed}", "", result["notes"], ""]
 
 
 def _jvm_start_section(result: dict[str, Any]) -> list[str]:
