@@ -23,6 +23,7 @@ p50 <= 15 s, derived p50 <= 30 s, derived p99 <= 60 s.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from statistics import median
@@ -73,15 +74,13 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     from kinesis_lake.spark.runtime.connect_server import ConnectServer
 
     server_dir = ctx.scratch("dagster-burst-connect-server")
-    with ConnectServer(port=CONNECT_PORT, log_dir=server_dir, env={"AWS_REGION": REGION}) as server:
-        started = time.monotonic()
-        with server_warm_up(server.url, ctx.endpoint_url, server_dir) as warming:
-            measured = _measure(ctx, {"SPARK_MASTER": server.url, **LOW_LATENCY_RUNS}, warming)
-        measured["warm_up_s"] = round(measured.pop("warmed_at") - started, 1)
-        measured["warm_up_returncode"] = warming.returncode
+    server = ConnectServer(port=CONNECT_PORT, log_dir=server_dir, env={"AWS_REGION": REGION})
+    with server, server_warm_up(server.url, server_dir) as warming:
+        measured = _measure(ctx, {"SPARK_MASTER": server.url, **LOW_LATENCY_RUNS}, warming)
     raw, derived = measured["raw_latency_s"], measured["derived_latency_s"]
     met = (
-        raw["p50"] is not None
+        measured["warm_up_returncode"] == 0  # else this measured a cold server
+        and raw["p50"] is not None
         and derived["p50"] is not None
         and derived["p99"] is not None
         and verdict(raw["p50"], TARGET_RAW_P50_S, at_least=False) == "met"
@@ -108,7 +107,9 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     }
 
 
-def _measure(ctx: BenchContext, extra_env: dict[str, str], warming: Any) -> dict[str, Any]:
+def _measure(
+    ctx: BenchContext, extra_env: dict[str, str], warming: subprocess.Popen[bytes]
+) -> dict[str, Any]:
     from kinesis_lake.config import Settings
     from kinesis_lake.events.declaration_file import load_declaration
     from kinesis_lake.kinesis.client import kinesis_client
@@ -129,12 +130,19 @@ def _measure(ctx: BenchContext, extra_env: dict[str, str], warming: Any) -> dict
     client = kinesis_client(ctx.endpoint_url, REGION)
     ensure_stream(client, settings.stream_name, SHARDS)
     watcher = _Watcher(settings, load_declaration(DECLARATION))
+    warm_up_started = time.monotonic()
+    warmed: list[float] = []
+
+    def note_when_warmed() -> None:  # while Dagster starts: its own end, not Dagster's
+        warming.wait()
+        warmed.append(time.monotonic())
+
+    threading.Thread(target=note_when_warmed, daemon=True).start()
     server = DagsterDevServer(env, home, data_dir / "dagster-dev.log")
     bursts: list[dict[str, Any]] = []
     try:
         server.wait_until_serving(SERVER_START_S)
-        warming.wait()  # make dev warms its server up while Dagster starts
-        warmed_at = time.monotonic()
+        warming.wait(timeout=SERVER_START_S)  # make dev warms its server while Dagster starts
         for index in range(_bursts(ctx)):
             _wait_until_idle(server, watcher)
             expected = watcher.raw_rows() + BURST
@@ -155,7 +163,8 @@ def _measure(ctx: BenchContext, extra_env: dict[str, str], warming: Any) -> dict
         if r["startTime"] and r["endTime"]:
             by_job.setdefault(r["jobName"], []).append(r["endTime"] - r["startTime"])
     return {
-        "warmed_at": warmed_at,
+        "warm_up_s": round(warmed[0] - warm_up_started, 1) if warmed else None,
+        "warm_up_returncode": warming.returncode,
         "bursts": bursts,
         "burst_records": BURST,
         "raw_latency_s": stats(raw),

@@ -142,14 +142,15 @@ def run(ctx: BenchContext) -> dict[str, Any]:
 
 def _beside_the_pipeline(ctx: BenchContext, seconds: float) -> dict[str, Any]:
     """Fresh reads while ``dagster dev`` ingests and derives as ``make dev`` does."""
-    from kinesis_lake.dev import LOW_LATENCY_RUNS
+    from kinesis_lake.dev import LOW_LATENCY_RUNS, server_warm_up
     from kinesis_lake.spark.runtime.connect_server import ConnectServer
     from kinesis_lake_tests.ui.dagster_server import DagsterDevServer
 
     data_dir = ctx.scratch(f"{NAME}-dagster")
     stream = f"bench-fresh-dagster-{int(time.time())}"
     server_dir = ctx.scratch(f"{NAME}-connect-server")
-    with ConnectServer(port=CONNECT_PORT, log_dir=server_dir, env={"AWS_REGION": REGION}) as spark:
+    spark = ConnectServer(port=CONNECT_PORT, log_dir=server_dir, env={"AWS_REGION": REGION})
+    with spark, server_warm_up(spark.url, server_dir) as warming:
         home, env = dagster_deployment_env(
             data_dir,
             ctx.endpoint_url,
@@ -164,10 +165,12 @@ def _beside_the_pipeline(ctx: BenchContext, seconds: float) -> dict[str, Any]:
         server = DagsterDevServer(env, home, data_dir / "dagster-dev.log")
         try:
             server.wait_until_serving(SERVER_START_S)
+            warming.wait(timeout=SERVER_START_S)  # as make dev warms its server up
             commits_before = _raw_commits(settings)
             measured, last_read = _reads(settings, client, seconds, seed=6)
             measured["raw_commits_during"] = _raw_commits(settings) - commits_before
             measured["settled"] = _settled(settings, last_read)
+            measured["warm_up_returncode"] = warming.returncode
         finally:
             server.stop()
     return measured

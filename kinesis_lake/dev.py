@@ -81,7 +81,7 @@ def _serve(port: int, endpoint_port: int, spark_port: int) -> None:
         os.environ.get("KINESIS_LAKE_ENDPOINT_KIND", "auto"),
         port=endpoint_port,
     )
-    with endpoint, _spark_for_runs(data_dir, spark_port, endpoint.url):
+    with endpoint, _spark_for_runs(data_dir, spark_port):
         os.environ["KINESIS_ENDPOINT_URL"] = endpoint.url
         settings = Settings.from_env()
         ensure_stream(
@@ -188,7 +188,7 @@ they flow, so upkeep runs every 10 minutes instead of hourly."""
 
 
 @contextlib.contextmanager
-def _spark_for_runs(data_dir: Path, port: int, endpoint_url: str) -> Iterator[None]:
+def _spark_for_runs(data_dir: Path, port: int) -> Iterator[None]:
     """A Connect server for this session's runs, warming up while Dagster starts, unless
     SPARK_MASTER was set already."""
     if os.environ.get("SPARK_MASTER"):
@@ -203,29 +203,30 @@ def _spark_for_runs(data_dir: Path, port: int, endpoint_url: str) -> Iterator[No
         os.environ["SPARK_MASTER"] = server.url
         for variable, value in LOW_LATENCY_RUNS.items():
             os.environ.setdefault(variable, value)
-        stack.enter_context(server_warm_up(server.url, endpoint_url, data_dir))
+        stack.enter_context(server_warm_up(server.url, data_dir))
         yield
 
 
-WARM_UP_STOP_GRACE_S = 10.0
+WARM_UP_STOP_GRACE_S = 20.0
+"""Stopped, the warm-up unwinds: refreshes under way on its other threads finish their
+table first (a few seconds each on 2 cores), then its endpoint stops."""
 
 
 @contextlib.contextmanager
-def server_warm_up(
-    spark_master: str, endpoint_url: str, data_dir: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """``pipeline/server_warm_up.py`` in a process beside whatever comes next (it says on
-    stdout when it is done), stopped on exit if still going. Its Spark log and scratch
-    lake are under ``data_dir``."""
+def server_warm_up(spark_master: str, data_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``pipeline/server_warm_up.py`` in a process group of its own, beside whatever comes
+    next (it says on stdout when it is done); on exit it is stopped if still going, its
+    group killed if it does not end in time, and its scratch lake removed."""
     scratch = data_dir / "warm-up"
     log = data_dir / "logs" / "warm-up.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     module = "kinesis_lake.pipeline.server_warm_up"
     with log.open("ab") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, spark_master, endpoint_url, str(scratch)],
+            [sys.executable, "-m", module, spark_master, str(scratch), "--log", str(log)],
             stderr=stderr,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # dev stops it: a terminal's signals reach dev only
         )
     try:
         yield process
@@ -235,8 +236,9 @@ def server_warm_up(
             try:
                 process.wait(timeout=WARM_UP_STOP_GRACE_S)
             except subprocess.TimeoutExpired:
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)  # its endpoint too
                 process.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_workspace(dagster_home: Path) -> Path:

@@ -153,6 +153,7 @@ def test_dev_stopped_by_a_signal_leaves_no_process_or_port_behind(
     ]
     assert left == [], "\n".join(left)
     assert [name for name, port in ports.items() if not _port_free(port)] == []
+    assert not (tmp_path / "dev" / "warm-up").exists()  # the Connect server's warm-up
     text = log.read_text(errors="replace")
     assert dev.returncode == 0, text[-3000:]
     # Its log opened with `dev_command is superseded ... Use 'dg dev'` and a warning that the
@@ -182,11 +183,15 @@ def test_the_automation_sensor_s_derive_runs_carry_a_name_an_operator_understand
             lambda: bool(_runs(dagster_home, by_automation)), START_TIMEOUT_S, "a derive run", log
         )
         (run, *_) = _runs(dagster_home, by_automation)
-        # dev warms its Connect server up on a stream of its own, deleted when done
-        _until(lambda: "warmed up" in log.read_text(), START_TIMEOUT_S, "the warm-up", log)
+        # dev warms its Connect server up, on an endpoint and a lake of its own
+        said = "Spark Connect server warm"  # "... warmed up in" or "... warm-up failed"
+        _until(lambda: said in log.read_text(), START_TIMEOUT_S, "the warm-up", log)
+        warm_up = next(line for line in log.read_text().splitlines() if said in line)
         client = boto3.client("kinesis", endpoint_url=endpoint, region_name="us-east-1")
         streams = client.list_streams()["StreamNames"]
 
     assert run.tags.get(RUN_NAME_TAG) == DERIVE_RUN_NAME, run.tags
     assert dg.AssetKey("events") in (run.asset_selection or set())
+    assert "Spark Connect server warmed up" in warm_up, warm_up
     assert streams == [STREAM]
+    assert not (tmp_path / "dev" / "warm-up").exists()

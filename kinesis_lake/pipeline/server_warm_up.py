@@ -1,5 +1,5 @@
 """Warm a Spark Connect server that has just started by running the whole path once, on
-a stream and a lake of its own.
+an endpoint, a stream and a lake of its own.
 
 A Connect server's first run pays for what every later run finds ready: the JVM's classes
 and compiled code for the queries, and the Python daemons and workers of each data-source
@@ -9,26 +9,31 @@ first run, 12 s on its second, whose lake was new too, so the cost is the server
 the lake's. In ``make dev`` that first run was the first burst's, whose downstream tables
 landed 58-77 s after the put instead of about 25 s (benchmark 13's first burst).
 
-Invariant: nothing of the user's is read or changed. The stream is this module's own on
-the local endpoint (deleted afterwards), the lake is a scratch directory whose catalog
-name nobody configures (removed afterwards), and the declaration is the shipped
-``schemas/clickstream.yaml``, which routes, quarantines, aggregates, upserts and runs SQL:
-every kind of refresh a user's declaration can ask for.
+Invariant: nothing of the user's is read or changed. The Kinesis endpoint is a local one
+started here in memory (no stream of the user's can share its name; it keeps nothing when
+stopped), the lake is a scratch directory whose catalog name is refused if configured (and
+is removed afterwards), and the declaration is the shipped ``schemas/clickstream.yaml``
+(JSON records routed, quarantined, aggregated, upserted and selected by SQL: the refreshes
+every lake runs; other payload formats and a second stream stay cold).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
+from types import FrameType
 from typing import NamedTuple
 
 from kinesis_lake.config import Settings
+from kinesis_lake.errors import ConfigurationError
+from kinesis_lake.iceberg.catalog import configured_catalog_properties
 from kinesis_lake.kinesis.client import kinesis_client
+from kinesis_lake.kinesis.endpoint import LocalKinesisEndpoint
 from kinesis_lake.kinesis.producer import put_records, sample_events
 from kinesis_lake.kinesis.streams import ensure_stream
 
@@ -38,9 +43,21 @@ WARM_UP_RECORDS = 200
 DECLARATION = Path(__file__).resolve().parents[2] / "schemas" / "clickstream.yaml"
 
 
+class WarmUp(NamedTuple):
+    seconds: float
+    rows_ingested: int
+    tables_written: int
+    """Downstream tables the refresh committed rows to: each kind of refresh ran."""
+
+
 def warm_up_settings(spark_master: str, endpoint_url: str, scratch_dir: Path) -> Settings:
-    """The scratch lake's settings: built from nothing of the environment's, so that no
-    catalog, namespace, table or stream of the user's can be named by them."""
+    """The scratch lake's settings, built from none of the environment's settings, so that
+    none of them can name a catalog, namespace, table or checkpoint of the user's."""
+    if configured_catalog_properties(WARM_UP_CATALOG) is not None:
+        raise ConfigurationError(
+            f"A pyiceberg catalog named {WARM_UP_CATALOG} is configured; the Connect server's "
+            "warm-up keeps its scratch lake under that name: rename that catalog."
+        )
     return Settings.from_env(
         {
             "SPARK_MASTER": spark_master,
@@ -55,36 +72,29 @@ def warm_up_settings(spark_master: str, endpoint_url: str, scratch_dir: Path) ->
     )
 
 
-class WarmUp(NamedTuple):
-    seconds: float
-    rows_ingested: int
-    tables_written: int
-    """Downstream tables the refresh committed rows to: each kind of refresh ran."""
-
-
-def warm_up_server(spark_master: str, endpoint_url: str, scratch_dir: Path) -> WarmUp:
+def warm_up_server(spark_master: str, scratch_dir: Path) -> WarmUp:
     """Ingest and derive ``WARM_UP_RECORDS`` records through the server at
-    ``spark_master``. The stream and ``scratch_dir`` are gone afterwards."""
+    ``spark_master``. ``scratch_dir`` is gone afterwards, whatever happened."""
     from kinesis_lake.pipeline.derive import refresh_downstream
     from kinesis_lake.pipeline.ingest import run_ingestion
     from kinesis_lake.spark.runtime.session import build_spark_session
 
     started = time.monotonic()
     shutil.rmtree(scratch_dir, ignore_errors=True)  # what a killed warm-up left
-    settings = warm_up_settings(spark_master, endpoint_url, scratch_dir)
-    client = kinesis_client(endpoint_url, settings.region)
     try:
-        ensure_stream(client, WARM_UP_STREAM, settings.shard_count)
-        put_records(client, WARM_UP_STREAM, sample_events(WARM_UP_RECORDS, malformed_every=50))
-        spark = build_spark_session(spark_master, log_dir=scratch_dir / "logs")
-        try:
-            ingested = run_ingestion(spark, settings)
-            derived = refresh_downstream(spark, settings)
-        finally:
-            spark.stop()
+        with LocalKinesisEndpoint() as endpoint:
+            settings = warm_up_settings(spark_master, endpoint.url, scratch_dir)
+            client = kinesis_client(endpoint.url, settings.region)
+            ensure_stream(client, WARM_UP_STREAM, settings.shard_count)
+            events = sample_events(WARM_UP_RECORDS, malformed_every=50)
+            put_records(client, WARM_UP_STREAM, events)
+            spark = build_spark_session(spark_master)
+            try:
+                ingested = run_ingestion(spark, settings)
+                derived = refresh_downstream(spark, settings)
+            finally:
+                spark.stop()
     finally:
-        with contextlib.suppress(Exception):  # the endpoint may be stopping with dev
-            client.delete_stream(StreamName=WARM_UP_STREAM, EnforceConsumerDeletion=True)
         shutil.rmtree(scratch_dir, ignore_errors=True)
     refreshes = [
         *derived.tables.values(),
@@ -96,26 +106,37 @@ def warm_up_server(spark_master: str, endpoint_url: str, scratch_dir: Path) -> W
     return WarmUp(time.monotonic() - started, ingested.rows, written)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stop_once(signum: int, frame: FrameType | None) -> None:
+    """The first stop signal ends the warm-up by unwinding, so that its endpoint stops and
+    its scratch lake is removed; later ones would cut that short, and are ignored."""
+    for each in STOP_SIGNALS:
+        signal.signal(each, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spark_master")
-    parser.add_argument("endpoint_url")
     parser.add_argument("scratch_dir", type=Path)
+    parser.add_argument("--log", default="stderr", help="where stderr goes, for the message")
     args = parser.parse_args()
-    # Stopped (dev's exit), it still deletes its stream and scratch lake on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    for each in STOP_SIGNALS:
+        signal.signal(each, _stop_once)
     try:
-        done = warm_up_server(args.spark_master, args.endpoint_url, args.scratch_dir)
-    except KeyboardInterrupt:  # Ctrl-C reaches dev's whole process group: dev is stopping
-        raise SystemExit(130) from None
+        done = warm_up_server(args.spark_master, args.scratch_dir)
     except Exception as error:
+        traceback.print_exc()
         first_line = next(iter(str(error).splitlines()), "")
         print(
-            f"Spark Connect server warm-up failed ({type(error).__name__}: {first_line}); the "
-            "first run will start it up instead, which takes about 30 s longer.",
+            f"Spark Connect server warm-up failed ({type(error).__name__}: {first_line}; "
+            f"traceback in {args.log}): the first run starts the server's processes "
+            "instead, about 30 s more.",
             flush=True,
         )
-        raise SystemExit(1) from error
+        sys.exit(1)
     print(
         f"Spark Connect server warmed up in {done.seconds:.0f} s ({done.rows_ingested} "
         f"records ingested into a scratch lake, {done.tables_written} downstream tables "

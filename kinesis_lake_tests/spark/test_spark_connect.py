@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -162,22 +163,30 @@ def test_runs_share_the_servers_python_daemons_so_none_piles_up(
 WARM_UP_COMMAND = (sys.executable, "-m", "kinesis_lake.pipeline.server_warm_up")
 
 
-def test_a_warm_up_runs_every_refresh_on_a_lake_of_its_own_and_leaves_nothing(
-    connect_server, kinesalite_endpoint, settings_factory, tmp_path: Path
+def _user_env(tmp_path: Path, **more: str) -> dict[str, str]:
+    """A user's settings the warm-up must ignore: their lake, and an endpoint nothing
+    serves (a warm-up that used it would fail)."""
+    return _without_java(
+        {
+            **os.environ,
+            **FAKE_AWS_ENV,
+            "KINESIS_LAKE_DATA_DIR": str(tmp_path / "user"),
+            "KINESIS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+            **more,
+        }
+    )
+
+
+def test_a_warm_up_runs_every_refresh_on_an_endpoint_and_lake_of_its_own(
+    connect_server, tmp_path: Path
 ):
     """``make dev`` warms its new server up (a server's first run took 45 s where its
-    second, on a new lake too, took 12 s) with the whole path, on a stream and lake of its
-    own: the user's settings in its environment name neither."""
-    from kinesis_lake.kinesis.client import kinesis_client
-    from kinesis_lake.pipeline.server_warm_up import WARM_UP_STREAM
-
-    user = settings_factory(kinesalite_endpoint)  # a lake the environment points at
-    produce(user, 20, seed=7)
+    second, on a new lake too, took 12 s) with the whole path, on an endpoint and a lake of
+    its own: the user's settings in its environment name neither."""
     scratch = tmp_path / "warm-up"
-    env = _without_java({**settings_env(user), "SPARK_MASTER": connect_server.url})
     result = subprocess.run(
-        [*WARM_UP_COMMAND, connect_server.url, kinesalite_endpoint.url, str(scratch)],
-        env=env,
+        [*WARM_UP_COMMAND, connect_server.url, str(scratch)],
+        env=_user_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=600,
@@ -187,10 +196,51 @@ def test_a_warm_up_runs_every_refresh_on_a_lake_of_its_own_and_leaves_nothing(
     # routed (5), quarantine, aggregate, upsert and SQL: every kind of refresh ran
     assert "200 records ingested into a scratch lake, 9 downstream tables" in result.stdout
     assert not scratch.exists()
-    streams = kinesis_client(kinesalite_endpoint.url, "us-east-1").list_streams()
-    assert WARM_UP_STREAM not in streams["StreamNames"]
-    assert user.stream_name in streams["StreamNames"]
-    assert not user.data_dir.exists()  # the user's lake was never opened
+    assert not (tmp_path / "user").exists()  # the user's lake was never opened
+    assert processes_with_data_dir(tmp_path / "user") == []  # its endpoint stopped with it
+
+
+def test_a_warm_up_refuses_a_configured_catalog_of_its_name_in_one_line(tmp_path: Path):
+    catalog = {"PYICEBERG_CATALOG__KINESIS_LAKE_WARM_UP__URI": f"sqlite:///{tmp_path}/c.db"}
+    result = subprocess.run(
+        [*WARM_UP_COMMAND, "sc://127.0.0.1:1", str(tmp_path / "warm-up")],
+        env=_user_env(tmp_path, **catalog),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "kinesis_lake_warm_up is configured" in result.stdout
+    assert "rename that catalog" in result.stdout
+
+
+def test_a_warm_up_stopped_midway_leaves_nothing_even_signalled_twice(
+    connect_server, tmp_path: Path
+):
+    """Stopped as dev stops it (SIGTERM), or as a closed terminal would (SIGHUP), it
+    unwinds: its endpoint stops and its scratch lake goes. A second signal while it
+    unwinds (dev's, a service manager's) used to cut that short."""
+    scratch = tmp_path / "warm-up"
+    warm_up = subprocess.Popen(
+        [*WARM_UP_COMMAND, connect_server.url, str(scratch)],
+        env=_user_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (scratch / "checkpoints").exists() and warm_up.poll() is None:
+        assert time.monotonic() < deadline, "the warm-up's query never started"
+        time.sleep(0.2)
+    warm_up.send_signal(signal.SIGHUP)
+    time.sleep(0.2)
+    warm_up.send_signal(signal.SIGTERM)
+    _, stderr = warm_up.communicate(timeout=120)
+
+    assert warm_up.returncode == 128 + signal.SIGHUP, stderr[-3000:]
+    assert not scratch.exists()
+    assert processes_with_data_dir(tmp_path / "user") == []
+    assert connect_server.serving()
 
 
 SESSION_AND_TEARDOWN = """
