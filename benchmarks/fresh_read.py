@@ -134,8 +134,9 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             f"{SHARDS}-shard stream on kinesalite while `{TABLE}` was read fresh back to "
             "back; latency = return of the first read holding a record - issue of its put. "
             "Beside the pipeline: dagster dev with make dev's settings on a Spark Connect "
-            "server committing meanwhile. Quiet: no pipeline, each read's tail every record "
-            "put so far (the heaviest tail). ratio = p99 beside the pipeline / target."
+            "server (warmed up first, as make dev warms it) committing meanwhile. Quiet: no "
+            "pipeline, each read's tail every record put so far (the heaviest tail). "
+            "ratio = p99 beside the pipeline / target."
         ),
     }
 
