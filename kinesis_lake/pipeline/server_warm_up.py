@@ -40,6 +40,8 @@ from kinesis_lake.kinesis.streams import ensure_stream
 WARM_UP_STREAM = "kinesis-lake-warm-up"
 WARM_UP_CATALOG = "kinesis_lake_warm_up"
 WARM_UP_RECORDS = 200
+WARM_UP_REGION = "us-east-1"
+"""Any region will do for an endpoint of its own; without one boto3 refuses to start."""
 DECLARATION = Path(__file__).resolve().parents[2] / "schemas" / "clickstream.yaml"
 
 
@@ -62,6 +64,7 @@ def warm_up_settings(spark_master: str, endpoint_url: str, scratch_dir: Path) ->
         {
             "SPARK_MASTER": spark_master,
             "KINESIS_ENDPOINT_URL": endpoint_url,
+            "AWS_REGION": WARM_UP_REGION,
             "KINESIS_STREAM_NAME": WARM_UP_STREAM,
             "KINESIS_SHARD_COUNT": "1",
             "KINESIS_STARTING_POSITION": "trim_horizon",

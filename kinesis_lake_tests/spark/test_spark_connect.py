@@ -164,17 +164,19 @@ WARM_UP_COMMAND = (sys.executable, "-m", "kinesis_lake.pipeline.server_warm_up")
 
 
 def _user_env(tmp_path: Path, **more: str) -> dict[str, str]:
-    """A user's settings the warm-up must ignore: their lake, and an endpoint nothing
-    serves (a warm-up that used it would fail)."""
-    return _without_java(
-        {
-            **os.environ,
-            **FAKE_AWS_ENV,
-            "KINESIS_LAKE_DATA_DIR": str(tmp_path / "user"),
-            "KINESIS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
-            **more,
-        }
-    )
+    """A user's settings the warm-up must ignore: their lake, an endpoint nothing serves (a
+    warm-up that used it would fail), and no region (its endpoint is its own: any will do;
+    without one it failed with NoRegionError)."""
+    env = {
+        **os.environ,
+        **FAKE_AWS_ENV,
+        "KINESIS_LAKE_DATA_DIR": str(tmp_path / "user"),
+        "KINESIS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        **more,
+    }
+    for region in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        env.pop(region, None)
+    return _without_java(env)
 
 
 def test_a_warm_up_runs_every_refresh_on_an_endpoint_and_lake_of_its_own(
