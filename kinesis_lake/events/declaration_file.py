@@ -89,11 +89,16 @@ _FIELD_SOURCES = ("fields", "schema_file", "registry_schema")
 """What a table's columns may come from: listed, or derived from a schema it names."""
 
 
-class _LineLoader(yaml.CSafeLoader):
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it (its wheels are): every refresh, check
+and fresh read loads the declaration afresh, and the pure-Python parser took 11.5 ms of a
+fresh read's 70 ms on the shipped declaration, libyaml 1.7 ms (2026-12-06). A PyYAML built
+from source without libyaml has only the pure-Python one."""
+
+
+class _LineLoader(_SafeLoader):
     """Safe YAML that notes the line each mapping starts on (by the mapping's ``id``, so the
-    documents stay plain dicts). On libyaml's parser: every refresh, check and fresh read
-    loads the declaration afresh, and the pure-Python parser took 11.5 ms of a fresh read's
-    70 ms on the shipped declaration, libyaml 1.7 ms (2026-12-06)."""
+    documents stay plain dicts)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
