@@ -69,6 +69,7 @@ from kinesis_lake.iceberg.summary import committed_positions
 from kinesis_lake.iceberg.tables import evolved_schema
 from kinesis_lake.kinesis.client import KinesisClient, kinesis_client
 from kinesis_lake.pipeline.earlier_reads import earlier_reads
+from kinesis_lake.pipeline.fresh_memo import files_appended_since, routed_raw_files
 from kinesis_lake.pipeline.fresh_tail import (
     DEFAULT_LIMITS,
     RAW_STAMPS,
@@ -377,11 +378,8 @@ def _fresh_routed(base: FreshBase, tail: Tail) -> FreshRead:
         _ROUTED_STAMPS,
     )
     snapshot = _snapshot(base.table, schema)
-    pending = _raw_not_derived(base)
-    raw_rows = pa.concat_tables(
-        [pending.select(tail.rows.column_names).cast(tail.rows.schema), tail.rows]
-    )
-    rows = route_events(raw_rows, base.declaration).tables[base.name]
+    pending = _raw_not_derived(base, tail.rows.schema)
+    rows = pa.concat_tables([pending, route_events(tail.rows, base.declaration).tables[base.name]])
     rows = rows.set_column(
         rows.schema.get_field_index(C.PARSED_AT),
         C.PARSED_AT,
@@ -439,13 +437,14 @@ def _fresh_upsert(base: FreshBase, upsert: UpsertBase, source: FreshRead) -> Fre
     return replace(source, snapshot=replace(table, key=spec.key, replaced=touched), fresh=winners)
 
 
-def _raw_not_derived(base: FreshBase) -> pa.Table:
-    """Raw rows committed after the raw snapshot the routed table caught up to."""
-    if base.raw is None:
-        return raw_arrow_schema().empty_table()
-    done = caught_up_snapshot_id(base.raw, base.table) if base.table is not None else None
-    piece = appended_since(base.raw, done)
-    return read_files(base.raw, piece.files)
+def _raw_not_derived(base: FreshBase, tail_schema: pa.Schema) -> pa.Table:
+    """The table's rows routed from raw rows committed after the raw snapshot it caught up
+    to (routed once per process: :mod:`~kinesis_lake.pipeline.fresh_memo`)."""
+    files: tuple[str, ...] = ()
+    if base.raw is not None:
+        done = caught_up_snapshot_id(base.raw, base.table) if base.table is not None else None
+        files = files_appended_since(base.raw, done)
+    return routed_raw_files(base.raw, files, base.declaration, base.name, tail_schema)
 
 
 def _identities(rows: pa.Table) -> pa.Array:

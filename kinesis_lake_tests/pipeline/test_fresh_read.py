@@ -255,6 +255,35 @@ def test_a_field_added_to_the_declaration_reads_fresh_before_the_refresh_adds_it
     assert fresh_rows(fresh) == rows_of(settings, "orders")
 
 
+def test_raw_rows_an_earlier_read_routed_are_routed_again_after_the_declaration_changes(
+    spark, settings
+):
+    """Fresh reads in one process keep raw files' routed rows (``fresh_memo``): after an
+    edit of the declaration, the next read of a table behind raw routes raw's rows as the
+    next refresh will, never as the read before the edit did."""
+    spread(settings, order("o1"), order("o2"))
+    run_ingestion(spark, settings)
+    refresh_downstream(spark, settings)
+    spread(settings, {**order("o3"), "note": "kept"})
+    run_ingestion(spark, settings)  # raw holds o3, orders does not yet
+    assert fresh_read(settings, "orders").rows_from_raw == 1
+    settings.event_schema_path.write_text(
+        DECLARATION.replace(
+            "      - {name: amount, type: int}\n",
+            "      - {name: amount, type: int}\n      - {name: note, type: string}\n",
+            1,
+        )
+    )
+
+    fresh = fresh_read(settings, "orders")
+
+    notes = {row["id"]: row["note"] for row in fresh.table.to_pylist()}
+    assert notes == {"o1": None, "o2": None, "o3": "kept"}
+    assert fresh.rows_from_raw == 1
+    refresh_downstream(spark, settings)
+    assert fresh_rows(fresh) == rows_of(settings, "orders")
+
+
 def test_a_widened_field_reads_fresh_as_the_refresh_widens_it_in_both_readers(spark, settings):
     """A declared type widened (int to long) reads fresh as the wider type, as the refresh
     evolves the table before it writes: an amount past int's range in the tail is kept,
