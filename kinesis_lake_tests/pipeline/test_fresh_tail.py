@@ -17,7 +17,7 @@ from kinesis_lake.iceberg.summary import POSITIONS
 from kinesis_lake.kinesis.client import kinesis_client
 from kinesis_lake.kinesis.streams import describe_stream
 from kinesis_lake.pipeline.earlier_reads import READ_TO_TIP
-from kinesis_lake.pipeline.fresh_read import fresh_read
+from kinesis_lake.pipeline.fresh_read import TailLimits, fresh_read
 from kinesis_lake.pipeline.ingest_query import prepare_raw_table
 from kinesis_lake_tests.kinesis.clock_proxy import ClockProxy
 from kinesis_lake_tests.kinesis.fault_proxy import FaultProxy
@@ -136,3 +136,47 @@ def test_a_fresh_consumer_that_cannot_be_had_is_warned_of_and_the_read_polls(
 
 def _read(fresh) -> list[str]:
     return sorted(json.loads(d)["text"] for d in fresh.table.column("data").to_pylist())
+
+
+def test_shards_read_at_once_take_what_one_after_another_would_under_every_cap(
+    kinesalite_endpoint, settings_factory
+):
+    """The tail's shards are read at once (``_ReadAhead``), each ahead with a share of the
+    cap; whatever the cap, a read takes exactly what reading the shards one after another
+    in lineage order took: every record of the shards before, the oldest records of one
+    shard (where the cap stopped it), then nothing, and names the shards it left out and
+    where."""
+    settings = settings_factory(kinesalite_endpoint, declaration=PROFILES, shard_count=4)
+    put(
+        settings,
+        *({"type": "note", "text": f"n{i}"} for i in range(14)),
+        keys=[f"k{i}" for i in range(14)],
+    )
+    prepare_raw_table(settings)
+    whole = fresh_read(settings, settings.raw_table_name)
+    in_order = sorted(_positions(whole), key=lambda p: (p[0], int(p[1])))
+    assert whole.table.num_rows == 14 and len({shard for shard, _ in in_order}) >= 3
+
+    for cap in range(1, 16):
+        capped = fresh_read(settings, settings.raw_table_name, limits=TailLimits(cap))
+
+        taken = in_order[:cap]
+        assert sorted(_positions(capped), key=lambda p: (p[0], int(p[1]))) == taken, cap
+        left = {o.shard_id: o.after_sequence_number for o in capped.left_out}
+        if cap > 14:
+            assert left == {}, cap
+            continue
+        # The cap stops the read on the record that reaches it, at a shard's end or not.
+        partial, last = taken[-1]
+        expected = {partial: last} | {s: None for s, _ in in_order[cap:] if s != partial}
+        assert left == expected, cap
+
+
+def _positions(fresh) -> list[tuple[str, str]]:
+    return list(
+        zip(
+            fresh.table.column("shard_id").to_pylist(),
+            fresh.table.column("sequence_number").to_pylist(),
+            strict=True,
+        )
+    )
