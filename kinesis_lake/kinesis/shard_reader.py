@@ -137,6 +137,7 @@ class ShardReader:
         retention_ms: int | None = None,
         pinned_records: int | None = None,
         max_bytes: int | None = None,
+        listed_open: bool = False,
     ) -> Iterator[list[KinesisRecord]]:
         """Yield de-aggregated records, one non-empty list per GetRecords response.
 
@@ -160,6 +161,12 @@ class ShardReader:
         (server time - retention). If the shard was read to its tip after the current
         trim horizon, no such record can exist: the shard was simply quiet. Otherwise the
         gap is reported as ``data_loss``, since nothing can prove it empty.
+
+        ``listed_open``: the caller listed the shard open just before, so a GetRecords page
+        at the tip holding nothing but the resume record ends the read ("caught_up"): only
+        a closed shard's end needs kinesalite's empty page, and waiting for it costs a
+        second call, at the shard's pace 200 ms later. A shard closed since reads as
+        caught up, and the next read finds its end.
 
         ``self.outcome`` is set once the generator is exhausted (not if it is closed early).
         """
@@ -279,6 +286,7 @@ class ShardReader:
                     may_be_tip=page.may_be_tip,
                     millis_behind=page.millis_behind,
                     resume_record_only=page.end_needs_empty_page
+                    and not listed_open
                     and bool(page.records)
                     and skipped == len(page.records),
                 )

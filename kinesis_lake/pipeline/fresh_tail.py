@@ -135,6 +135,7 @@ def read_tail(
             arrival_cutoff_ms=cutoff_ms,
             quiet_since_ms=tips.get(shard.shard_id),
             retention_ms=retention_ms,
+            listed_open=not shard.is_closed,
         )
 
     polled = consumer_arn is None

@@ -362,6 +362,24 @@ def test_split_parent_ends_and_children_follow(kinesalite, new_stream) -> None:
     assert child_data == sorted(d for _, d in after)
 
 
+def test_an_open_shard_read_from_its_last_record_is_caught_up_in_one_call(
+    client, new_stream
+) -> None:
+    """A page holding only the resume record ends the read of a shard its caller listed
+    open: only a closed shard's end needs kinesalite's empty page. One GetRecords instead
+    of two, which at the shard's pace (5 calls/s) are 200 ms apart: a fresh read right
+    after a commit reads every shard from its last record (benchmark 15)."""
+    stream = new_stream(client)
+    [last] = put(client, stream, entries(1))
+    reader = _reader(client, stream)
+
+    assert _read(reader, StartPosition.after(last), max_records=10, listed_open=True) == []
+    assert reader.outcome.stopped_by == "caught_up" and reader.outcome.calls == 1
+    assert reader.outcome.data_loss is None
+    assert _read(reader, StartPosition.after(last), max_records=10) == []
+    assert reader.outcome.stopped_by == "caught_up" and reader.outcome.calls == 2
+
+
 def test_positions_and_outcomes_round_trip_through_json() -> None:
     import json
 
