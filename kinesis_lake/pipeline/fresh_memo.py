@@ -13,14 +13,20 @@ are told apart by their UUID). A data file's path names bytes that never change 
 never rewrites a file in place, and our writers and pyiceberg put a UUID in every file
 name), and routing is row by row (:func:`~kinesis_lake.events.parse.route_events`: a
 record routes the same alone as beside others). So each file's rows, routed by a
-declaration in a raw schema, are kept under exactly those three, and a read after an
-edit of the declaration or an evolution of raw routes again. Kept newest first, up to
-:data:`MAX_ROWS` rows in all: a table far behind raw is read whole each time, as before,
-rather than held in memory.
+declaration in a raw schema, are kept under exactly those (the declaration by a digest
+of its whole value: an Avro or Protobuf stream's holds dicts, which do not hash), and a
+read after an edit of the declaration or an evolution of raw routes again.
+
+Bounded, newest kept: :data:`MAX_FILES` files (a kept file costs about 70 KB beside its
+rows: five small Arrow tables) and :data:`MAX_ROWS` rows, a file counting one row at
+least; a file larger than that is routed and not kept. A table far behind raw is then
+read as before, not held in memory. Ranges from a table's beginning (a table never
+refreshed: every live file of raw) are planned each time, not kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -34,12 +40,15 @@ from kinesis_lake.iceberg.arrow_schema import table_arrow_schema
 from kinesis_lake.iceberg.incremental import appended_since, read_data_file
 
 MAX_ROWS = 200_000
-"""Routed rows kept over all files (a few tens of MB for the demo's events)."""
+"""Routed rows kept over all files (about 30 MB of the demo's events: 145 bytes a row)."""
+
+MAX_FILES = 512
+"""Files whose routed rows are kept (about 35 MB beside their rows)."""
 
 MAX_RANGES = 256
 """Snapshot ranges whose appended files are kept."""
 
-_Key = tuple[LakeDeclaration, pa.Schema, str]
+_Key = tuple[str, pa.Schema, pa.Schema, str]
 _routed: OrderedDict[_Key, dict[str, pa.Table]] = OrderedDict()
 _kept_rows = 0
 _appended: OrderedDict[tuple[str, int | None, int], tuple[str, ...]] = OrderedDict()
@@ -50,7 +59,7 @@ def files_appended_since(table: Table, from_snapshot_id: int | None) -> tuple[st
     """:func:`~kinesis_lake.iceberg.incremental.appended_since` up to the current snapshot:
     the data files, planned once per snapshot range (and table)."""
     current = table.current_snapshot()
-    if current is None:
+    if current is None or from_snapshot_id is None:
         return tuple(appended_since(table, from_snapshot_id).files)
     key = (str(table.metadata.table_uuid), from_snapshot_id, current.snapshot_id)
     with _lock:
@@ -79,9 +88,10 @@ def routed_raw_files(
     if raw is None or not files:
         return route_events(tail_schema.empty_table(), declaration).tables[name]
     schema = table_arrow_schema(raw.schema())
+    digest = hashlib.sha256(repr(declaration).encode()).hexdigest()
     parts = []
     for path in files:
-        key = (declaration, schema, path)
+        key = (digest, schema, tail_schema, path)
         with _lock:
             tables = _routed.get(key)
             if tables is not None:
@@ -97,14 +107,19 @@ def routed_raw_files(
 
 def _keep(key: _Key, tables: dict[str, pa.Table]) -> None:
     global _kept_rows
+    weight = _weight(tables)
+    if weight > MAX_ROWS:
+        return
     with _lock:
         if key not in _routed:
             _routed[key] = tables
-            _kept_rows += _rows(tables)
-        while _kept_rows > MAX_ROWS:
+            _kept_rows += weight
+        while _kept_rows > MAX_ROWS or len(_routed) > MAX_FILES:
             _, dropped = _routed.popitem(last=False)
-            _kept_rows -= _rows(dropped)
+            _kept_rows -= _weight(dropped)
 
 
-def _rows(tables: dict[str, pa.Table]) -> int:
-    return sum(table.num_rows for table in tables.values())
+def _weight(tables: dict[str, pa.Table]) -> int:
+    """What a kept file counts against :data:`MAX_ROWS`: its routed rows, one at least (a
+    file whose every record was quarantined still takes memory)."""
+    return max(1, sum(table.num_rows for table in tables.values()))
