@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import pyarrow as pa
 from botocore.exceptions import ClientError
@@ -46,7 +46,8 @@ RAW_STAMPS = ("ingested_at", "batch_id")
 class TailLimits:
     """How much of the stream one fresh read takes at most.
 
-    ``max_records``: Kinesis records read over all shards (an aggregate counts once).
+    ``max_records``: Kinesis records taken over all shards (an aggregate counts once); up
+    to twice as many may be read from Kinesis where the cap binds (:class:`_ReadAhead`).
     ``max_age_s``: a shard whose oldest uncommitted record arrived longer ago than this is
     left out whole (None: no such limit). Either way the shards left out are reported.
     """
@@ -119,10 +120,13 @@ def read_tail(
     polled_while_held: list[str] = []
     ordered = shard_lineage_order(shards)
 
-    def read_of(shard: Shard, max_records: int) -> _ShardRead | None:
-        """The shard's read from where it starts; None: its start is unknown."""
+    def read_of(shard: Shard, max_records: int, after: str | None = None) -> _ShardRead | None:
         committed = positions.get(shard.shard_id)
-        start = _start(shard.shard_id, committed, starts, stream.starting_position)
+        start = (
+            StartPosition.after(after)
+            if after is not None
+            else _start(shard.shard_id, committed, starts, stream.starting_position)
+        )
         if start is None:
             return None
         return functools.partial(
@@ -156,7 +160,7 @@ def read_tail(
                 left_out.append(LeftOut(shard.shard_id, None, _UNKNOWN_START))
                 continue
             if consumer_arn is None:
-                records, outcome = ahead.taken(shard.shard_id, budget) or read(None)
+                records, outcome = ahead.taken(shard, budget) or read(None)
             else:
                 try:
                     records, outcome = read(consumer_arn)
@@ -191,6 +195,15 @@ def read_tail(
 _ShardRead = Callable[[str | None], tuple[list[KinesisRecord], ReadOutcome]]
 """One shard's read, given the consumer to subscribe as (None: polled)."""
 
+
+class _ReadOf(Protocol):
+    def __call__(
+        self, shard: Shard, max_records: int, after: str | None = None
+    ) -> _ShardRead | None:
+        """The shard's read of ``max_records`` from where it starts (or ``after`` that
+        record); None: its start is unknown."""
+
+
 MAX_READS_AHEAD = 8
 """Shards read at once by :class:`_ReadAhead`."""
 
@@ -202,10 +215,13 @@ class _ReadAhead:
     One after another, each shard costs two round trips (GetShardIterator, GetRecords):
     on the benchmark's 4 shards beside the pipeline, most of a fresh read's time. Read
     ahead are the shards that no listed parent precedes, each with an equal share of the
-    record budget, so that together they never read more than the budget. The loop takes a
-    read ahead only where it is exactly what its own read would return (the same
-    ``max_records``, or a read that stopped before its share and the budget left), and
-    reads the shard itself otherwise (the tail cap binds: a backlog, not a fresh tail).
+    record cap (none when there are more such shards than records in the cap). The loop
+    takes a read ahead where it is exactly what its own read would return: the same
+    ``max_records``, or a read that stopped before its share and the budget left. One that
+    the cap stopped short of the budget left is read on from its last record, so the
+    shard's records are read once; one that read past the budget left (earlier shards took
+    their share and more) or failed is read again by the loop itself. What is read from
+    Kinesis is then at most twice the cap, what is taken at most the cap, as before.
     Not where a consumer subscribes: one subscription per shard at a time is Kinesis's
     rule, and the subscribed path falls back shard by shard.
     """
@@ -214,37 +230,49 @@ class _ReadAhead:
         self,
         shards: Sequence[Shard],
         listed: set[str],
-        read_of: Callable[[Shard, int], _ShardRead | None],
+        read_of: _ReadOf,
         budget: int,
     ) -> None:
-        reads = {
-            shard.shard_id: read
+        self._read_of = read_of
+        roots = [
+            shard
             for shard in shards
             if not any(parent in listed for parent in shard.parent_ids)
-            and (read := read_of(shard, 1)) is not None
-        }
-        self._share = max(1, budget // len(reads)) if reads else budget
+            and read_of(shard, 1) is not None
+        ]
+        self._share = budget // len(roots) if roots else budget
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: dict[str, Future[tuple[list[KinesisRecord], ReadOutcome]]] = {}
-        if len(reads) > 1:
-            self._pool = ThreadPoolExecutor(min(MAX_READS_AHEAD, len(reads)), "fresh-tail")
-            for shard in shards:
-                if shard.shard_id in reads:
-                    read = read_of(shard, self._share)
-                    assert read is not None
-                    self._ahead[shard.shard_id] = self._pool.submit(read, None)
+        if len(roots) > 1 and self._share >= 1:
+            self._pool = ThreadPoolExecutor(min(MAX_READS_AHEAD, len(roots)), "fresh-tail")
+            for shard in roots:
+                read = read_of(shard, self._share)
+                assert read is not None
+                self._ahead[shard.shard_id] = self._pool.submit(read, None)
 
-    def taken(self, shard_id: str, budget: int) -> tuple[list[KinesisRecord], ReadOutcome] | None:
-        """The shard's read ahead if it is what a read with ``budget`` returns; None:
-        read it."""
-        ahead = self._ahead.pop(shard_id, None)
+    def taken(self, shard: Shard, budget: int) -> tuple[list[KinesisRecord], ReadOutcome] | None:
+        """The shard's records and outcome as a read with ``budget`` returns them, from its
+        read ahead; None: read it."""
+        ahead = self._ahead.pop(shard.shard_id, None)
         if ahead is None:
             return None
-        records, outcome = ahead.result()
-        same = self._share == budget or (
+        try:
+            records, outcome = ahead.result()
+        except Exception:  # the loop's own read decides (it raises if it fails too)
+            return None
+        if self._share == budget or (
             outcome.stopped_by != "limit" and outcome.records_read < budget
+        ):
+            return records, outcome
+        if outcome.stopped_by != "limit" or outcome.records_read >= budget:
+            return None
+        assert outcome.last_sequence_number is not None  # the cap stops on a record
+        rest = self._read_of(
+            shard, budget - outcome.records_read, after=outcome.last_sequence_number
         )
-        return (records, outcome) if same else None
+        assert rest is not None  # a start after a record is known
+        more, then = rest(None)
+        return records + more, _joined(outcome, then)
 
     def __enter__(self) -> _ReadAhead:
         return self
@@ -252,6 +280,23 @@ class _ReadAhead:
     def __exit__(self, *_: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _joined(first: ReadOutcome, then: ReadOutcome) -> ReadOutcome:
+    """One read's outcome from a read and the read on from its last record."""
+    return replace(
+        then,
+        records_read=first.records_read + then.records_read,
+        user_records=first.user_records + then.user_records,
+        bytes_read=first.bytes_read + then.bytes_read,
+        last_sequence_number=then.last_sequence_number or first.last_sequence_number,
+        last_arrival_ms=then.last_arrival_ms or first.last_arrival_ms,
+        calls=first.calls + then.calls,
+        retries=first.retries + then.retries,
+        iterator_renewals=first.iterator_renewals + then.iterator_renewals,
+        data_loss=first.data_loss or then.data_loss,
+        read_started_ms=first.read_started_ms,
+    )
 
 
 CONSUMER_WAIT_S = 30.0

@@ -180,3 +180,32 @@ def _positions(fresh) -> list[tuple[str, str]]:
             strict=True,
         )
     )
+
+
+def test_a_shard_whose_read_ahead_failed_is_read_again_by_the_loop(
+    kinesalite_endpoint, settings_factory
+):
+    """A read ahead is speculative: one that fails (here the first GetShardIterator is
+    refused, as for an identity without the right) leaves the shard to the loop's own
+    read, which fails the fresh read only if it fails too."""
+    proxy = FaultProxy(kinesalite_endpoint.url).start()
+    try:
+        settings = settings_factory(proxy, declaration=PROFILES, shard_count=4)
+        texts = [f"n{i}" for i in range(12)]
+        put(
+            settings,
+            *({"type": "note", "text": t} for t in texts),
+            keys=[f"k{i}" for i in range(12)],
+        )
+        prepare_raw_table(settings)
+        proxy.inject("GetShardIterator", "access_denied")
+        fresh = fresh_read(settings, settings.raw_table_name)
+    finally:
+        proxy.stop()
+
+    assert proxy.counts[("GetShardIterator", "access_denied")] == 1
+    assert sorted(_texts_of(fresh)) == sorted(texts) and fresh.shards_read == 4
+
+
+def _texts_of(fresh) -> list[str]:
+    return [json.loads(data)["text"] for data in fresh.table.column("data").to_pylist()]
