@@ -9,6 +9,7 @@ from kinesis_lake_tests.spark.source_helpers import (
     keyed_events,
     new_stream,
     payloads,
+    progress_records,
     put,
     run_source,
     source_options,
@@ -67,3 +68,32 @@ def _assert_each_shard_continues_where_the_last_batch_stopped(rows: list[dict]) 
         by_batch = sorted(in_shard, key=lambda r: (r["batch_id"], int(r["sequence_number"])))
         by_sequence = sorted(in_shard, key=lambda r: int(r["sequence_number"]))
         assert by_batch == by_sequence
+
+
+def test_a_quiet_shard_costs_one_get_records_call_a_batch(spark, kinesalite_endpoint, tmp_path):
+    """A shard with nothing after its last read record is read from that record, and the
+    page holding only it is the tip of a shard planned open: one GetRecords call, not a
+    second one at the shard's pace 200 ms later (each spent from the shard's 5 calls/s,
+    which every reader of the stream shares)."""
+    url = kinesalite_endpoint.url
+    stream = new_stream(url, shards=2)
+    put(url, stream, keyed_events("a", keys=6, per_key=2))
+    options = source_options(url, stream, tmp_path / "m")
+    first = run_source(spark, options, tmp_path / "c")
+    busy = first[0]["shard_id"]
+    quiet = {r["shard_id"] for r in first} - {busy}
+    assert len(quiet) == 1, "both shards hold records"
+    put(url, stream, [(r["partition_key"], b"more") for r in first if r["shard_id"] == busy])
+    before = {(p["epoch"], p["shard_id"]) for p in progress_records(tmp_path / "m")}
+
+    second = run_source(spark, options, tmp_path / "c")
+
+    assert {r["shard_id"] for r in second} == {busy}
+    later = [
+        p
+        for p in progress_records(tmp_path / "m")
+        if (p["epoch"], p["shard_id"]) not in before and p["shard_id"] in quiet
+    ]
+    assert later, "the second run read the quiet shard"
+    assert all(p["records_read"] == 0 and p["caught_up"] for p in later)
+    assert [p["calls"] for p in later] == [1] * len(later)

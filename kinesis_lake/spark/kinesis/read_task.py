@@ -62,6 +62,9 @@ class ShardReadTask(InputPartition):
     max_retries: int
     consumer_arn: str | None
     max_bytes: int | None = None
+    listed_open: bool = False
+    """The shard was open when the epoch was planned (``ShardReader.read``'s
+    ``listed_open``: a quiet shard is caught up in one GetRecords call)."""
 
 
 class DataLossError(IngestionError, RuntimeError):
@@ -120,6 +123,7 @@ def read_task(
         retention_ms=task.retention_ms,
         pinned_records=pinned.outcome.records_read if pinned is not None else None,
         max_bytes=task.max_bytes,
+        listed_open=task.listed_open,
     )
     outcome = reader.outcome
     assert outcome is not None  # set once the generator is exhausted

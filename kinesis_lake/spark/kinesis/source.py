@@ -361,6 +361,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 start=plan.shards[shard_id].to_dict()["start"],
                 limit=plan.shards[shard_id].limit,
                 max_bytes=plan.shards[shard_id].max_bytes,
+                listed_open=not plan.shards[shard_id].closed,
                 cutoff_ms=plan.cutoff_ms,
                 quiet_since_ms=plan.quiet_since(shard_id),
                 retention_ms=stream.retention_hours * 3_600_000,
