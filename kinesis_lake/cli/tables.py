@@ -105,9 +105,15 @@ def _fresh_reader(settings: Settings, args: argparse.Namespace) -> Callable[[str
     from kinesis_lake.pipeline.fresh_read import TailLimits, fresh_read
 
     try:
-        limits = TailLimits(max_records=args.fresh_max_records, max_age_s=args.fresh_max_age)
+        limits = TailLimits(
+            max_records=args.fresh_max_records,
+            max_age_s=args.fresh_max_age,
+            max_bytes=args.fresh_max_bytes,
+        )
     except ValueError as error:
-        raise ConfigurationError(f"--fresh-max-records/--fresh-max-age: {error}") from None
+        raise ConfigurationError(
+            f"--fresh-max-records/--fresh-max-bytes/--fresh-max-age: {error}"
+        ) from None
 
     def read(name: str) -> pa.Table:
         fresh = fresh_read(settings, name, limits=limits)
@@ -173,6 +179,14 @@ def add_query(commands: Commands) -> None:
         default=100_000,
         help="with --fresh: Kinesis records read at most, all shards together; shards left "
         "out are named on stderr",
+    )
+    query.add_argument(
+        "--fresh-max-bytes",
+        type=int,
+        default=None,
+        help="with --fresh: bytes of Kinesis records read at most (data and partition key, "
+        "as Kinesis counts them), all shards together; shards left out are named on stderr; "
+        "default: no limit",
     )
     query.add_argument(
         "--fresh-max-age",

@@ -12,8 +12,8 @@ is the ordinary reader; a bare registration refuses ``fresh`` in one line.
 
 The driver plans once, when Spark asks for the schema at ``load`` (the frame keeps the
 rows its schema was given, as the ordinary reader keeps its snapshot): it reads the tail
-and decides its rows (small: bounded by the limits, ``freshMaxRecords`` and
-``freshMaxAge``, as ``query --fresh``'s flags), and for an upsert table the keys they
+and decides its rows (small: bounded by the limits, ``freshMaxRecords``, ``freshMaxBytes``
+and ``freshMaxAge``, as ``query --fresh``'s flags), and for an upsert table the keys they
 decide again; the snapshot itself is read by the executors, one task per data file, as
 the ordinary reader reads it, so a fresh read scales as a plain one does. What the read
 left out is logged on the driver with
@@ -103,17 +103,21 @@ class FreshIcebergDataSource(IcebergDataSource):
 
 
 def fresh_limits(options: dict[str, str]) -> TailLimits:
-    """:class:`TailLimits` from lower-cased options ``freshmaxrecords``/``freshmaxage``."""
-    records, age = options.get("freshmaxrecords"), options.get("freshmaxage")
+    """:class:`TailLimits` from lower-cased options ``freshmaxrecords``, ``freshmaxbytes``
+    and ``freshmaxage``."""
+    records, size = options.get("freshmaxrecords"), options.get("freshmaxbytes")
+    age = options.get("freshmaxage")
     try:
         return TailLimits(
             max_records=int(records) if records else TailLimits.max_records,
             max_age_s=float(age) if age else None,
+            max_bytes=int(size) if size else None,
         )
     except ValueError as error:
         raise ConfigurationError(
-            f"Options 'freshMaxRecords'={records!r}/'freshMaxAge'={age!r}: {error}; "
-            "give a whole number of records and a number of seconds."
+            f"Options 'freshMaxRecords'={records!r}/'freshMaxBytes'={size!r}/"
+            f"'freshMaxAge'={age!r}: {error}; give whole numbers of records and bytes and "
+            "a number of seconds."
         ) from None
 
 

@@ -49,17 +49,23 @@ class TailLimits:
     ``max_records``: Kinesis records taken over all shards (an aggregate counts once); up
     to twice as many may be read from Kinesis where the cap binds (:class:`_ReadAhead`).
     ``max_age_s``: a shard whose oldest uncommitted record arrived longer ago than this is
-    left out whole (None: no such limit). Either way the shards left out are reported.
+    left out whole (None: no such limit). ``max_bytes``: bytes of Kinesis records taken
+    over all shards, as Kinesis counts a record (data and partition key); a record that
+    would pass it is left out, unless it is the tail's first (None: no such limit; with
+    one, shards are read one after another). Either way the shards left out are reported.
     """
 
     max_records: int = 100_000
     max_age_s: float | None = None
+    max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_records < 1:
             raise ValueError("max_records must be at least 1")
         if self.max_age_s is not None and self.max_age_s <= 0:
             raise ValueError("max_age_s must be positive (or None)")
+        if self.max_bytes is not None and self.max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1 (or None)")
 
 
 DEFAULT_LIMITS = TailLimits()
@@ -112,7 +118,7 @@ def read_tail(
     shards = list_shards(client, stream.stream_name)
     listed = {shard.shard_id for shard in shards}
     starts = _starts(stream, tips)
-    budget = limits.max_records
+    budget, bytes_left = limits.max_records, limits.max_bytes
     finished: set[str] = set()
     batches: list[pa.RecordBatch] = []
     left_out: list[LeftOut] = []
@@ -120,7 +126,9 @@ def read_tail(
     polled_while_held: list[str] = []
     ordered = shard_lineage_order(shards)
 
-    def read_of(shard: Shard, max_records: int, after: str | None = None) -> _ShardRead | None:
+    def read_of(
+        shard: Shard, max_records: int, after: str | None = None, max_bytes: int | None = None
+    ) -> _ShardRead | None:
         committed = positions.get(shard.shard_id)
         start = (
             StartPosition.after(after)
@@ -136,14 +144,16 @@ def read_tail(
             shard.shard_id,
             start,
             max_records=max_records,
+            max_bytes=max_bytes,
             arrival_cutoff_ms=cutoff_ms,
             quiet_since_ms=tips.get(shard.shard_id),
             retention_ms=retention_ms,
             listed_open=not shard.is_closed,
         )
 
-    polled = consumer_arn is None
-    with _ReadAhead(ordered if polled else [], listed, read_of, budget) as ahead:
+    # A byte cap is taken shard after shard: a read ahead would need a share of it too.
+    ahead_of = ordered if consumer_arn is None and bytes_left is None else []
+    with _ReadAhead(ahead_of, listed, read_of, budget) as ahead:
         for shard in ordered:
             committed = positions.get(shard.shard_id)
             waiting = [p for p in shard.parent_ids if p in listed and p not in finished]
@@ -151,11 +161,10 @@ def read_tail(
                 reason = f"waits for its parent {', '.join(waiting)} to be read to its end"
                 left_out.append(LeftOut(shard.shard_id, committed, reason))
                 continue
-            if budget < 1:
-                cap = f"the tail cap of {limits.max_records} records was reached"
-                left_out.append(LeftOut(shard.shard_id, committed, cap))
+            if budget < 1 or (bytes_left is not None and bytes_left < 1):
+                left_out.append(LeftOut(shard.shard_id, committed, _cap_reached(limits, budget)))
                 continue
-            read = read_of(shard, budget)
+            read = read_of(shard, budget, max_bytes=bytes_left)
             if read is None:
                 left_out.append(LeftOut(shard.shard_id, None, _UNKNOWN_START))
                 continue
@@ -178,9 +187,14 @@ def read_tail(
             if too_old:
                 left_out.append(LeftOut(shard.shard_id, committed, too_old))
                 continue
+            if _past_the_byte_cap(limits, bytes_left, outcome):
+                left_out.append(LeftOut(shard.shard_id, committed, _cap_reached(limits, budget)))
+                continue
             budget -= outcome.records_read
-            if outcome.stopped_by == "limit":
-                cap = f"the tail cap of {limits.max_records} records was reached"
+            if bytes_left is not None:
+                bytes_left -= outcome.bytes_read
+            if outcome.stopped_by in _CAPS:
+                cap = _cap_reached(limits, 0 if outcome.stopped_by == "limit" else budget)
                 left_out.append(LeftOut(shard.shard_id, outcome.last_sequence_number, cap))
             # A shard closed before this read that caught up has no record left: kinesalite
             # may still hand out an iterator after its last record (see plan_next_offset).
@@ -192,16 +206,39 @@ def read_tail(
     return Tail(_as_raw_rows(rows), shards_read, left_out, warnings, subscribed, polled_while_held)
 
 
+_CAPS = ("limit", "bytes", "over_bytes")
+"""How a shard's read stops at the tail cap (records, bytes)."""
+
+
+def _past_the_byte_cap(limits: TailLimits, bytes_left: int | None, outcome: ReadOutcome) -> bool:
+    """Whether a shard's read is one record larger than the byte cap left: the shard
+    reader reads a read's first record whatever its size (ingestion must get past it), but
+    only the tail's first record may pass the cap."""
+    if limits.max_bytes is None or bytes_left is None or bytes_left == limits.max_bytes:
+        return False
+    return outcome.bytes_read > bytes_left
+
+
+def _cap_reached(limits: TailLimits, records_left: int) -> str:
+    if records_left < 1:
+        return f"the tail cap of {limits.max_records} records was reached"
+    return f"the tail cap of {limits.max_bytes} bytes was reached"
+
+
 _ShardRead = Callable[[str | None], tuple[list[KinesisRecord], ReadOutcome]]
 """One shard's read, given the consumer to subscribe as (None: polled)."""
 
 
 class _ReadOf(Protocol):
     def __call__(
-        self, shard: Shard, max_records: int, after: str | None = None
+        self,
+        shard: Shard,
+        max_records: int,
+        after: str | None = None,
+        max_bytes: int | None = None,
     ) -> _ShardRead | None:
-        """The shard's read of ``max_records`` from where it starts (or ``after`` that
-        record); None: its start is unknown."""
+        """The shard's read of ``max_records`` (and ``max_bytes``) from where it starts (or
+        ``after`` that record); None: its start is unknown."""
 
 
 MAX_READS_AHEAD = 8

@@ -207,6 +207,17 @@ def test_the_tail_cap_is_honoured_and_reported(settings, monkeypatch, capsys):
     assert set(identities(capped)) <= set(identities(whole))
     assert aged.table.num_rows == 0 and len(aged.left_out) == 2
     assert all("more than the tail's age limit of 30 s" in o.reason for o in aged.left_out)
+    # Bytes as Kinesis counts them: data and partition key; a record that would pass the
+    # cap is left out, so the rows are again a prefix of each shard.
+    sizes = [len(data) + len(key) for data, key in _data_and_keys(whole)]
+    capped_bytes = fresh_read(
+        settings, settings.raw_table_name, limits=TailLimits(max_bytes=3 * max(sizes))
+    )
+    taken = _data_and_keys(capped_bytes)
+    assert 3 <= len(taken) < 12 and sum(len(d) + len(k) for d, k in taken) <= 3 * max(sizes)
+    assert set(identities(capped_bytes)) <= set(identities(whole))
+    assert capped_bytes.left_out
+    assert all(f"tail cap of {3 * max(sizes)} bytes" in o.reason for o in capped_bytes.left_out)
 
     prepare_raw_table(settings)  # the query command reads tables that exist
     for variable, value in settings.to_env().items():
@@ -215,8 +226,17 @@ def test_the_tail_cap_is_honoured_and_reported(settings, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert json.loads(out) == {"n": 5}
     assert "raw_events: 0 rows from snapshot None" in err and "tail truncated" in err
+    main(["query", "--fresh", "--fresh-max-bytes", str(max(sizes)), "--format", "json", COUNT_RAW])
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"n": 1} and f"tail cap of {max(sizes)} bytes" in err
     with pytest.raises(FreshReadNotOffered, match="reads raw, routed and upsert tables"):
         fresh_base(settings, "order_count")
+
+
+def _data_and_keys(fresh: FreshRead) -> list[tuple[bytes, bytes]]:
+    data = fresh.table.column("data").to_pylist()
+    keys = fresh.table.column("partition_key").to_pylist()
+    return [(bytes(d), k.encode()) for d, k in zip(data, keys, strict=True)]
 
 
 def _later_ms(ms: int) -> int:

@@ -16,11 +16,16 @@ from kinesis_lake.pipeline.fresh_spark import fresh_limits, register_fresh_reads
 def test_unset_limits_are_the_python_reads_and_set_ones_are_taken() -> None:
     assert fresh_limits({}) == TailLimits()
     assert fresh_limits({"freshmaxrecords": "5", "freshmaxage": "2.5"}) == TailLimits(5, 2.5)
+    assert fresh_limits({"freshmaxbytes": "2048"}) == TailLimits(max_bytes=2048)
 
 
-def test_a_bad_limit_fails_naming_both_options() -> None:
-    with pytest.raises(ConfigurationError, match=r"'freshMaxRecords'.*'freshMaxAge'"):
+def test_a_bad_limit_fails_naming_the_options() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"'freshMaxRecords'.*'freshMaxBytes'.*'freshMaxAge'"
+    ):
         fresh_limits({"freshmaxrecords": "many"})
+    with pytest.raises(ConfigurationError, match=r"max_bytes must be at least 1"):
+        fresh_limits({"freshmaxbytes": "0"})
 
 
 def test_spark_4_0_is_refused_before_it_keeps_the_plain_reader(
