@@ -241,8 +241,10 @@ class _ReadOf(Protocol):
         ``after`` that record); None: its start is unknown."""
 
 
-MAX_READS_AHEAD = 8
-"""Shards read at once by :class:`_ReadAhead`."""
+MAX_READS_AHEAD = 4
+"""Shards read at once by :class:`_ReadAhead`: each reader may have two calls under way
+(its own and the page it fetches ahead), and the client shared by the read keeps 10
+connections (botocore's default pool)."""
 
 
 class _ReadAhead:
