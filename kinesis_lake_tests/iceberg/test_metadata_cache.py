@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from pyiceberg.table import Table
@@ -60,3 +61,23 @@ def test_a_busy_table_keeps_only_its_newest_metadata_in_memory(raw: Table) -> No
 
     assert CACHE.entries() - before <= 2
     assert keys_of(raw) == list(range(50))
+
+
+def test_threads_never_share_a_parsed_metadata(raw: Table, data_dir: Path) -> None:
+    """pyiceberg's models fill lazy caches (``cached_property``) in their ``__dict__`` on
+    first use, and every update deep-copies the metadata: one parse shared by two threads
+    raised "dictionary changed size during iteration" when a backfill thread committed
+    beside ingestion (test_iceberg_sink, 2026-12-07 fresh-clone run). Each thread keeps
+    its own parses."""
+    ingest(raw, "w", 0, range(10))
+    here = [open_catalog(data_dir=data_dir).load_table(RAW) for _ in range(2)]
+    there: list[Table] = []
+    thread = threading.Thread(
+        target=lambda: there.append(open_catalog(data_dir=data_dir).load_table(RAW))
+    )
+    thread.start()
+    thread.join()
+
+    assert here[0].metadata is here[1].metadata, "one thread still parses a file once"
+    assert there[0].metadata is not here[0].metadata
+    assert there[0].metadata == here[0].metadata
